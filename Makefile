@@ -1,0 +1,28 @@
+# One command sets up and runs the demo, one sets up and runs the tests (see README).
+PYTHON ?= $(shell command -v python3.11 || command -v python3.12 || command -v python3.13 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/swegreen demo
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check shared tests
+
+test: setup lint
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) results .pytest_cache

@@ -1,0 +1,3 @@
+from swegreen.cli import entry
+
+entry()

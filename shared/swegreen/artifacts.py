@@ -1,0 +1,81 @@
+"""Where a run's files live, and the local-disk artifact store.
+
+Layout (relative to the artifact root)::
+
+    <run_id>/run.json                     provenance of the run
+    <run_id>/results.json                 AgentBeats shape: {"participants", "results": [row]}
+    <run_id>/instances.jsonl              one result row per instance
+    <run_id>/instances/<id>/patch.diff    the patch that was evaluated
+    <run_id>/instances/<id>/eval.sh       the script that ran the tests
+    <run_id>/instances/<id>/test_output.txt   stdout+stderr of eval.sh, in order
+    <run_id>/instances/<id>/run_instance.log  apply chain and phases
+    <run_id>/instances/<id>/report.json   the official harness's report shape
+    <run_id>/instances/<id>/result.json   this row, as stored
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+PATCH = "patch.diff"
+EVAL_SCRIPT = "eval.sh"
+TEST_OUTPUT = "test_output.txt"
+INSTANCE_LOG = "run_instance.log"
+REPORT = "report.json"
+RESULT = "result.json"
+RUN_INFO = "run.json"
+RESULTS = "results.json"
+INSTANCES = "instances.jsonl"
+
+
+def instance_key(run_id: str, instance_id: str, name: str) -> str:
+    return f"{run_id}/instances/{instance_id}/{name}"
+
+
+def run_key(run_id: str, name: str) -> str:
+    return f"{run_id}/{name}"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write via a temporary file and rename, so a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class LocalArtifacts:
+    """An ``ArtifactStore`` on a local directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if not path.is_relative_to(self.root.resolve()):
+            raise ValueError(f"artifact key {key!r} leaves the artifact root")
+        return path
+
+    def write_text(self, key: str, text: str) -> None:
+        atomic_write(self._path(key), text.encode("utf-8", "surrogateescape"))
+
+    def read_text(self, key: str) -> str | None:
+        try:
+            return self._path(key).read_text(encoding="utf-8", errors="surrogateescape")
+        except FileNotFoundError:
+            return None
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).exists()
+
+    def location(self, key: str) -> str:
+        return str(self._path(key))

@@ -1,0 +1,407 @@
+"""Command line: run evaluations, the demo, re-grading and reports.
+
+``main(argv) -> int`` is the whole program; exceptions of the project's family become a
+one-line message and exit code 2, an interrupted run exits 130 and says how to resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from swegreen import __version__
+from swegreen.config import EvalConfig, load_config
+from swegreen.console import ProgressView, leaderboard_table, reasons_line
+from swegreen.dataset import load_dataset, select_instances
+from swegreen.engine import LocalSettings, build_engine, default_cache_dir, host_environment
+from swegreen.errors import ConfigError, SweGreenError
+from swegreen.metrics import RunMetrics
+from swegreen.runner import RunOutcome
+from swegreen.sample import build_sample
+from swegreen.sources import PredictionsSource, source_for
+
+LOCAL_ENV_KEYS = frozenset({"output_dir", "cache_dir"})
+
+
+def _config_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "evaluation config (overrides scenario.toml [config] and SWEGREEN_* variables)"
+    )
+    g.add_argument(
+        "--scenario",
+        type=Path,
+        help="scenario.toml to read [config] from (default: ./scenario.toml if present)",
+    )
+    g.add_argument(
+        "--dataset",
+        help="hub id or local .jsonl/.json/.parquet (default: SWE-bench/SWE-bench_Verified)",
+    )
+    g.add_argument("--split")
+    g.add_argument("--dataset-revision")
+    g.add_argument("--max-rows", type=int, help="rows to evaluate, -1 for all (default 3)")
+    g.add_argument("--instance-ids", help="comma-separated instance ids")
+    g.add_argument("--repos", help="comma-separated repos, e.g. psf/requests")
+    g.add_argument("--shard-index", type=int)
+    g.add_argument("--num-shards", type=int)
+    g.add_argument("--max-concurrent-rows", type=int)
+    g.add_argument("--eval-timeout", type=float, help="seconds per eval script (default 1800)")
+    g.add_argument(
+        "--max-attempts", type=int, help="tries when the infrastructure fails (default 3)"
+    )
+    g.add_argument(
+        "--repo-url-template", help="where to clone from, e.g. /mirrors/{owner}__{name}.git"
+    )
+    g.add_argument("--green-agent-model")
+    g.add_argument("--base-validation", action="store_true", default=None)
+
+
+def _local_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("this machine")
+    g.add_argument(
+        "--output-dir", type=Path, help="results, artifacts and store (default ./results)"
+    )
+    g.add_argument("--cache-dir", type=Path, help="repo/env caches (default ~/.cache/swegreen)")
+    g.add_argument("--keep-workspaces", action="store_true", help="keep each instance's checkout")
+    g.add_argument(
+        "--allow-python-install", action="store_true", help="install missing interpreters with uv"
+    )
+    g.add_argument(
+        "--no-progress", action="store_true", help="plain lines instead of a progress bar"
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="swegreen", description="SWE-bench Verified evaluator with the official grader."
+    )
+    p.add_argument("--version", action="version", version=f"swegreen {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="evaluate patches on a dataset")
+    run.add_argument(
+        "--patches",
+        required=True,
+        help="gold, empty, or a SWE-bench predictions file (.jsonl/.json)",
+    )
+    run.add_argument(
+        "--sample", action="store_true", help="use the bundled sample benchmark as the dataset"
+    )
+    run.add_argument("--run-id", help="name of the run; the same id resumes it (default: new)")
+    run.add_argument(
+        "--retry-errors", action="store_true", help="on resume, evaluate error rows again"
+    )
+    _config_flags(run)
+    _local_flags(run)
+
+    demo = sub.add_parser("demo", help="the sample benchmark with gold, empty and crafted patches")
+    _local_flags(demo)
+    demo.add_argument("--max-concurrent-rows", type=int, default=2)
+
+    regrade = sub.add_parser("regrade", help="grade a finished run again from its saved logs")
+    regrade.add_argument("--run-id", required=True)
+    _local_flags(regrade)
+
+    report = sub.add_parser("report", help="print a stored run's leaderboard, or list runs")
+    report.add_argument("--run-id", help="omit to list runs")
+    _local_flags(report)
+
+    sample = sub.add_parser("sample", help="build the sample benchmark and print where it is")
+    _local_flags(sample)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    console = Console(stderr=False, highlight=False)
+    env = host_environment()
+    try:
+        settings = _settings(args, env)
+        if args.command == "run":
+            return _run_command(args, settings, env, console)
+        if args.command == "demo":
+            return _demo(args, settings, env, console)
+        if args.command == "regrade":
+            return asyncio.run(_regrade(args.run_id, settings, env, console))
+        if args.command == "report":
+            return _report(args.run_id, settings, env, console)
+        if args.command == "sample":
+            s = build_sample(settings.cache_dir / "sample")
+            console.print(
+                f"dataset: {s.dataset}\ncrafted predictions: {s.crafted}\n"
+                f"repo_url_template: {s.url_template}"
+            )
+            return 0
+    except SweGreenError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    raise AssertionError(args.command)
+
+
+def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
+    output = args.output_dir or Path(env.get("SWEGREEN_OUTPUT_DIR", "results"))
+    cache = args.cache_dir or Path(env.get("SWEGREEN_CACHE_DIR") or default_cache_dir(env))
+    return LocalSettings(
+        output_dir=output,
+        cache_dir=cache,
+        keep_workspaces=args.keep_workspaces,
+        allow_python_install=args.allow_python_install,
+    )
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    keys = [
+        "dataset",
+        "split",
+        "dataset_revision",
+        "max_rows",
+        "instance_ids",
+        "repos",
+        "shard_index",
+        "num_shards",
+        "max_concurrent_rows",
+        "eval_timeout",
+        "max_attempts",
+        "repo_url_template",
+        "green_agent_model",
+        "base_validation",
+    ]
+    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+
+
+def _scenario(args: argparse.Namespace) -> Path | None:
+    if args.scenario is not None:
+        return args.scenario
+    default = Path("scenario.toml")
+    return default if default.exists() else None
+
+
+def _run_command(
+    args: argparse.Namespace, settings: LocalSettings, env: dict[str, str], console: Console
+) -> int:
+    overrides = _overrides(args)
+    if args.sample:
+        sample = build_sample(settings.cache_dir / "sample")
+        overrides.setdefault("dataset", str(sample.dataset))
+        overrides.setdefault("repo_url_template", sample.url_template)
+    config = load_config(_scenario(args), env, overrides, env_extra=LOCAL_ENV_KEYS)
+    run_id = args.run_id or _new_run_id(args.patches)
+    outcome = _evaluate(
+        config,
+        args.patches,
+        run_id,
+        settings,
+        env,
+        console,
+        args.retry_errors,
+        live=not args.no_progress,
+    )
+    return 0 if outcome is not None else 130
+
+
+def _demo(
+    args: argparse.Namespace, settings: LocalSettings, env: dict[str, str], console: Console
+) -> int:
+    sample = build_sample(settings.cache_dir / "sample")
+    console.print(f"[bold]Sample benchmark[/] built in {sample.root}")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    mismatches = 0
+    for patches, expect in (("gold", "resolved"), ("empty", "no_op"), (str(sample.crafted), None)):
+        config = EvalConfig(
+            dataset=str(sample.dataset),
+            repo_url_template=sample.url_template,
+            max_rows=-1,
+            max_concurrent_rows=args.max_concurrent_rows,
+        )
+        label = "crafted" if expect is None else patches
+        outcome = _evaluate(
+            config,
+            patches,
+            f"demo-{stamp}-{label}",
+            settings,
+            env,
+            console,
+            False,
+            live=not args.no_progress,
+        )
+        if outcome is None:
+            return 130
+        for r in outcome.results:
+            want = expect or sample.expected[r.instance_id]["status"]
+            if r.status.value != want:
+                mismatches += 1
+                console.print(
+                    f"[red]unexpected:[/] {label} {r.instance_id} is {r.status.value}, "
+                    f"expected {want}"
+                )
+    if mismatches:
+        console.print(f"[red]{mismatches} row(s) did not get the expected verdict[/]")
+        return 1
+    console.print(
+        "[green]All sample verdicts are as expected:[/] gold resolves every task, empty is "
+        "no_op everywhere, crafted predictions cover every status."
+    )
+    return 0
+
+
+def _evaluate(
+    config: EvalConfig,
+    patches: str,
+    run_id: str,
+    settings: LocalSettings,
+    env: dict[str, str],
+    console: Console,
+    retry_errors: bool,
+    live: bool,
+) -> RunOutcome | None:
+    dataset = load_dataset(config.dataset, config.split, config.dataset_revision)
+    instances = select_instances(dataset, config.selection())
+    source = source_for(patches)
+    if isinstance(source, PredictionsSource):
+        source.check_against(i.instance_id for i in dataset.instances)
+    if not instances:
+        raise ConfigError(
+            "the selection is empty: check instance_ids, repos, max_rows and sharding"
+        )
+    console.print(
+        f"[bold]Run {run_id}[/]: {len(instances)} instance(s) of {dataset.name} with "
+        f"{source.name} patches, {config.max_concurrent_rows} at a time"
+    )
+    view = ProgressView(console, len(instances), run_id, live)
+    engine = build_engine(settings, config, env, progress=view)
+    for note in engine.isolation.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    try:
+        with view:
+            outcome = _run_until_done(
+                engine.runner.run(
+                    run_id=run_id,
+                    dataset=dataset,
+                    instances=instances,
+                    source=source,
+                    config=config,
+                    provenance={"sandbox": engine.isolation.describe()},
+                    retry_errors=retry_errors,
+                )
+            )
+    finally:
+        engine.close()
+    if outcome is None:
+        console.print(
+            f"[yellow]interrupted.[/] Finished rows are stored; resume with --run-id {run_id}"
+        )
+        return None
+    _print_outcome(console, outcome, settings)
+    return outcome
+
+
+def _run_until_done(coro: Any) -> RunOutcome | None:
+    """Run the evaluation; SIGINT/SIGTERM cancel it cleanly (sandboxes killed, rows kept)."""
+
+    async def main() -> RunOutcome:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        assert task is not None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        return await coro
+
+    try:
+        return asyncio.run(main())
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        return None
+
+
+def _print_outcome(console: Console, outcome: RunOutcome, settings: LocalSettings) -> None:
+    run_id = outcome.record.run_id
+    console.print(leaderboard_table(outcome.metrics, f"Leaderboard: {run_id}"))
+    console.print(f"reasons: {reasons_line(outcome.metrics)}")
+    if outcome.resumed:
+        console.print(
+            f"resumed: {outcome.resumed} row(s) were already stored, "
+            f"{outcome.evaluated} evaluated now"
+        )
+    console.print(
+        f"results: {settings.output_dir / run_id / 'results.json'}  "
+        f"rows: {settings.output_dir / run_id / 'instances.jsonl'}\n"
+    )
+
+
+async def _regrade(
+    run_id: str, settings: LocalSettings, env: dict[str, str], console: Console
+) -> int:
+    engine = build_engine(settings, EvalConfig(), env)
+    try:
+        record = engine.store.get_run(run_id)
+        if record is None:
+            raise ConfigError(f"no run {run_id!r} in {settings.store_path}")
+        dataset = load_dataset(record.dataset, record.split, record.dataset_revision)
+        if dataset.digest != record.dataset_digest:
+            raise ConfigError(
+                f"the dataset {record.dataset} changed since run {run_id} (digest differs)"
+            )
+        by_id = dataset.by_id()
+        changed = 0
+        for iid, stored in engine.store.get_results(run_id).items():
+            fresh = engine.evaluator.regrade(run_id, by_id[iid], stored)
+            if (fresh.status, fresh.reason, fresh.counts) != (
+                stored.status,
+                stored.reason,
+                stored.counts,
+            ):
+                changed += 1
+                console.print(f"  {iid}: {stored.status.value} -> {fresh.status.value}")
+            engine.store.save_result(run_id, fresh)
+        instances = [by_id[i] for i in record.instance_ids if i in by_id]
+        outcome = await engine.runner.publish(record, instances, {"agent": record.patch_source})
+        console.print(
+            f"re-graded {len(instances)} row(s) of {run_id} from saved logs; {changed} changed"
+        )
+        _print_outcome(console, outcome, settings)
+        return 0
+    finally:
+        engine.close()
+
+
+def _report(
+    run_id: str | None, settings: LocalSettings, env: dict[str, str], console: Console
+) -> int:
+    from swegreen.store_sqlite import SqliteStore
+
+    store = SqliteStore(settings.store_path)
+    try:
+        if run_id is None:
+            for rec in store.list_runs():
+                total = (rec.summary or {}).get("total_instances", "?")
+                resolved = (rec.summary or {}).get("resolved_pct")
+                share = f"{resolved:.1%}" if isinstance(resolved, float) else "-"
+                console.print(
+                    f"{rec.run_id}  {rec.state}  {rec.patch_source}  {total} rows  resolved {share}"
+                )
+            return 0
+        record = store.get_run(run_id)
+        if record is None:
+            raise ConfigError(f"no run {run_id!r} in {settings.store_path}")
+        results = [r for i, r in store.get_results(run_id).items() if i in set(record.instance_ids)]
+        metrics = RunMetrics.from_results(results)
+        console.print(leaderboard_table(metrics, f"Leaderboard: {run_id} ({record.state})"))
+        console.print(f"reasons: {reasons_line(metrics)}")
+        return 0
+    finally:
+        store.close()
+
+
+def _new_run_id(patches: str) -> str:
+    label = Path(patches).stem if patches not in ("gold", "empty") else patches
+    return f"{label}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Evaluation configuration: the ``[config]`` table of scenario.toml, validated once.
+
+Layers, lowest first: field defaults < scenario.toml ``[config]`` < ``SWEGREEN_<KEY>``
+environment variables < explicit overrides (CLI flags, or an A2A request's config).
+Core code receives the validated model and never reads the environment itself.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from swegreen.dataset import DEFAULT_DATASET, Selection
+from swegreen.errors import ConfigError
+
+ENV_PREFIX = "SWEGREEN_"
+# Tables AgentBeats' scenario.toml may carry besides [config]; they are not ours to check.
+AGENTBEATS_TABLES = frozenset({"green_agent", "participants"})
+
+
+class EvalConfig(BaseModel):
+    """What an assessment evaluates and how. Every key may appear in scenario.toml [config]."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_concurrent_rows: int = Field(1, ge=1, le=256, description="Rows evaluated at once.")
+    max_rows: int = Field(3, description="Rows to evaluate; -1 for all of the selection.")
+    num_instances: int | None = Field(
+        None, description="AgentBeats v2 name for max_rows; when given it must agree with it."
+    )
+    green_agent_model: str = Field(
+        "ollama/qwen2.5-coder:7b",
+        description="litellm model for the green agent's diagnoses and summaries, never verdicts.",
+    )
+    dataset: str = Field(DEFAULT_DATASET, description="Hub id, or a local .jsonl/.json/.parquet.")
+    split: str = "test"
+    dataset_revision: str | None = Field(None, description="Hub revision (commit or tag) to pin.")
+    instance_ids: tuple[str, ...] = Field((), description="Evaluate only these instances.")
+    repos: tuple[str, ...] = Field((), description="Evaluate only rows of these repos.")
+    shard_index: int = Field(0, ge=0)
+    num_shards: int = Field(1, ge=1, le=1000)
+    eval_timeout: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds for one instance's eval script (default: the "
+        "recipe's own limit, else 1800, the official harness's).",
+    )
+    participant_timeout: float = Field(
+        1800.0, gt=0, description="Seconds a participant has to return its patch."
+    )
+    max_attempts: int = Field(
+        3, ge=1, le=10, description="Tries per row when the infrastructure fails (not the patch)."
+    )
+    repo_url_template: str = Field(
+        "https://github.com/{repo}.git",
+        description="Where repositories are cloned from; {repo}, {owner}, {name} are filled in. "
+        "A local directory or mirror works too (e.g. /mirrors/{owner}__{name}.git).",
+    )
+    base_validation: bool = Field(
+        False,
+        description="Also run each instance's tests on the base commit (cached) to "
+        "tell environment problems from participant failures.",
+    )
+
+    @field_validator("instance_ids", "repos", mode="before")
+    @classmethod
+    def _list_from_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [v.strip() for v in text.split(",") if v.strip()]
+        return value
+
+    @field_validator("repo_url_template")
+    @classmethod
+    def _template_names_repo(cls, value: str) -> str:
+        if not any(k in value for k in ("{repo}", "{owner}", "{name}")):
+            raise ValueError(
+                "must contain {repo} or {owner}/{name}, e.g. https://github.com/{repo}.git"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> EvalConfig:
+        explicit_rows = "max_rows" in self.model_fields_set
+        if self.num_instances is not None and explicit_rows and self.num_instances != self.max_rows:
+            raise ValueError(
+                f"num_instances ({self.num_instances}) and max_rows ({self.max_rows}) "
+                "disagree; give only one of them"
+            )
+        try:
+            self.selection()
+        except ValidationError as exc:  # surface Selection's own message, not a nested dump
+            raise ValueError(
+                "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+            ) from None
+        return self
+
+    def selection(self) -> Selection:
+        max_rows = self.num_instances if self.num_instances is not None else self.max_rows
+        explicit = "max_rows" in self.model_fields_set or self.num_instances is not None
+        if self.instance_ids and not explicit:
+            max_rows = -1  # naming instances means "these", not "the first three of these"
+        return Selection(
+            max_rows=max_rows,
+            instance_ids=self.instance_ids,
+            repos=self.repos,
+            shard_index=self.shard_index,
+            num_shards=self.num_shards,
+        )
+
+    def public(self) -> dict[str, Any]:
+        """The config as recorded in provenance and results."""
+        return self.model_dump(mode="json")
+
+
+def read_scenario(path: Path) -> dict[str, Any]:
+    """The ``[config]`` table of a scenario.toml (AgentBeats' other tables are ignored)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"scenario file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    unknown = set(data) - AGENTBEATS_TABLES - {"config"}
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}; "
+            "settings belong in the [config] table"
+        )
+    table = data.get("config", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [config] must be a table")
+    return table
+
+
+def config_from_env(
+    env: Mapping[str, str], allowed_extra: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """``SWEGREEN_<KEY>`` variables for config keys. A misspelt one is an error, not ignored."""
+    fields = set(EvalConfig.model_fields)
+    found: dict[str, str] = {}
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        key = name[len(ENV_PREFIX) :].lower()
+        if key in fields:
+            found[key] = value
+        elif key not in allowed_extra:
+            raise ConfigError(
+                f"unknown environment variable {name}; known ones are "
+                + ", ".join(ENV_PREFIX + k.upper() for k in sorted(fields | allowed_extra))
+            )
+    return found
+
+
+def build_config(
+    *layers: tuple[str, Mapping[str, Any]],
+) -> EvalConfig:
+    """Merge named layers (lowest first) and validate. Errors name the layer of the bad key."""
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for label, values in layers:
+        for key, value in values.items():
+            if value is None:
+                continue
+            merged[key] = value
+            origin[key] = label
+    try:
+        return EvalConfig.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, origin)) from None
+
+
+def load_config(
+    scenario: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env_extra: frozenset[str] = frozenset(),
+) -> EvalConfig:
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    if scenario is not None:
+        layers.append((str(scenario), read_scenario(scenario)))
+    if env is not None:
+        layers.append(("environment", config_from_env(env, env_extra)))
+    if overrides:
+        layers.append(("command line", overrides))
+    return build_config(*layers)
+
+
+def _explain(exc: ValidationError, origin: Mapping[str, str]) -> str:
+    lines = []
+    for err in exc.errors():
+        key = str(err["loc"][0]) if err["loc"] else ""
+        where = f" (from {origin[key]})" if key in origin else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            known = ", ".join(EvalConfig.model_fields)
+            lines.append(f"unknown config key {key!r}{where}; known keys: {known}")
+        elif key:
+            lines.append(f"config key {key!r}{where}: {msg} (got {err.get('input')!r})")
+        else:
+            lines.append(msg)
+    return "invalid configuration: " + "; ".join(lines)

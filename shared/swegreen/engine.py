@@ -1,0 +1,100 @@
+"""Builds the local adapters (SQLite store, disk artifacts, git cache, environment cache,
+sandbox) into an ``Evaluator`` and a ``Runner``. Composition roots call ``build_engine``
+with settings they parsed; nothing here reads the process environment by itself."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from swegreen.artifacts import LocalArtifacts
+from swegreen.config import EvalConfig
+from swegreen.environments import EnvManager
+from swegreen.evaluate import EvalOptions, Evaluator
+from swegreen.interpreters import InterpreterSearch
+from swegreen.ports import ProgressCallback
+from swegreen.recipes import RecipeBook, builtin_recipes
+from swegreen.repo_cache import RepoCache
+from swegreen.runner import Runner
+from swegreen.sandbox import Isolation, LocalSandbox
+from swegreen.store_sqlite import SqliteStore
+
+
+def default_cache_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".cache")
+    return Path(base) / "swegreen"
+
+
+class LocalSettings(BaseModel):
+    """Where this machine keeps things; not part of an assessment's config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    output_dir: Path = Field(
+        Path("results"), description="Results, artifacts and the SQLite store."
+    )
+    cache_dir: Path = Field(description="Repository, environment and sample caches.")
+    keep_workspaces: bool = False
+    allow_python_install: bool = Field(False, description="Install missing interpreters with uv.")
+    memory_mb: int | None = Field(16384, description="Address-space limit of each test process.")
+    max_processes: int | None = Field(4096, description="Process limit of a test run.")
+
+    @property
+    def store_path(self) -> Path:
+        return self.output_dir / "swegreen.sqlite"
+
+
+@dataclass
+class Engine:
+    runner: Runner
+    evaluator: Evaluator
+    store: SqliteStore
+    artifacts: LocalArtifacts
+    isolation: Isolation
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def build_engine(
+    settings: LocalSettings,
+    config: EvalConfig,
+    host_env: Mapping[str, str],
+    progress: ProgressCallback | None = None,
+    recipes: RecipeBook | None = None,
+    isolation: Isolation | None = None,
+) -> Engine:
+    cache = settings.cache_dir
+    isolation = isolation or Isolation.probe()
+    artifacts = LocalArtifacts(settings.output_dir)
+    store = SqliteStore(settings.store_path)
+    evaluator = Evaluator(
+        repos=RepoCache(cache / "repos", config.repo_url_template, host_env),
+        recipes=recipes or builtin_recipes(),
+        envs=EnvManager(
+            cache / "envs",
+            InterpreterSearch.from_environ(host_env, allow_install=settings.allow_python_install),
+            host_env,
+        ),
+        sandbox=LocalSandbox(isolation),
+        artifacts=artifacts,
+        options=EvalOptions(
+            work_root=cache / "work",
+            eval_timeout=config.eval_timeout,
+            memory_mb=settings.memory_mb,
+            max_processes=settings.max_processes,
+            keep_workspaces=settings.keep_workspaces,
+        ),
+        host_env=host_env,
+    )
+    runner = Runner(evaluator=evaluator, store=store, artifacts=artifacts, progress=progress)
+    return Engine(runner, evaluator, store, artifacts, isolation)
+
+
+def host_environment() -> dict[str, str]:
+    """The process environment, read once at a composition root."""
+    return dict(os.environ)

@@ -1,0 +1,88 @@
+"""The project's exception family.
+
+Adapters raise these; only the edges (CLI, A2A server, Lambda handlers) turn them into
+exit codes, responses or ``error`` rows. Every message is written for the person who
+has to fix the problem: what was wrong and what to do.
+"""
+
+from __future__ import annotations
+
+
+class SweGreenError(Exception):
+    """Base class: an error whose message is meant for the user."""
+
+
+class ConfigError(SweGreenError):
+    """A configuration value is missing, unknown or invalid."""
+
+
+class DatasetError(SweGreenError):
+    """The dataset cannot be loaded or a selection does not match it."""
+
+
+class PredictionsError(SweGreenError):
+    """A predictions file cannot be read or is inconsistent with the dataset."""
+
+
+class StoreError(SweGreenError):
+    """The result store refuses an operation (e.g. a run id reused for another dataset)."""
+
+
+class EvaluationFailure(SweGreenError):
+    """Evaluating one instance failed for a reason that is not the participant's patch.
+
+    ``reason`` is the machine-readable reason recorded on the ``error`` row;
+    ``infrastructure`` failures (network, disk, a broken environment build) are retried
+    a bounded number of times and reported apart from participant failures.
+    """
+
+    reason: str = "internal_error"
+    infrastructure: bool = True
+
+    def __init__(self, message: str, *, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+class RepoUnavailable(EvaluationFailure):
+    reason = "repo_unavailable"
+
+
+class EnvSetupFailed(EvaluationFailure):
+    reason = "env_setup_failed"
+
+
+class NoRecipe(EvaluationFailure):
+    """No environment recipe exists for the instance's (repo, version): retrying cannot help."""
+
+    reason = "no_recipe"
+    infrastructure = False
+
+
+class InterpreterNotFound(EnvSetupFailed):
+    reason = "interpreter_not_found"
+
+
+class TestPatchFailed(EvaluationFailure):
+    """The dataset's own test patch did not apply: a dataset or workspace defect."""
+
+    reason = "test_patch_failed"
+    __test__ = False  # not a pytest test class
+
+
+class SandboxCrashed(EvaluationFailure):
+    reason = "sandbox_crashed"
+
+
+class TestTimeout(EvaluationFailure):
+    """The eval script ran past its time limit. Possibly the patch's fault, so not retried."""
+
+    reason = "test_timeout"
+    __test__ = False  # not a pytest test class
+    infrastructure = False
+
+
+class EnvironmentFault(EvaluationFailure):
+    """The test log shows an environment fault (out of memory, no network, ...)."""
+
+    reason = "environment_fault"

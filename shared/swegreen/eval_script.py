@@ -1,0 +1,95 @@
+"""The eval script: what runs an instance's tests, shaped like the official one.
+
+Same steps and markers as swebench's ``make_eval_script_list_py`` (reset the test files,
+apply the test patch, ``: '>>>>> Start Test Output'``, the test command, the recorded
+exit code, ``: '>>>>> End Test Output'``, reset again), with conda activation replaced by
+the environment on PATH and ``/testbed`` by the workspace. Rows that carry their own
+``eval_script`` (the newer hub revision) are run as given, with the same substitutions.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from swebench.harness.constants import END_TEST_OUTPUT, NON_TEST_EXTS, START_TEST_OUTPUT
+from swebench.harness.utils import parse_eval_script, record_test_exit_code
+
+from swegreen.dataset import Instance
+from swegreen.patches import inspect_patch
+from swegreen.recipes import Recipe
+
+HEREDOC = "EOF_114329324912"
+_DIFF_TARGET = re.compile(r"diff --git a/.* b/(.*)")
+_CONDA_LINES = re.compile(r"^\s*(source /opt/miniconda3/bin/activate|conda activate \S+)\s*$")
+
+
+def test_files(test_patch: str) -> list[str]:
+    """Files the test patch modifies (not creates): reset to the base commit around the run."""
+    return [f.old_path for f in inspect_patch(test_patch).files if f.old_path is not None]
+
+
+def test_directives(instance: Instance, style: str) -> list[str]:
+    """The test files to run, from the test patch; django wants dotted module names."""
+    directives = _DIFF_TARGET.findall(instance.test_patch)
+    directives = [d for d in directives if not any(d.endswith(ext) for ext in NON_TEST_EXTS)]
+    if style == "django":
+        out = []
+        for d in directives:
+            d = d.removesuffix(".py")
+            d = d.removeprefix("tests/")
+            out.append(d.replace("/", "."))
+        directives = out
+    return directives
+
+
+def sandboxed(command: str, wrapper: str | None) -> str:
+    """The test command, run through the sandbox's wrapper (e.g. a network namespace)."""
+    if not wrapper:
+        return command
+    return f"{wrapper} bash -c {shlex.quote(command)}"
+
+
+def make_eval_script(
+    instance: Instance, recipe: Recipe, workdir: str, test_wrapper: str | None = None
+) -> str:
+    if instance.eval_script:
+        return adapt_eval_script(instance.eval_script, workdir, test_wrapper)
+    files = test_files(instance.test_patch)
+    reset_tests = f"git checkout {instance.base_commit} {' '.join(files)}" if files else ":"
+    apply_test_patch = f"git apply -v - <<'{HEREDOC}'\n{instance.test_patch}\n{HEREDOC}"
+    test_command = " ".join([recipe.test_cmd, *test_directives(instance, recipe.directive_style)])
+    lines = [f"cd {workdir}", *recipe.eval_commands]
+    lines += [
+        f"git config --global --add safe.directory {workdir}",
+        f"cd {workdir}",
+        "git status",
+        "git show",
+        f"git -c core.fileMode=false diff {instance.base_commit}",
+    ]
+    if recipe.install:
+        lines.append(recipe.install)
+    lines += [
+        reset_tests,
+        apply_test_patch,
+        f": '{START_TEST_OUTPUT}'",
+        sandboxed(test_command, test_wrapper),
+        f": '{END_TEST_OUTPUT}'",
+        reset_tests,
+    ]
+    return _script(record_test_exit_code(lines))
+
+
+def adapt_eval_script(script: str, workdir: str, test_wrapper: str | None = None) -> str:
+    """An official eval script, made to run outside its image."""
+    lines = [ln for ln in parse_eval_script(script) if not _CONDA_LINES.match(ln)]
+    lines = [ln.replace("/testbed", workdir) for ln in lines]
+    for i, line in enumerate(lines):
+        if START_TEST_OUTPUT in line and i + 1 < len(lines):
+            lines[i + 1] = sandboxed(lines[i + 1], test_wrapper)
+            break
+    return _script(record_test_exit_code(lines))
+
+
+def _script(lines: list[str]) -> str:
+    return "\n".join(["#!/bin/bash", "set -uxo pipefail", *lines]) + "\n"

@@ -1,0 +1,115 @@
+"""Finding (or installing) the Python interpreter a recipe asks for."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from swegreen.errors import InterpreterNotFound
+
+_VERSION = re.compile(r"^(\d+)\.(\d+)$")
+
+
+@dataclass(frozen=True)
+class InterpreterSearch:
+    """Where to look. Built by the composition root from the real environment."""
+
+    path: str
+    pyenv_root: Path | None
+    uv_dir: Path | None
+    uv_binary: str | None = None
+    allow_install: bool = False
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str], allow_install: bool = False) -> InterpreterSearch:
+        home = Path(env.get("HOME", str(Path.home())))
+        pyenv = env.get("PYENV_ROOT") or str(home / ".pyenv")
+        uv_dir = env.get("UV_PYTHON_INSTALL_DIR") or str(
+            Path(env.get("XDG_DATA_HOME", str(home / ".local" / "share"))) / "uv" / "python"
+        )
+        return cls(
+            path=env.get("PATH", ""),
+            pyenv_root=Path(pyenv),
+            uv_dir=Path(uv_dir),
+            uv_binary=shutil.which("uv", path=env.get("PATH", "")),
+            allow_install=allow_install,
+        )
+
+
+def find_interpreter(version: str, search: InterpreterSearch, needed_by: str = "") -> Path:
+    """The path of a working ``pythonX.Y`` (or the engine's own for ``host``)."""
+    if version == "host":
+        return Path(sys.executable)
+    m = _VERSION.match(version)
+    if not m:
+        raise InterpreterNotFound(f"recipe asks for Python {version!r}; expected X.Y or 'host'")
+    for candidate in _candidates(version, search):
+        if _reports_version(candidate, version):
+            return candidate
+    if search.allow_install and search.uv_binary:
+        proc = subprocess.run(
+            [search.uv_binary, "python", "install", version],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        for candidate in _candidates(version, search):
+            if _reports_version(candidate, version):
+                return candidate
+        detail = f" (`uv python install {version}` failed: {proc.stderr.strip()[-300:]})"
+    else:
+        detail = ""
+    who = f" (needed by {needed_by})" if needed_by else ""
+    raise InterpreterNotFound(
+        f"Python {version}{who} was not found on PATH, in {search.pyenv_root}/versions or in "
+        f"{search.uv_dir}{detail}. Install it, e.g. `uv python install {version}` or "
+        f"`pyenv install {version}`, or enable interpreter installs (allow_python_install)."
+    )
+
+
+def _candidates(version: str, search: InterpreterSearch) -> list[Path]:
+    exe = f"python{version}"
+    found: list[Path] = []
+    for entry in search.path.split(os.pathsep):
+        # pyenv shims answer for every version and fail at run time: skip them.
+        if entry and "shims" not in Path(entry).parts:
+            p = Path(entry) / exe
+            if p.is_file() and os.access(p, os.X_OK):
+                found.append(p)
+    if search.pyenv_root and (search.pyenv_root / "versions").is_dir():
+        for d in sorted(
+            (search.pyenv_root / "versions").glob(f"{version}.*"), key=_patch_level, reverse=True
+        ):
+            if (d / "bin" / exe).is_file():
+                found.append(d / "bin" / exe)
+    if search.uv_dir and search.uv_dir.is_dir():
+        for d in sorted(search.uv_dir.glob(f"cpython-{version}.*"), key=_patch_level, reverse=True):
+            if (d / "bin" / exe).is_file():
+                found.append(d / "bin" / exe)
+    return found
+
+
+def _patch_level(path: Path) -> tuple[int, ...]:
+    nums = re.findall(r"\d+", path.name)
+    return tuple(int(n) for n in nums[:3])
+
+
+def _reports_version(candidate: Path, version: str) -> bool:
+    try:
+        out = subprocess.run(
+            [str(candidate), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except OSError:
+        return False
+    return out.returncode == 0 and out.stdout.strip() == version

@@ -1,0 +1,127 @@
+"""Leaderboard arithmetic: per-status shares and aggregate F2P/P2P pass rates.
+
+Everything is kept as raw counts and only divided when a result row is written, so rows
+from several shards or runs add up exactly (``merge``), which AgentBeats' sharded runs
+rely on.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from swegreen.classify import Status
+from swegreen.results import InstanceResult
+
+STATUS_ORDER: tuple[Status, ...] = tuple(Status)
+
+
+def _zero_counts() -> dict[str, int]:
+    return {s.value: 0 for s in STATUS_ORDER}
+
+
+class RunMetrics(BaseModel):
+    """Additive totals of a set of instance results."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    total_instances: int = 0
+    counts: dict[str, int] = Field(default_factory=_zero_counts)
+    reasons: dict[str, int] = Field(default_factory=dict)
+    f2p_passed: int = 0
+    f2p_total: int = 0
+    p2p_passed: int = 0
+    p2p_total: int = 0
+    infrastructure_errors: int = 0
+    participant_failures: int = 0
+
+    @classmethod
+    def from_results(cls, results: Iterable[InstanceResult]) -> RunMetrics:
+        counts: Counter[str] = Counter()
+        reasons: Counter[str] = Counter()
+        totals = Counter[str]()
+        for r in results:
+            counts[r.status.value] += 1
+            reasons[r.reason] += 1
+            totals["f2p_passed"] += r.f2p_passed
+            totals["f2p_total"] += r.f2p_total
+            totals["p2p_passed"] += r.p2p_passed
+            totals["p2p_total"] += r.p2p_total
+            totals["infrastructure_errors"] += r.is_infrastructure_error
+            totals["participant_failures"] += r.is_participant_failure
+        return cls(
+            total_instances=sum(counts.values()),
+            counts={**_zero_counts(), **counts},
+            reasons=dict(sorted(reasons.items())),
+            **totals,
+        )
+
+    def merge(self, other: RunMetrics) -> RunMetrics:
+        """The metrics of the union of two disjoint sets of results."""
+        counts = Counter(self.counts) + Counter(other.counts)
+        reasons = Counter(self.reasons) + Counter(other.reasons)
+        return RunMetrics(
+            total_instances=self.total_instances + other.total_instances,
+            counts={**_zero_counts(), **counts},
+            reasons=dict(sorted(reasons.items())),
+            f2p_passed=self.f2p_passed + other.f2p_passed,
+            f2p_total=self.f2p_total + other.f2p_total,
+            p2p_passed=self.p2p_passed + other.p2p_passed,
+            p2p_total=self.p2p_total + other.p2p_total,
+            infrastructure_errors=self.infrastructure_errors + other.infrastructure_errors,
+            participant_failures=self.participant_failures + other.participant_failures,
+        )
+
+    def share(self, status: Status) -> float:
+        return _ratio(self.counts.get(status.value, 0), self.total_instances)
+
+    @property
+    def f2p_rate(self) -> float:
+        return _ratio(self.f2p_passed, self.f2p_total)
+
+    @property
+    def p2p_rate(self) -> float:
+        return _ratio(self.p2p_passed, self.p2p_total)
+
+    def result_row(self, green_agent_model: str) -> dict[str, Any]:
+        """The seed leaderboard's row (fractions, not percents), followed by the raw counts."""
+        row: dict[str, Any] = {"total_instances": self.total_instances}
+        for status in STATUS_ORDER:
+            row[f"{status.value}_pct"] = self.share(status)
+        row["fail_to_pass_passed_pct"] = self.f2p_rate
+        row["pass_to_pass_passed_pct"] = self.p2p_rate
+        row["green_agent_model"] = green_agent_model
+        row.update(
+            counts=dict(self.counts),
+            reasons=dict(self.reasons),
+            fail_to_pass_passed=self.f2p_passed,
+            fail_to_pass_total=self.f2p_total,
+            pass_to_pass_passed=self.p2p_passed,
+            pass_to_pass_total=self.p2p_total,
+            infrastructure_errors=self.infrastructure_errors,
+            participant_failures=self.participant_failures,
+        )
+        return row
+
+    @classmethod
+    def from_result_row(cls, row: Mapping[str, Any]) -> RunMetrics:
+        """Rebuild the additive totals from a published result row (e.g. one shard's)."""
+        return cls(
+            total_instances=row["total_instances"],
+            counts={**_zero_counts(), **row["counts"]},
+            reasons=dict(row.get("reasons", {})),
+            f2p_passed=row["fail_to_pass_passed"],
+            f2p_total=row["fail_to_pass_total"],
+            p2p_passed=row["pass_to_pass_passed"],
+            p2p_total=row["pass_to_pass_total"],
+            infrastructure_errors=row.get("infrastructure_errors", 0),
+            participant_failures=row.get("participant_failures", 0),
+        )
+
+
+def _ratio(numerator: int, denominator: int) -> float:
+    # Nothing counted means nothing passed: 0.0, never a division by zero.
+    return round(numerator / denominator, 6) if denominator else 0.0

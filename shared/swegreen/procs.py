@@ -1,0 +1,175 @@
+"""Running subprocesses from async code without blocking the event loop.
+
+Every process gets its own process group, so a time limit or a cancellation kills the
+whole tree it started (test runners fork). Output is stdout and stderr merged in order,
+which the official log markers need (they arrive on stderr through ``set -x``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import functools
+import os
+import resource
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class ProcResult:
+    returncode: int
+    output: str
+    timed_out: bool
+    duration: float
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.output.splitlines()[-lines:])
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+def _child_setup(
+    rlimits: Mapping[int, tuple[int, int]], libc: ctypes.CDLL | None, death_signal: int
+) -> None:
+    # Runs in the child between fork and exec: only async-signal-safe work.
+    if libc is not None:
+        libc.prctl(_PR_SET_PDEATHSIG, death_signal)  # do not outlive a killed engine
+    for which, (soft, hard) in rlimits.items():
+        resource.setrlimit(which, (soft, hard))
+
+
+def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+async def run_process(
+    argv: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    stdin_data: bytes | None = None,
+    output_file: Path | None = None,
+    max_output: int = 2_000_000,
+    rlimits: Mapping[int, tuple[int, int]] | None = None,
+    death_signal: int = signal.SIGKILL,
+) -> ProcResult:
+    """Run ``argv`` to completion (or its time limit) and return its merged output.
+
+    With ``output_file`` the child writes straight to that file (no size limit, nothing
+    held in memory) and ``output`` is read back from it; otherwise at most ``max_output``
+    bytes are kept (the tail). ``death_signal`` reaches the child if the engine dies
+    (SIGTERM lets a supervising ``timeout`` take its whole tree down). Must be awaited on
+    the event loop's thread: the parent-death signal is tied to the thread that forked.
+    """
+    libc = _libc()
+    limits = dict(rlimits or {})
+    sink = open(output_file, "wb") if output_file else None  # noqa: SIM115 - closed below
+    start = time.monotonic()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=str(cwd) if cwd else None,
+            env=dict(env) if env is not None else None,
+            stdin=asyncio.subprocess.PIPE if stdin_data is not None else asyncio.subprocess.DEVNULL,
+            stdout=sink if sink else asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=functools.partial(_child_setup, limits, libc, death_signal),
+        )
+    except BaseException:
+        if sink:
+            sink.close()
+        raise
+    reader = None if sink else asyncio.create_task(_read_tail(proc.stdout, max_output))
+    timed_out = False
+    try:
+        if stdin_data is not None and proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                proc.stdin.write(stdin_data)
+                await proc.stdin.drain()
+            proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except TimeoutError:
+            timed_out = True
+    except BaseException:
+        kill_group(proc.pid)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(proc.wait())
+        if reader:
+            reader.cancel()
+        raise
+    finally:
+        # Leftovers (servers a test started, a timed-out tree) die with the evaluation,
+        # as they would with its container.
+        kill_group(proc.pid)
+        if sink:
+            sink.close()
+    await proc.wait()
+    duration = time.monotonic() - start
+    if reader:
+        output = (await reader).decode("utf-8", "replace")
+    else:
+        assert output_file is not None
+        output = output_file.read_bytes().decode("utf-8", "replace")
+    return ProcResult(
+        returncode=proc.returncode if proc.returncode is not None else -1,
+        output=output,
+        timed_out=timed_out,
+        duration=duration,
+    )
+
+
+async def _read_tail(stream: asyncio.StreamReader | None, limit: int) -> bytes:
+    if stream is None:
+        return b""
+    buf = bytearray()
+    while chunk := await stream.read(65536):
+        buf.extend(chunk)
+        if len(buf) > 2 * limit:
+            del buf[: len(buf) - limit]
+    return bytes(buf[-limit:]) if len(buf) > limit else bytes(buf)
+
+
+async def run_checked(
+    argv: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = 600,
+    stdin_data: bytes | None = None,
+) -> ProcResult:
+    """``run_process`` for quick helper commands (git plumbing) whose failure is an exception."""
+    result = await run_process(argv, cwd=cwd, env=env, timeout=timeout, stdin_data=stdin_data)
+    if not result.ok:
+        raise CommandFailed(argv, result)
+    return result
+
+
+class CommandFailed(Exception):
+    def __init__(self, argv: Sequence[str], result: ProcResult) -> None:
+        what = "timed out" if result.timed_out else f"exited {result.returncode}"
+        super().__init__(f"`{' '.join(argv)}` {what}: {result.tail(15)}")
+        self.result = result

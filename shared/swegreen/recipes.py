@@ -1,0 +1,159 @@
+"""Environment recipes: how to build, install and test one (repo, version), as data.
+
+A recipe is the virtualenv translation of an official SWE-bench spec (python version,
+packages, pre-install and install steps, test command, log parser). Recipes live in JSON
+files shipped with the package; a recipe book maps (repo, version) to a recipe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from swegreen.dataset import Instance
+from swegreen.errors import ConfigError, NoRecipe
+
+RECIPE_SCHEMA_VERSION = 1
+# Fields that decide what an environment contains; the rest only affect evaluation.
+ENV_FIELDS = (
+    "python",
+    "packages",
+    "requirements",
+    "pip_packages",
+    "constraints",
+    "exclude_newer",
+    "system_packages",
+    "env_build_vars",
+)
+
+
+class Recipe(BaseModel):
+    """How to build an environment for, and run the tests of, one (repo, version)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    python: str = Field(description='Interpreter version "X.Y", or "host" for the engine\'s own.')
+    packages: tuple[str, ...] = Field((), description="pip requirements installed first.")
+    requirements: tuple[str, ...] = Field(
+        (), description="Requirements files read from the repo at environment_setup_commit."
+    )
+    pip_packages: tuple[str, ...] = Field((), description="pip requirements installed after.")
+    constraints: tuple[str, ...] = Field((), description="pip constraints for every install step.")
+    exclude_newer: str | None = Field(
+        None, description="Resolve unpinned packages as of this date (YYYY-MM-DD)."
+    )
+    system_packages: tuple[str, ...] = Field(
+        (), description="Debian packages unpacked into the environment's sysroot."
+    )
+    env_build_vars: tuple[tuple[str, str], ...] = ()
+    pre_install: tuple[str, ...] = Field(
+        (), description="Shell steps in the checkout before install."
+    )
+    install: str | None = Field(None, description="Installs the repository into the environment.")
+    test_cmd: str
+    eval_commands: tuple[str, ...] = Field((), description="Shell steps at the top of eval.sh.")
+    log_parser: str = "parse_log_pytest"
+    eval_type: Literal["pass_and_fail", "fail_only"] = "pass_and_fail"
+    directive_style: Literal["paths", "django"] = "paths"
+    eval_timeout: float | None = Field(None, description="Default time limit for eval.sh.")
+    network: bool = Field(False, description="Tests need the network (sandbox leaves it on).")
+    env_vars: tuple[tuple[str, str], ...] = Field((), description="Set while tests run.")
+    notes: tuple[str, ...] = Field(
+        (), description="What the conda-to-venv translation could not keep, and what replaces it."
+    )
+
+    def env_key(self, setup_commit: str) -> str:
+        """Identity of the built environment: equal keys share one build."""
+        data = {k: getattr(self, k) for k in ENV_FIELDS}
+        if self.requirements:  # the files' content depends on the commit they are read at
+            data["setup_commit"] = setup_commit
+        blob = json.dumps([RECIPE_SCHEMA_VERSION, data], sort_keys=True, default=list)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+class RecipeBook:
+    """Recipes by repo and version."""
+
+    def __init__(self, recipes: Mapping[str, Mapping[str, Recipe]], source: str = "") -> None:
+        self._recipes = {repo: dict(versions) for repo, versions in recipes.items()}
+        self.source = source
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], source: str) -> RecipeBook:
+        recipes: dict[str, dict[str, Recipe]] = {}
+        for repo, versions in data.get("recipes", {}).items():
+            for version, spec in versions.items():
+                try:
+                    recipes.setdefault(repo, {})[version] = Recipe.model_validate(spec)
+                except ValidationError as exc:
+                    raise ConfigError(
+                        f"{source}: recipe {repo} {version} is invalid: {exc}"
+                    ) from None
+        return cls(recipes, source)
+
+    @classmethod
+    def from_file(cls, path: Path) -> RecipeBook:
+        return cls.from_data(json.loads(path.read_text()), str(path))
+
+    @classmethod
+    def merged(cls, books: Iterable[RecipeBook]) -> RecipeBook:
+        combined: dict[str, dict[str, Recipe]] = {}
+        for book in books:
+            for repo, versions in book._recipes.items():
+                combined.setdefault(repo, {}).update(versions)
+        return cls(combined, "+".join(b.source for b in books))
+
+    def repos(self) -> list[str]:
+        return sorted(self._recipes)
+
+    def versions(self, repo: str) -> dict[str, Recipe]:
+        return dict(self._recipes.get(repo, {}))
+
+    def for_instance(self, instance: Instance) -> Recipe:
+        versions = self._recipes.get(instance.repo)
+        if versions is None:
+            raise NoRecipe(
+                f"no environment recipe for repo {instance.repo}; known repos: "
+                f"{', '.join(self.repos()) or 'none'}"
+            )
+        recipe = versions.get(instance.version)
+        if recipe is None:
+            raise NoRecipe(
+                f"no environment recipe for {instance.repo} version {instance.version}; "
+                f"known versions: {', '.join(sorted(versions))}"
+            )
+        return recipe
+
+    def digest(self) -> str:
+        blob = json.dumps(
+            {
+                r: {v: rec.model_dump(mode="json") for v, rec in vs.items()}
+                for r, vs in sorted(self._recipes.items())
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def builtin_recipes() -> RecipeBook:
+    """The recipes shipped with the package: SWE-bench Verified's repos and the sample's."""
+    from swegreen.sample import sample_recipes
+
+    books = [sample_recipes()]
+    data_dir = resources.files("swegreen") / "data"
+    for name in ("swebench_recipes.json",):
+        entry = data_dir / name
+        if entry.is_file():
+            books.append(
+                RecipeBook.from_data(json.loads(entry.read_text()), f"swegreen/data/{name}")
+            )
+    return RecipeBook.merged(books)

@@ -1,0 +1,160 @@
+"""A per-repository git cache and the per-instance checkouts made from it.
+
+Each repository is cloned once (bare) from ``repo_url_template`` and fetched again only
+when a base commit is missing. An instance's workspace is a ``--shared`` clone of that
+cache put in the state of the official images: the default branch reset to the base
+commit, no remote, and no tags dated after the base commit (so setuptools_scm versions
+match).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from swegreen.errors import RepoUnavailable
+from swegreen.locks import file_lock
+from swegreen.procs import CommandFailed, run_checked, run_process
+
+CLONE_TIMEOUT = 3600.0
+
+
+def repo_url(template: str, repo: str) -> str:
+    owner, _, name = repo.partition("/")
+    return template.format(repo=repo, owner=owner, name=name)
+
+
+def git_env(home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A git environment that never prompts and ignores the host's git configuration."""
+    env = {
+        "PATH": (base or os.environ).get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "LC_ALL": "C",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "swegreen",
+        "GIT_AUTHOR_EMAIL": "swegreen@localhost",
+        "GIT_COMMITTER_NAME": "swegreen",
+        "GIT_COMMITTER_EMAIL": "swegreen@localhost",
+    }
+    for key in ("SSL_CERT_FILE", "GIT_SSL_CAINFO", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"):
+        if base and key in base:
+            env[key] = base[key]
+    return env
+
+
+class RepoCache:
+    def __init__(self, root: Path, url_template: str, env: Mapping[str, str] | None = None) -> None:
+        self.root = root
+        self.url_template = url_template
+        home = root / ".git-home"
+        home.mkdir(parents=True, exist_ok=True)
+        self.env = git_env(home, env)
+
+    def mirror_path(self, repo: str) -> Path:
+        return self.root / (repo.replace("/", "__") + ".git")
+
+    async def ensure_commit(self, repo: str, commit: str) -> Path:
+        """The cached clone of ``repo``, guaranteed to contain ``commit``."""
+        mirror = self.mirror_path(repo)
+        url = repo_url(self.url_template, repo)
+        if mirror.exists() and await self._has_commit(mirror, commit):
+            return mirror
+        async with file_lock(self.root / ".locks" / f"{mirror.name}.lock"):
+            if not mirror.exists():
+                await self._clone(repo, url, mirror)
+            if not await self._has_commit(mirror, commit):
+                await self._fetch(repo, url, mirror, commit)
+            if not await self._has_commit(mirror, commit):
+                raise RepoUnavailable(
+                    f"{repo}: commit {commit} is not in {url} (fetched all branches and tags)"
+                )
+        return mirror
+
+    async def checkout(self, repo: str, commit: str, dest: Path) -> None:
+        """Make ``dest`` a working tree of ``repo`` at ``commit``, as the official images are."""
+        mirror = await self.ensure_commit(repo, commit)
+        try:
+            await run_checked(
+                ["git", "clone", "--quiet", "--shared", "--no-checkout", str(mirror), str(dest)],
+                env=self.env,
+            )
+            git = ["git", "-C", str(dest)]
+            await run_checked(
+                [*git, "-c", "advice.detachedHead=false", "reset", "--quiet", "--hard", commit],
+                env=self.env,
+            )
+            await run_checked([*git, "remote", "remove", "origin"], env=self.env)
+            await self._drop_future_tags(dest, commit)
+        except CommandFailed as exc:
+            raise RepoUnavailable(f"{repo}: could not check out {commit}: {exc}") from exc
+
+    async def _has_commit(self, mirror: Path, commit: str) -> bool:
+        result = await run_process(
+            ["git", "-C", str(mirror), "cat-file", "-e", f"{commit}^{{commit}}"],
+            env=self.env,
+            timeout=60,
+        )
+        return result.ok
+
+    async def _clone(self, repo: str, url: str, mirror: Path) -> None:
+        mirror.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{mirror.name}.", dir=mirror.parent))
+        try:
+            result = await run_process(
+                ["git", "clone", "--quiet", "--bare", url, str(tmp)],
+                env=self.env,
+                timeout=CLONE_TIMEOUT,
+            )
+            if not result.ok:
+                raise RepoUnavailable(
+                    f"cannot clone {repo} from {url}: {result.tail(5).strip()}. "
+                    "Check the network, or set repo_url_template to a reachable mirror "
+                    "(e.g. /mirrors/{owner}__{name}.git)",
+                    log_tail=result.tail(),
+                )
+            os.replace(tmp, mirror)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    async def _fetch(self, repo: str, url: str, mirror: Path, commit: str) -> None:
+        git = ["git", "-C", str(mirror), "fetch", "--quiet", url]
+        # A commit on no branch can still be fetched by id from hosts that allow it.
+        await run_process([*git, commit], env=self.env, timeout=CLONE_TIMEOUT)
+        result = await run_process(
+            [*git, "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
+            env=self.env,
+            timeout=CLONE_TIMEOUT,
+        )
+        if not result.ok and not await self._has_commit(mirror, commit):
+            raise RepoUnavailable(
+                f"cannot fetch {repo} from {url}: {result.tail(5).strip()}", log_tail=result.tail()
+            )
+
+    async def _drop_future_tags(self, dest: Path, commit: str) -> None:
+        git = ["git", "-C", str(dest)]
+        base_time = int(
+            (
+                await run_checked([*git, "show", "-s", "--format=%ct", commit], env=self.env)
+            ).output.strip()
+        )
+        refs = await run_checked(
+            [
+                *git,
+                "for-each-ref",
+                "--format=%(refname) %(*committerdate:unix)%(committerdate:unix)",
+                "refs/tags",
+            ],
+            env=self.env,
+        )
+        doomed = []
+        for line in refs.output.splitlines():
+            name, _, stamp = line.partition(" ")
+            if stamp.strip().isdigit() and int(stamp) > base_time:
+                doomed.append(name)
+        if doomed:
+            script = "".join(f"delete {name}\n" for name in doomed).encode()
+            await run_checked([*git, "update-ref", "--stdin"], env=self.env, stdin_data=script)

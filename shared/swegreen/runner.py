@@ -1,0 +1,290 @@
+"""Running an evaluation over many instances: concurrency, retries, resume, results.
+
+Every finished row is stored before the next event is reported, so a run killed at any
+point loses only rows in flight; re-running the same run id evaluates only rows that are
+not stored yet (or whose patch changed, for file-based sources).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import time
+import traceback
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from swegreen import __version__
+from swegreen import artifacts as art
+from swegreen.classify import Status
+from swegreen.config import EvalConfig
+from swegreen.dataset import Dataset, Instance
+from swegreen.errors import EvaluationFailure
+from swegreen.evaluate import Evaluator, error_row
+from swegreen.metrics import RunMetrics
+from swegreen.patches import is_blank, sha256
+from swegreen.ports import (
+    ArtifactStore,
+    PatchResult,
+    PatchSource,
+    ProgressCallback,
+    ProgressEvent,
+    ResultStore,
+    RunRecord,
+)
+from swegreen.results import InstanceResult, utcnow
+
+RETRY_BACKOFF = (2.0, 10.0, 30.0)
+
+
+@dataclass
+class RunOutcome:
+    record: RunRecord
+    results: list[InstanceResult]
+    metrics: RunMetrics
+    result_row: dict[str, Any]
+    evaluated: int
+    resumed: int
+
+
+@dataclass
+class Runner:
+    evaluator: Evaluator
+    store: ResultStore
+    artifacts: ArtifactStore
+    progress: ProgressCallback | None = None
+    retry_backoff: Sequence[float] = RETRY_BACKOFF
+    _counts: Counter[str] = field(default_factory=Counter)
+
+    async def run(
+        self,
+        *,
+        run_id: str,
+        dataset: Dataset,
+        instances: Sequence[Instance],
+        source: PatchSource,
+        config: EvalConfig,
+        participants: dict[str, str] | None = None,
+        provenance: dict[str, Any] | None = None,
+        retry_errors: bool = False,
+    ) -> RunOutcome:
+        provenance = {**(provenance or {}), **base_provenance(dataset, config)}
+        record = RunRecord(
+            run_id=run_id,
+            dataset=dataset.name,
+            split=dataset.split,
+            dataset_revision=dataset.revision,
+            dataset_digest=dataset.digest,
+            patch_source=source.name,
+            config=config.public(),
+            instance_ids=[i.instance_id for i in instances],
+            provenance=provenance,
+        )
+        record = await asyncio.to_thread(self.store.begin_run, record)
+        self.artifacts.write_text(
+            art.run_key(run_id, art.RUN_INFO), record.model_dump_json(indent=2)
+        )
+        stored = await asyncio.to_thread(self.store.get_results, run_id)
+        pending: list[Instance] = []
+        self._counts = Counter()
+        total = len(instances)
+        for inst in instances:
+            prior = stored.get(inst.instance_id)
+            if prior is not None and not await self._needs_rerun(prior, inst, source, retry_errors):
+                self._counts[prior.status.value] += 1
+                await self._emit(
+                    ProgressEvent(
+                        "skipped",
+                        inst.instance_id,
+                        prior,
+                        done=self._done,
+                        total=total,
+                        counts=dict(self._counts),
+                    )
+                )
+            else:
+                pending.append(inst)
+
+        semaphore = asyncio.Semaphore(config.max_concurrent_rows)
+
+        async def one(inst: Instance) -> None:
+            async with semaphore:
+                await self._emit(
+                    ProgressEvent(
+                        "started",
+                        inst.instance_id,
+                        done=self._done,
+                        total=total,
+                        counts=dict(self._counts),
+                    )
+                )
+                result = await self._evaluate_row(run_id, inst, source, config)
+                await asyncio.to_thread(self.store.save_result, run_id, result)
+                self.artifacts.write_text(
+                    art.instance_key(run_id, inst.instance_id, art.RESULT),
+                    result.model_dump_json(indent=2),
+                )
+                self._counts[result.status.value] += 1
+                await self._emit(
+                    ProgressEvent(
+                        "finished",
+                        inst.instance_id,
+                        result,
+                        done=self._done,
+                        total=total,
+                        counts=dict(self._counts),
+                    )
+                )
+
+        async with asyncio.TaskGroup() as tg:
+            for inst in pending:
+                tg.create_task(one(inst))
+
+        return await self.publish(
+            record,
+            instances,
+            participants or {"agent": source.name},
+            evaluated=len(pending),
+            resumed=total - len(pending),
+        )
+
+    @property
+    def _done(self) -> int:
+        return sum(self._counts.values())
+
+    async def publish(
+        self,
+        record: RunRecord,
+        instances: Sequence[Instance],
+        participants: dict[str, str],
+        evaluated: int = 0,
+        resumed: int = 0,
+    ) -> RunOutcome:
+        """Write the run's results (AgentBeats shape), per-instance rows and summary."""
+        stored = await asyncio.to_thread(self.store.get_results, record.run_id)
+        results = [stored[i.instance_id] for i in instances if i.instance_id in stored]
+        metrics = RunMetrics.from_results(results)
+        model = record.config.get("green_agent_model", "")
+        row = result_row(record, metrics, results, model)
+        run_id = record.run_id
+        self.artifacts.write_text(
+            art.run_key(run_id, art.RESULTS),
+            json.dumps({"participants": participants, "results": [row]}, indent=2),
+        )
+        self.artifacts.write_text(
+            art.run_key(run_id, art.INSTANCES), "".join(r.model_dump_json() + "\n" for r in results)
+        )
+        finished = record.model_copy(
+            update={"state": "finished", "summary": metrics.result_row(model)}
+        )
+        finished.provenance["finished_at"] = utcnow()
+        await asyncio.to_thread(self.store.update_run, finished)
+        self.artifacts.write_text(
+            art.run_key(run_id, art.RUN_INFO), finished.model_dump_json(indent=2)
+        )
+        return RunOutcome(finished, results, metrics, row, evaluated, resumed)
+
+    async def _needs_rerun(
+        self, prior: InstanceResult, inst: Instance, source: PatchSource, retry_errors: bool
+    ) -> bool:
+        if retry_errors and prior.status is Status.ERROR:
+            return True
+        if source.deterministic:
+            # Upstream's cache is keyed by run id only, so an edited prediction is silently
+            # never re-evaluated. Here a changed patch is a new evaluation of that row.
+            patch = await source.get_patch(inst)
+            now = None if is_blank(patch.patch) else sha256(patch.patch or "")
+            return now != prior.patch_sha256
+        return False
+
+    async def _evaluate_row(
+        self, run_id: str, inst: Instance, source: PatchSource, config: EvalConfig
+    ) -> InstanceResult:
+        started, t0 = utcnow(), time.monotonic()
+        patch: PatchResult | None = None
+        attempt = 0
+        try:
+            patch = await source.get_patch(inst)
+            for attempt in range(1, config.max_attempts + 1):
+                try:
+                    result = await self.evaluator.evaluate(run_id, inst, patch)
+                    return result.model_copy(update={"attempts": attempt})
+                except EvaluationFailure as exc:
+                    if not exc.infrastructure or attempt == config.max_attempts:
+                        return error_row(inst, patch, exc, attempt, started, t0)
+                    await self._emit(
+                        ProgressEvent(
+                            "note",
+                            inst.instance_id,
+                            message=f"attempt {attempt} failed ({exc.reason}); retrying",
+                        )
+                    )
+                    await asyncio.sleep(
+                        self.retry_backoff[min(attempt - 1, len(self.retry_backoff) - 1)]
+                    )
+        except Exception as exc:  # a bug must cost one row, never the run
+            failure = EvaluationFailure(f"internal error: {exc!r}", log_tail=traceback.format_exc())
+            return error_row(inst, patch, failure, max(attempt, 1), started, t0)
+        raise AssertionError("unreachable")
+
+    async def _emit(self, event: ProgressEvent) -> None:
+        if self.progress is None:
+            return
+        outcome = self.progress(event)
+        if inspect.isawaitable(outcome):
+            await outcome
+
+
+def base_provenance(dataset: Dataset, config: EvalConfig) -> dict[str, Any]:
+    from swegreen.grading import grader_version
+
+    return {
+        "dataset": dataset.name,
+        "split": dataset.split,
+        "dataset_revision": dataset.revision,
+        "dataset_digest": dataset.digest,
+        "grader": grader_version(),
+        "green_agent": f"swegreen {__version__}",
+        "config": config.public(),
+        "started_at": utcnow(),
+    }
+
+
+def public_row(result: InstanceResult) -> dict[str, Any]:
+    """The per-instance row published with the leaderboard (details stay in artifacts)."""
+    return result.model_dump(
+        mode="json",
+        include={
+            "instance_id",
+            "repo",
+            "status",
+            "reason",
+            "error_kind",
+            "patch_applied",
+            "tests_ran",
+            "f2p_passed",
+            "f2p_total",
+            "p2p_passed",
+            "p2p_total",
+            "patch_bytes",
+            "attempts",
+            "durations",
+            "participant_usage",
+            "diagnosis",
+            "base_validation",
+            "model_name_or_path",
+        },
+    )
+
+
+def result_row(
+    record: RunRecord, metrics: RunMetrics, results: Sequence[InstanceResult], model: str
+) -> dict[str, Any]:
+    row = metrics.result_row(model)
+    row["run_id"] = record.run_id
+    row["instances"] = [public_row(r) for r in results]
+    row["provenance"] = record.provenance
+    return row
