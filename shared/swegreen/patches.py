@@ -96,11 +96,9 @@ def inspect_patch(text: str) -> PatchInfo:
     i = 0
     while i < len(lines):
         line = lines[i]
-        m = _GIT_HEADER.match(line)
-        if m:
-            current = FileChange(
-                old_path=_strip(_unquote(m.group(1))), new_path=_strip(_unquote(m.group(2)))
-            )
+        if line.startswith("diff --git "):
+            old, new = _git_header_paths(line[len("diff --git ") :])
+            current = FileChange(old_path=old, new_path=new)
             files.append(current)
         elif line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
             old = _header_path(line[4:])
@@ -159,6 +157,21 @@ def _skip_hunk(lines: list[str], i: int, old_count: int, new_count: int, change:
     while i < len(lines) and lines[i].startswith("\\"):
         i += 1
     return i
+
+
+def _git_header_paths(rest: str) -> tuple[str | None, str | None]:
+    """Paths of ``diff --git a/X b/Y``. Unquoted names may hold spaces, so prefer the split
+    where both sides name the same file (renames are settled by their own lines)."""
+    m = _GIT_HEADER.match("diff --git " + rest)
+    if m and not (rest.startswith("a/") and rest.count(" b/") > 1):
+        return _strip(_unquote(m.group(1))), _strip(_unquote(m.group(2)))
+    splits = [i for i in range(len(rest)) if rest.startswith(" b/", i)]
+    for i in splits:
+        if rest[2:i] == rest[i + 3 :]:
+            return rest[2:i], rest[i + 3 :]
+    if splits:
+        return _strip(rest[: splits[0]]), _strip(rest[splits[0] + 1 :])
+    return None, None
 
 
 def _unquote(path: str) -> str:

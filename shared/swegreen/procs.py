@@ -15,10 +15,12 @@ import os
 import resource
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 _PR_SET_PDEATHSIG = 1
 
@@ -77,15 +79,17 @@ async def run_process(
 ) -> ProcResult:
     """Run ``argv`` to completion (or its time limit) and return its merged output.
 
-    With ``output_file`` the child writes straight to that file (no size limit, nothing
-    held in memory) and ``output`` is read back from it; otherwise at most ``max_output``
-    bytes are kept (the tail). ``death_signal`` reaches the child if the engine dies
+    With ``output_file`` the child writes straight to that file and ``output`` is all of
+    it; otherwise the output goes to an anonymous temporary file and ``output`` is its last
+    ``max_output`` bytes. ``death_signal`` reaches the child if the engine dies
     (SIGTERM lets a supervising ``timeout`` take its whole tree down). Must be awaited on
     the event loop's thread: the parent-death signal is tied to the thread that forked.
     """
     libc = _libc()
     limits = dict(rlimits or {})
-    sink = open(output_file, "wb") if output_file else None  # noqa: SIM115 - closed below
+    # Output always goes to a file, never a pipe: a background grandchild that keeps a pipe
+    # open would otherwise hold up Python 3.11's proc.wait() until it exits.
+    sink = open(output_file, "w+b") if output_file else tempfile.TemporaryFile()  # noqa: SIM115
     start = time.monotonic()
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -93,16 +97,14 @@ async def run_process(
             cwd=str(cwd) if cwd else None,
             env=dict(env) if env is not None else None,
             stdin=asyncio.subprocess.PIPE if stdin_data is not None else asyncio.subprocess.DEVNULL,
-            stdout=sink if sink else asyncio.subprocess.PIPE,
+            stdout=sink,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=functools.partial(_child_setup, limits, libc, death_signal),
         )
     except BaseException:
-        if sink:
-            sink.close()
+        sink.close()
         raise
-    reader = None if sink else asyncio.create_task(_read_tail(proc.stdout, max_output))
     timed_out = False
     try:
         if stdin_data is not None and proc.stdin is not None:
@@ -118,22 +120,15 @@ async def run_process(
         kill_group(proc.pid)
         with contextlib.suppress(Exception):
             await asyncio.shield(proc.wait())
-        if reader:
-            reader.cancel()
+        sink.close()
         raise
-    finally:
-        # Leftovers (servers a test started, a timed-out tree) die with the evaluation,
-        # as they would with its container.
-        kill_group(proc.pid)
-        if sink:
-            sink.close()
+    # Leftovers (servers a test started, a timed-out tree) die with the evaluation, as
+    # they would with its container.
+    kill_group(proc.pid)
     await proc.wait()
     duration = time.monotonic() - start
-    if reader:
-        output = (await reader).decode("utf-8", "replace")
-    else:
-        assert output_file is not None
-        output = output_file.read_bytes().decode("utf-8", "replace")
+    output = _tail(sink, None if output_file else max_output)
+    sink.close()
     return ProcResult(
         returncode=proc.returncode if proc.returncode is not None else -1,
         output=output,
@@ -142,15 +137,10 @@ async def run_process(
     )
 
 
-async def _read_tail(stream: asyncio.StreamReader | None, limit: int) -> bytes:
-    if stream is None:
-        return b""
-    buf = bytearray()
-    while chunk := await stream.read(65536):
-        buf.extend(chunk)
-        if len(buf) > 2 * limit:
-            del buf[: len(buf) - limit]
-    return bytes(buf[-limit:]) if len(buf) > limit else bytes(buf)
+def _tail(sink: BinaryIO, limit: int | None) -> str:
+    size = sink.seek(0, os.SEEK_END)
+    sink.seek(0 if limit is None else max(0, size - limit))
+    return sink.read().decode("utf-8", "replace")
 
 
 async def run_checked(

@@ -1,0 +1,89 @@
+"""Shared fixtures: the sample benchmark and a warm cache, built once per test session.
+
+Everything runs for real: git repositories built by the sample builder, a virtualenv
+made with an interpreter found on this machine, real subprocesses and SQLite files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from swegreen.config import EvalConfig
+from swegreen.dataset import load_dataset, select_instances
+from swegreen.engine import Engine, LocalSettings, build_engine
+from swegreen.ports import PatchSource
+from swegreen.runner import RunOutcome
+from swegreen.sample import SampleBenchmark, build_sample
+from swegreen.sandbox import Isolation
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="session")
+def sample(session_cache: Path) -> SampleBenchmark:
+    return build_sample(session_cache / "sample")
+
+
+@pytest.fixture(scope="session")
+def isolation() -> Isolation:
+    return Isolation.probe()
+
+
+@pytest.fixture
+def settings(session_cache: Path, tmp_path: Path) -> LocalSettings:
+    return LocalSettings(output_dir=tmp_path / "results", cache_dir=session_cache)
+
+
+def sample_config(sample: SampleBenchmark, **overrides: Any) -> EvalConfig:
+    values: dict[str, Any] = {
+        "dataset": str(sample.dataset),
+        "repo_url_template": sample.url_template,
+        "max_rows": -1,
+        "max_concurrent_rows": 2,
+    }
+    values.update(overrides)
+    return EvalConfig(**values)
+
+
+RunSample = Callable[..., RunOutcome]
+
+
+@pytest.fixture
+def run_sample(sample: SampleBenchmark, settings: LocalSettings, isolation: Isolation) -> RunSample:
+    """Evaluate the sample (or a selection of it) with a patch source; returns the outcome."""
+    import asyncio
+
+    from swegreen.sources import source_for
+
+    def run(
+        patches: str | PatchSource,
+        run_id: str = "test-run",
+        engine: Engine | None = None,
+        **config: Any,
+    ) -> RunOutcome:
+        cfg = sample_config(sample, **config)
+        dataset = load_dataset(cfg.dataset)
+        instances = select_instances(dataset, cfg.selection())
+        source = source_for(patches) if isinstance(patches, str) else patches
+        eng = engine or build_engine(
+            settings, cfg, {"PATH": "/usr/local/bin:/usr/bin:/bin"}, isolation=isolation
+        )
+        eng.runner.retry_backoff = (0.0,)
+        try:
+            return asyncio.run(
+                eng.runner.run(
+                    run_id=run_id, dataset=dataset, instances=instances, source=source, config=cfg
+                )
+            )
+        finally:
+            if engine is None:
+                eng.close()
+
+    return run

@@ -1,0 +1,63 @@
+"""Small builders the tests share (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+GIT_ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
+
+
+def raw_row(i: int, repo: str = "o/r", **extra: object) -> dict[str, object]:
+    """A minimal SWE-bench row, in the hub's format."""
+    row: dict[str, object] = {
+        "instance_id": f"{repo.replace('/', '__')}-{i}",
+        "repo": repo,
+        "base_commit": "c" * 40,
+        "patch": "diff",
+        "test_patch": "diff",
+        "problem_statement": "p",
+        "version": "1.0",
+        "FAIL_TO_PASS": json.dumps([f"t{i}"]),
+        "PASS_TO_PASS": "[]",
+    }
+    row.update(extra)
+    return row
+
+
+def git(path: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", "-C", str(path), *GIT_ID, *args], check=check, capture_output=True, text=True
+    )
+
+
+def make_repo(path: Path, files: dict[str, str]) -> str:
+    """A real git repository with one commit of ``files``; returns the commit id."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
+    commit(path, files, "init")
+    return git(path, "rev-parse", "HEAD").stdout.strip()
+
+
+def commit(path: Path, files: dict[str, str], message: str) -> str:
+    """Commit ``files``, dated one day after the previous commit (dates decide tag pruning)."""
+    for name, text in files.items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    git(path, "add", "-A")
+    previous = git(path, "log", "-1", "--format=%ct", check=False).stdout.strip()
+    when = f"@{int(previous) + 86400 if previous else 1700000000} +0000"
+    subprocess.run(
+        ["git", "-C", str(path), *GIT_ID, "commit", "-q", "-m", message],
+        check=True,
+        env={**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when},
+    )
+    return git(path, "rev-parse", "HEAD").stdout.strip()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,134 @@
+"""Loading rows (jsonl/json/parquet, F2P as strings or lists) and deterministic selection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from swegreen.dataset import Dataset, Selection, load_dataset, parse_rows, select_instances
+from swegreen.errors import DatasetError
+
+from .helpers import raw_row
+
+SHARED_DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "swebench_verified.jsonl"
+
+
+def dataset_of(rows: list[dict[str, object]]) -> Dataset:
+    instances = parse_rows(rows)
+    return Dataset("mem", "test", None, instances, "d")
+
+
+def test_loads_jsonl_json_and_parquet_alike(tmp_path: Path) -> None:
+    rows = [raw_row(i) for i in range(3)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "d.json").write_text(json.dumps(rows))
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
+    loaded = [load_dataset(str(tmp_path / f"d.{ext}")) for ext in ("jsonl", "json", "parquet")]
+    assert loaded[0].instances == loaded[1].instances == loaded[2].instances
+    assert loaded[0].digest == loaded[2].digest
+    assert loaded[0].instances[0].FAIL_TO_PASS == ("t0",)
+
+
+def test_f2p_and_p2p_accept_lists_as_well_as_json_strings() -> None:
+    a = parse_rows([raw_row(1)])[0]
+    b = parse_rows([raw_row(1, FAIL_TO_PASS=["t1"], PASS_TO_PASS=[])])[0]
+    assert a == b
+    assert json.loads(a.to_row()["FAIL_TO_PASS"]) == ["t1"]
+
+
+def test_optional_columns_default_sensibly() -> None:
+    inst = parse_rows([raw_row(1, hints_text=None, version=3.1)])[0]
+    assert inst.hints_text == "" and inst.version == "3.1"
+    assert inst.environment_setup_commit == inst.base_commit
+    assert inst.eval_script is None
+
+
+def test_missing_column_names_the_row_and_the_column() -> None:
+    row = raw_row(2)
+    del row["test_patch"]
+    with pytest.raises(
+        DatasetError, match=r"row 1 \(o__r-2\) lacks required column\(s\) test_patch"
+    ):
+        parse_rows([row])
+
+
+def test_bad_values_and_bad_files_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="FAIL_TO_PASS"):
+        parse_rows([raw_row(1, FAIL_TO_PASS="not json [")])
+    with pytest.raises(DatasetError, match="appears twice"):
+        parse_rows([raw_row(1), raw_row(1)])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(raw_row(1)) + "\n{oops\n")
+    with pytest.raises(DatasetError, match=r"bad.jsonl:2: not valid JSON"):
+        load_dataset(str(bad))
+    with pytest.raises(DatasetError, match="does not exist"):
+        load_dataset(str(tmp_path / "missing.jsonl"))
+
+
+def test_unknown_instance_id_is_an_error_with_a_suggestion() -> None:
+    ds = dataset_of([raw_row(i) for i in range(3)])
+    with pytest.raises(DatasetError, match=r"o__r-7 \(did you mean o__r-\d\?\)"):
+        select_instances(ds, Selection(instance_ids=("o__r-1", "o__r-7")))
+
+
+def test_selection_filters_sorts_and_cuts() -> None:
+    rows = [raw_row(i, repo=repo) for i in (3, 1, 2) for repo in ("a/x", "b/y")]
+    ds = dataset_of(rows)
+    assert [i.instance_id for i in select_instances(ds, Selection(max_rows=2))] == [
+        "a__x-1",
+        "a__x-2",
+    ]
+    assert len(select_instances(ds, Selection(max_rows=-1))) == 6
+    by_repo = select_instances(ds, Selection(max_rows=-1, repos=("b/y",)))
+    assert [i.instance_id for i in by_repo] == ["b__y-1", "b__y-2", "b__y-3"]
+    picked = select_instances(ds, Selection(max_rows=-1, instance_ids=("b__y-3", "a__x-2")))
+    assert [i.instance_id for i in picked] == ["a__x-2", "b__y-3"]
+    with pytest.raises(DatasetError, match="no rows for repo"):
+        select_instances(ds, Selection(repos=("c/z",)))
+
+
+def test_shards_partition_the_selection_whatever_the_file_order() -> None:
+    rows = [raw_row(i, repo=repo) for i in range(10) for repo in ("a/x", "b/y", "c/z")]
+    forward, backward = dataset_of(rows), dataset_of(list(reversed(rows)))
+    whole = [i.instance_id for i in select_instances(forward, Selection(max_rows=20))]
+    shards = [
+        [
+            i.instance_id
+            for i in select_instances(backward, Selection(max_rows=20, shard_index=k, num_shards=3))
+        ]
+        for k in range(3)
+    ]
+    assert sorted(i for shard in shards for i in shard) == sorted(whole)
+    assert all(set(a).isdisjoint(b) for a in shards for b in shards if a is not b)
+    assert [len(s) for s in shards] == [7, 7, 6]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_rows": 0},
+        {"max_rows": -2},
+        {"shard_index": 2, "num_shards": 2},
+        {"num_shards": 0},
+        {"shard_index": -1},
+    ],
+)
+def test_bad_selections_are_refused(bad: dict[str, int]) -> None:
+    with pytest.raises(ValueError):
+        Selection(**bad)
+
+
+@pytest.mark.skipif(
+    not SHARED_DATASET.exists(), reason="the team's offline Verified copy is not beside the repo"
+)
+def test_the_500_verified_rows_load_with_their_quirks() -> None:
+    ds = load_dataset(str(SHARED_DATASET))
+    assert len(ds.instances) == 500
+    assert sum(1 for i in ds.instances if not i.PASS_TO_PASS) == 11
+    assert {i.repo for i in ds.instances} >= {"django/django", "sympy/sympy", "psf/requests"}
+    first = select_instances(ds, Selection())
+    assert [i.instance_id for i in first] == sorted(i.instance_id for i in ds.instances)[:3]

@@ -1,0 +1,142 @@
+"""Leaderboard arithmetic: shares, pass rates as sums over sums, exact additivity."""
+
+from __future__ import annotations
+
+import random
+
+from swegreen.classify import Reason, Status
+from swegreen.metrics import RunMetrics
+from swegreen.results import InstanceResult
+
+
+def row(
+    iid: str,
+    status: Status,
+    f2p: tuple[int, int],
+    p2p: tuple[int, int],
+    reason: str = "r",
+    error_kind: str | None = None,
+) -> InstanceResult:
+    return InstanceResult(
+        instance_id=iid,
+        repo="o/r",
+        status=status,
+        reason=reason,
+        error_kind=error_kind,
+        f2p_passed=f2p[0],
+        f2p_total=f2p[1],
+        p2p_passed=p2p[0],
+        p2p_total=p2p[1],
+    )
+
+
+def test_result_row_has_the_seed_names_as_fractions() -> None:
+    results = [
+        row("a", Status.RESOLVED, (2, 2), (3, 3)),
+        row("b", Status.NO_OP, (0, 1), (5, 5)),
+        row("c", Status.REGRESSION, (0, 3), (1, 2)),
+        row(
+            "d",
+            Status.ERROR,
+            (0, 0),
+            (0, 0),
+            reason=Reason.REPO_UNAVAILABLE,
+            error_kind="infrastructure",
+        ),
+    ]
+    r = RunMetrics.from_results(results).result_row("ollama/qwen2.5-coder:7b")
+    assert r["total_instances"] == 4
+    assert r["resolved_pct"] == 0.25
+    assert r["no_op_pct"] == 0.25
+    assert r["regression_pct"] == 0.25
+    assert r["error_pct"] == 0.25
+    assert (
+        r["breaking_resolved_pct"]
+        == r["partially_resolved_pct"]
+        == r["work_in_progress_pct"]
+        == 0.0
+    )
+    # sums over sums, not a mean of per-instance ratios: (2+0+0)/(2+1+3), (3+5+1)/(3+5+2)
+    assert r["fail_to_pass_passed_pct"] == round(2 / 6, 6)
+    assert r["pass_to_pass_passed_pct"] == 0.9
+    assert r["fail_to_pass_passed"] == 2 and r["fail_to_pass_total"] == 6
+    assert r["pass_to_pass_passed"] == 9 and r["pass_to_pass_total"] == 10
+    assert r["green_agent_model"] == "ollama/qwen2.5-coder:7b"
+    assert r["infrastructure_errors"] == 1
+    assert list(r)[:11] == [
+        "total_instances",
+        "resolved_pct",
+        "breaking_resolved_pct",
+        "partially_resolved_pct",
+        "work_in_progress_pct",
+        "regression_pct",
+        "no_op_pct",
+        "error_pct",
+        "fail_to_pass_passed_pct",
+        "pass_to_pass_passed_pct",
+        "green_agent_model",
+    ]
+
+
+def test_no_rows_and_no_tests_never_divide_by_zero() -> None:
+    r = RunMetrics.from_results([]).result_row("m")
+    assert r["total_instances"] == 0
+    assert r["resolved_pct"] == 0.0 and r["pass_to_pass_passed_pct"] == 0.0
+    only_errors = RunMetrics.from_results([row("a", Status.ERROR, (0, 0), (0, 0))])
+    assert only_errors.f2p_rate == 0.0 and only_errors.share(Status.ERROR) == 1.0
+
+
+def test_participant_failures_are_kept_apart_from_infrastructure_errors() -> None:
+    m = RunMetrics.from_results(
+        [
+            row("a", Status.NO_OP, (0, 1), (1, 1), reason=Reason.PARTICIPANT_TIMEOUT),
+            row("b", Status.NO_OP, (0, 1), (1, 1), reason=Reason.PARTICIPANT_ERROR),
+            row(
+                "c",
+                Status.ERROR,
+                (0, 0),
+                (0, 0),
+                reason=Reason.ENV_SETUP_FAILED,
+                error_kind="infrastructure",
+            ),
+            row(
+                "d",
+                Status.ERROR,
+                (0, 0),
+                (0, 0),
+                reason=Reason.TEST_TIMEOUT,
+                error_kind="evaluation",
+            ),
+        ]
+    )
+    assert m.participant_failures == 2
+    assert m.infrastructure_errors == 1
+    assert m.counts["error"] == 2
+
+
+def test_shards_add_up_exactly_to_the_whole_run() -> None:
+    rng = random.Random(7)
+    statuses = list(Status)
+    results = []
+    for i in range(60):
+        f2p_total, p2p_total = rng.randint(0, 5), rng.randint(0, 9)
+        results.append(
+            row(
+                f"i{i}",
+                rng.choice(statuses),
+                (rng.randint(0, f2p_total), f2p_total),
+                (rng.randint(0, p2p_total), p2p_total),
+                reason=rng.choice(["x", "y"]),
+            )
+        )
+    whole = RunMetrics.from_results(results)
+    shards = [RunMetrics.from_results(results[k::7]) for k in range(7)]
+    merged = shards[0]
+    for shard in shards[1:]:
+        merged = merged.merge(shard)
+    assert merged == whole
+    # and from the published rows alone, as a leaderboard would receive them
+    rebuilt = RunMetrics()
+    for shard in shards:
+        rebuilt = rebuilt.merge(RunMetrics.from_result_row(shard.result_row("m")))
+    assert rebuilt.result_row("m") == whole.result_row("m")

@@ -1,0 +1,99 @@
+"""Subprocesses from async code: merged output, time limits and cancellation kill the tree."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import time
+from pathlib import Path
+
+from swegreen.procs import run_process
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie waiting for its reaper is as good as dead
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_dead(pid: int, seconds: float = 5) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_stdout_and_stderr_are_merged_in_order() -> None:
+    r = asyncio.run(run_process(["bash", "-c", "echo one; echo two >&2; echo three"]))
+    assert r.ok and r.output.splitlines() == ["one", "two", "three"]
+
+
+def test_time_limit_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    script = f"sleep 300 & echo $! > {pidfile}; wait"
+    r = asyncio.run(run_process(["bash", "-c", script], timeout=1))
+    assert r.timed_out and not r.ok
+    assert wait_dead(int(pidfile.read_text()))
+
+
+def test_cancellation_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+
+    async def main() -> None:
+        task = asyncio.create_task(
+            run_process(["bash", "-c", f"sleep 300 & echo $! > {pidfile}; wait"])
+        )
+        for _ in range(200):  # the child writes its pid file, then we cancel
+            if pidfile.exists() and pidfile.read_text().strip():
+                break
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert wait_dead(int(pidfile.read_text()))
+
+
+def test_leftover_background_processes_die_with_the_run(tmp_path: Path) -> None:
+    pidfile = tmp_path / "server.pid"
+    r = asyncio.run(run_process(["bash", "-c", f"(sleep 300 &) ; sleep 300 & echo $! > {pidfile}"]))
+    assert r.ok
+    assert wait_dead(int(pidfile.read_text()))
+
+
+def test_output_file_mode_streams_to_disk(tmp_path: Path) -> None:
+    log = tmp_path / "out.log"
+    r = asyncio.run(
+        run_process(
+            ["bash", "-c", "for i in $(seq 1 20000); do echo line $i; done"], output_file=log
+        )
+    )
+    assert r.ok and log.read_text().count("\n") == 20000 and r.output.endswith("line 20000\n")
+
+
+def test_the_event_loop_keeps_running_while_processes_wait() -> None:
+    async def main() -> float:
+        ticks: list[float] = []
+
+        async def heartbeat() -> None:
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.02)
+
+        beat = asyncio.create_task(heartbeat())
+        await asyncio.gather(*(run_process(["sleep", "0.5"]) for _ in range(4)))
+        beat.cancel()
+        return max(b - a for a, b in itertools.pairwise(ticks))
+
+    assert asyncio.run(main()) < 0.3

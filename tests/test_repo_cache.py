@@ -1,0 +1,97 @@
+"""The per-repo git cache and the checkouts made from it, on real repositories."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from swegreen.errors import RepoUnavailable
+from swegreen.repo_cache import RepoCache, repo_url
+
+from .helpers import commit, git, make_repo
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> tuple[Path, list[str]]:
+    path = tmp_path / "mirrors" / "acme__widget"
+    shas = [make_repo(path, {"w.py": "v = 1\n"})]
+    git(path, "tag", "v1")
+    shas.append(commit(path, {"w.py": "v = 2\n"}, "two"))
+    git(path, "tag", "v2")
+    shas.append(commit(path, {"w.py": "v = 3\n", "future.txt": "secret\n"}, "three"))
+    return path, shas
+
+
+def cache_for(tmp_path: Path) -> RepoCache:
+    return RepoCache(tmp_path / "cache", str(tmp_path / "mirrors" / "{owner}__{name}"))
+
+
+def test_url_template_fills_repo_owner_and_name() -> None:
+    assert (
+        repo_url("https://github.com/{repo}.git", "psf/requests")
+        == "https://github.com/psf/requests.git"
+    )
+    assert repo_url("/m/{owner}__{name}.git", "psf/requests") == "/m/psf__requests.git"
+
+
+def test_checkout_is_at_the_base_commit_without_remote_or_future_tags(
+    tmp_path: Path, upstream
+) -> None:
+    _, shas = upstream
+    cache = cache_for(tmp_path)
+    dest = tmp_path / "ws"
+    asyncio.run(cache.checkout("acme/widget", shas[0], dest))
+    assert (dest / "w.py").read_text() == "v = 1\n"
+    assert not (dest / "future.txt").exists()
+    assert git(dest, "rev-parse", "HEAD").stdout.strip() == shas[0]
+    assert git(dest, "remote").stdout.strip() == ""
+    assert git(dest, "tag").stdout.split() == ["v1"]  # v2 is dated after the base commit
+    assert git(dest, "status", "--porcelain").stdout == ""
+
+
+def test_the_cache_is_cloned_once_and_fetched_only_for_new_commits(
+    tmp_path: Path, upstream
+) -> None:
+    path, shas = upstream
+    cache = cache_for(tmp_path)
+    asyncio.run(cache.ensure_commit("acme/widget", shas[1]))
+    mirror = cache.mirror_path("acme/widget")
+    first_inode = mirror.stat().st_ino
+    newer = commit(path, {"w.py": "v = 4\n"}, "four")
+    asyncio.run(cache.checkout("acme/widget", newer, tmp_path / "ws"))
+    assert mirror.stat().st_ino == first_inode  # fetched into, not re-cloned
+    assert (tmp_path / "ws" / "w.py").read_text() == "v = 4\n"
+
+
+def test_concurrent_checkouts_share_one_clone(tmp_path: Path, upstream) -> None:
+    _, shas = upstream
+    cache = cache_for(tmp_path)
+
+    async def many() -> None:
+        await asyncio.gather(
+            *(cache.checkout("acme/widget", shas[i % 3], tmp_path / f"ws{i}") for i in range(6))
+        )
+
+    asyncio.run(many())
+    assert [p.name for p in (tmp_path / "cache").glob("*.git")] == ["acme__widget.git"]
+    assert (tmp_path / "ws5" / "w.py").read_text() == "v = 3\n"
+
+
+def test_an_unreachable_repository_is_a_clear_infrastructure_failure(tmp_path: Path) -> None:
+    cache = RepoCache(tmp_path / "cache", str(tmp_path / "nowhere" / "{owner}__{name}"))
+    with pytest.raises(
+        RepoUnavailable, match=r"cannot clone acme/widget from .*nowhere/acme__widget"
+    ) as info:
+        asyncio.run(cache.ensure_commit("acme/widget", "0" * 40))
+    assert info.value.infrastructure and "repo_url_template" in str(info.value)
+    assert not list((tmp_path / "cache").glob("*.git"))  # nothing half-made is left behind
+
+
+def test_a_missing_commit_is_named(tmp_path: Path, upstream) -> None:
+    cache = cache_for(tmp_path)
+    with pytest.raises(
+        RepoUnavailable, match="commit 1234567890123456789012345678901234567890 is not in"
+    ):
+        asyncio.run(cache.ensure_commit("acme/widget", "1234567890" * 4))
