@@ -14,7 +14,7 @@ import pytest
 
 from swegreen.config import EvalConfig
 from swegreen.dataset import load_dataset, select_instances
-from swegreen.engine import Engine, LocalSettings, build_engine
+from swegreen.engine import Engine, LocalSettings, build_engine, host_environment
 from swegreen.ports import PatchSource
 from swegreen.runner import RunOutcome
 from swegreen.sample import SampleBenchmark, build_sample
@@ -34,6 +34,12 @@ def sample(session_cache: Path) -> SampleBenchmark:
 @pytest.fixture(scope="session")
 def isolation() -> Isolation:
     return Isolation.probe()
+
+
+@pytest.fixture(scope="session")
+def host_env() -> dict[str, str]:
+    """What a composition root passes: the real environment. Scrubbing it is the engine's job."""
+    return host_environment()
 
 
 @pytest.fixture
@@ -56,7 +62,9 @@ RunSample = Callable[..., RunOutcome]
 
 
 @pytest.fixture
-def run_sample(sample: SampleBenchmark, settings: LocalSettings, isolation: Isolation) -> RunSample:
+def run_sample(
+    sample: SampleBenchmark, settings: LocalSettings, isolation: Isolation, host_env: dict[str, str]
+) -> RunSample:
     """Evaluate the sample (or a selection of it) with a patch source; returns the outcome."""
     import asyncio
 
@@ -72,9 +80,7 @@ def run_sample(sample: SampleBenchmark, settings: LocalSettings, isolation: Isol
         dataset = load_dataset(cfg.dataset)
         instances = select_instances(dataset, cfg.selection())
         source = source_for(patches) if isinstance(patches, str) else patches
-        eng = engine or build_engine(
-            settings, cfg, {"PATH": "/usr/local/bin:/usr/bin:/bin"}, isolation=isolation
-        )
+        eng = engine or build_engine(settings, cfg, host_env, isolation=isolation)
         eng.runner.retry_backoff = (0.0,)
         try:
             return asyncio.run(

@@ -1,31 +1,61 @@
-"""The environment cache: one virtualenv per recipe key, built once and reused.
+"""The environment cache: one Python environment per recipe key, built once and reused.
 
-An environment is built under a lock, in place, and marked complete only at the end; a
-failed build leaves its log (``<key>.failed.log``) and nothing that looks usable. Each
-environment keeps its build log and the resolved package versions (``lock.txt``).
+An environment is what a conda env is in the official images: a whole interpreter tree
+(copied from pyenv/uv, so tools that symlink ``sys.executable`` still find their
+packages), upstream's base tooling, the recipe's packages resolved as of a date, plus a
+sysroot for missing Debian packages and compiled locales. It is built under a lock and
+marked complete only at the end; a failed build leaves ``<key>.failed.log``.
+
+Each evaluation works in a *view*: a hardlinked copy of the environment (a fraction of a
+second) whose few files that installs rewrite in place are real copies, so an editable
+install or ``setup.py install`` of one instance never leaks into the environment or
+into another instance running at the same time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from swegreen.constraints import compile_command, find_uv, merge_requirements
 from swegreen.dataset import Instance
 from swegreen.errors import EnvSetupFailed
-from swegreen.interpreters import InterpreterSearch, find_interpreter
+from swegreen.interpreters import (
+    Interpreter,
+    InterpreterSearch,
+    describe_interpreter,
+    find_interpreter,
+)
 from swegreen.locks import file_lock
-from swegreen.procs import run_process
+from swegreen.procs import ProcResult, run_checked, run_process
 from swegreen.recipes import Recipe
+from swegreen.requirements import environment_yml_requirements, requirements_txt
+from swegreen.system_deps import (
+    build_locales,
+    build_sysroot,
+    host_locales,
+    merge_path_vars,
+    sysroot_bin_dirs,
+)
 
 COMPLETE = ".complete"
 BUILD_LOG = "build.log"
 LOCK_LIST = "lock.txt"
+ENV_INFO = "env.json"
 BUILD_TIMEOUT = 3600.0
+# Upstream's images carry these; older interpreters get the last releases that support them.
+BASE_TOOLING = {
+    "3.5": ("pip==20.3.4", "setuptools==50.3.2", "wheel==0.37.1"),
+    "3.6": ("pip==21.3.1", "setuptools==59.6.0", "wheel==0.37.1"),
+    "3.7": ("pip==24.0", "setuptools==68.0.0", "wheel==0.42.0"),
+}
+DEFAULT_TOOLING = ("pip==24.2", "setuptools==75.1.0", "wheel==0.44.0")
 # Passed from the host to environment builds (never to test runs): reaching the index.
 BUILD_PASSTHROUGH = (
     "PIP_INDEX_URL",
@@ -42,25 +72,45 @@ BUILD_PASSTHROUGH = (
     "UV_INDEX_URL",
 )
 
+ReadFile = Callable[[str], "str | None"]
+
 
 @dataclass(frozen=True)
 class Environment:
     key: str
-    path: Path
-    python: Path
+    root: Path  # <cache>/envs/<key>
+    prefix: Path  # the interpreter tree to run: <root>/py, or an evaluation's view of it
+    runtime_env: dict[str, str] = field(default_factory=dict)
+    extra_bin: tuple[Path, ...] = ()
     build_seconds: float = 0.0
     reused: bool = True
 
     @property
-    def bin_dir(self) -> Path:
-        return self.python.parent
+    def python(self) -> Path:
+        return self.prefix / "bin" / "python"
+
+    @property
+    def bin_dirs(self) -> list[Path]:
+        return [self.prefix / "bin", *self.extra_bin]
 
 
 class EnvManager:
-    def __init__(self, root: Path, search: InterpreterSearch, host_env: Mapping[str, str]) -> None:
+    """Builds and hands out environments. A key whose build failed ``max_builds`` times in
+    this process fails fast afterwards, so a broken recipe costs two builds, not one per row
+    and attempt."""
+
+    def __init__(
+        self,
+        root: Path,
+        search: InterpreterSearch,
+        host_env: Mapping[str, str],
+        max_builds: int = 2,
+    ) -> None:
         self.root = root
         self.search = search
         self.host_env = dict(host_env)
+        self.max_builds = max_builds
+        self._failures: dict[str, list[EnvSetupFailed]] = {}
 
     def build_env(self, home: Path) -> dict[str, str]:
         """The clean environment every build step runs with (no host pip config leaks in)."""
@@ -68,99 +118,301 @@ class EnvManager:
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "HOME": str(home),
             "LANG": "C.UTF-8",
-            "LC_ALL": "C.UTF-8",
             "TZ": "Etc/UTC",
             "PIP_CONFIG_FILE": "/dev/null",
             "PIP_CACHE_DIR": str(self.root / ".pip-cache"),
+            "UV_CACHE_DIR": str(self.root / ".uv-cache"),
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
             "PIP_NO_INPUT": "1",
             "PIP_PROGRESS_BAR": "off",
+            "DEBIAN_FRONTEND": "noninteractive",
         }
         env.update({k: self.host_env[k] for k in BUILD_PASSTHROUGH if k in self.host_env})
+        if "SSL_CERT_FILE" not in env and "PIP_CERT" in env:
+            env["SSL_CERT_FILE"] = env["PIP_CERT"]  # uv reads this one
         return env
 
-    async def ensure(self, recipe: Recipe, instance: Instance) -> Environment:
-        """The environment for ``instance``, building it if no complete one exists."""
+    async def ensure(self, recipe: Recipe, instance: Instance, read_file: ReadFile) -> Environment:
+        """The environment for ``instance``, building it if no complete one exists.
+        ``read_file`` reads a path of the repository at the environment setup commit."""
         key = recipe.env_key(instance.environment_setup_commit)
         path = self.root / key
         if (path / COMPLETE).exists():
-            return Environment(key, path, path / "venv" / "bin" / "python")
+            return self._load(key, path)
         async with file_lock(self.root / ".locks" / f"{key}.lock"):
             if (path / COMPLETE).exists():  # built by whoever held the lock before us
-                return Environment(key, path, path / "venv" / "bin" / "python")
+                return self._load(key, path)
+            failures = self._failures.setdefault(key, [])
+            if len(failures) >= self.max_builds:
+                last = failures[-1]
+                raise EnvSetupFailed(
+                    f"{last} (failed {len(failures)} times in this run; "
+                    f"log: {self.root / f'{key}.failed.log'})",
+                    log_tail=last.log_tail,
+                )
             start = time.monotonic()
-            await self._build(recipe, instance, key, path)
+            try:
+                await _Build(self, recipe, instance, key, path, read_file).run()
+            except EnvSetupFailed as exc:
+                failures.append(exc)
+                raise
+            env = self._load(key, path)
             return Environment(
-                key,
-                path,
-                path / "venv" / "bin" / "python",
+                env.key,
+                env.root,
+                env.prefix,
+                env.runtime_env,
+                env.extra_bin,
                 build_seconds=time.monotonic() - start,
                 reused=False,
             )
 
-    async def _build(self, recipe: Recipe, instance: Instance, key: str, path: Path) -> None:
-        shutil.rmtree(path, ignore_errors=True)  # an interrupted earlier build
-        path.mkdir(parents=True)
-        log_path = path / BUILD_LOG
-        failed_log = self.root / f"{key}.failed.log"
-        failed_log.unlink(missing_ok=True)
-        home = self.root / ".home"
-        home.mkdir(parents=True, exist_ok=True)
-        env = self.build_env(home)
-        log: list[str] = [
+    def _load(self, key: str, path: Path) -> Environment:
+        info = json.loads((path / ENV_INFO).read_text())
+        return Environment(
+            key=key,
+            root=path,
+            prefix=path / "py",
+            runtime_env=dict(info.get("runtime_env", {})),
+            extra_bin=tuple(Path(p) for p in info.get("extra_bin", [])),
+        )
+
+    async def view(self, env: Environment, dest: Path) -> Environment:
+        """A private, writable copy of ``env`` at ``dest`` (hardlinks, shebangs rewritten)."""
+        await run_checked(["cp", "-al", str(env.prefix), str(dest)], timeout=600)
+        await asyncio.to_thread(_detach_mutable_files, env.prefix, dest)
+        return Environment(
+            env.key, env.root, dest, env.runtime_env, env.extra_bin, env.build_seconds, env.reused
+        )
+
+
+def _detach_mutable_files(source: Path, dest: Path) -> None:
+    """Replace hardlinks with private copies where installs write in place: scripts in
+    bin/ (shebangs point at ``source``: rewritten to ``dest``) and the files directly in
+    site-packages (``easy-install.pth`` and friends)."""
+    old, new = str(source).encode(), str(dest).encode()
+    candidates = [p for p in (dest / "bin").iterdir() if p.is_file() and not p.is_symlink()]
+    for site in dest.glob("lib/python*/site-packages"):
+        candidates += [p for p in site.iterdir() if p.is_file() and not p.is_symlink()]
+    for path in candidates:
+        data = path.read_bytes()
+        if path.parent.name == "bin" and old in data[:4096]:
+            data = data.replace(old, new)
+        mode = path.stat().st_mode
+        tmp = path.with_name(path.name + ".swegreen-tmp")
+        tmp.write_bytes(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+
+
+class _Build:
+    """One environment build, step by step, with everything it ran kept in its log."""
+
+    def __init__(
+        self,
+        mgr: EnvManager,
+        recipe: Recipe,
+        instance: Instance,
+        key: str,
+        path: Path,
+        read_file: ReadFile,
+    ) -> None:
+        self.mgr, self.recipe, self.instance, self.key, self.path = mgr, recipe, instance, key, path
+        self.read_file = read_file
+        self.log: list[str] = [
             f"# environment {key} for {instance.repo} {instance.version}",
             f"# recipe {recipe.model_dump_json()}",
         ]
+        home = mgr.root / ".home"
+        home.mkdir(parents=True, exist_ok=True)
+        self.env = mgr.build_env(home)
+        self.label = f"{instance.repo} {instance.version}"
 
-        async def step(argv: list[str], what: str, timeout: float = BUILD_TIMEOUT) -> str:
-            log.append(f"$ {' '.join(argv)}")
-            result = await run_process(argv, cwd=path, env=env, timeout=timeout)
-            log.append(result.output)
-            if not result.ok:
-                why = "timed out" if result.timed_out else f"exited {result.returncode}"
-                raise EnvSetupFailed(
-                    f"environment build for {instance.repo} {instance.version}: {what} {why}",
-                    log_tail=result.tail(),
-                )
-            return result.output
+    async def step(
+        self,
+        argv: list[str],
+        what: str,
+        *,
+        cwd: Path | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        timeout: float = BUILD_TIMEOUT,
+    ) -> ProcResult:
+        self.log.append(f"$ {' '.join(argv)}")
+        env = {**self.env, **(extra_env or {})}
+        result = await run_process(argv, cwd=cwd or self.path, env=env, timeout=timeout)
+        self.log.append(result.output)
+        if not result.ok:
+            why = "timed out" if result.timed_out else f"exited {result.returncode}"
+            raise EnvSetupFailed(
+                f"environment build for {self.label}: {what} {why}", log_tail=result.tail()
+            )
+        return result
 
+    async def run(self) -> None:
+        failed_log = self.mgr.root / f"{self.key}.failed.log"
+        shutil.rmtree(self.path, ignore_errors=True)  # an interrupted earlier build
+        self.path.mkdir(parents=True)
+        failed_log.unlink(missing_ok=True)
         try:
-            interpreter = await asyncio.to_thread(
-                find_interpreter, recipe.python, self.search, f"{instance.repo} {instance.version}"
-            )
-            venv = path / "venv"
-            await step([str(interpreter), "-m", "venv", str(venv)], "creating the virtualenv")
-            python = str(venv / "bin" / "python")
-            pip = [python, "-m", "pip", "install", "--no-input"]
-            if recipe.packages:
-                await step([*pip, *recipe.packages], "installing packages")
-            if recipe.pip_packages:
-                await step([*pip, *recipe.pip_packages], "installing pip_packages")
-            freeze = await step([python, "-m", "pip", "freeze", "--all"], "listing packages")
-            (path / LOCK_LIST).write_text(freeze)
-            (path / "env.json").write_text(
-                json.dumps(
-                    {
-                        "key": key,
-                        "repo": instance.repo,
-                        "version": instance.version,
-                        "python": str(interpreter),
-                        "recipe": recipe.model_dump(mode="json"),
-                    },
-                    indent=2,
-                )
-            )
+            await self._build()
         except BaseException as exc:
-            log.append(f"# FAILED: {exc}")
-            failed_log.write_text("\n".join(log))
-            shutil.rmtree(path, ignore_errors=True)
-            if isinstance(exc, EnvSetupFailed | asyncio.CancelledError):
-                raise
-            if isinstance(exc, Exception):
+            self.log.append(f"# FAILED: {exc}")
+            failed_log.write_text("\n".join(self.log))
+            shutil.rmtree(self.path, ignore_errors=True)
+            if isinstance(exc, Exception) and not isinstance(exc, EnvSetupFailed):
                 raise EnvSetupFailed(
-                    f"environment build for {instance.repo} {instance.version} failed: {exc}",
-                    log_tail="\n".join(log)[-4000:],
+                    f"environment build for {self.label} failed: {exc}",
+                    log_tail="\n".join(self.log)[-4000:],
                 ) from exc
             raise
-        log_path.write_text("\n".join(log))
-        (path / COMPLETE).write_text(str(time.time()))
+        (self.path / BUILD_LOG).write_text("\n".join(self.log))
+        (self.path / COMPLETE).write_text(str(time.time()))
+
+    async def _build(self) -> None:
+        recipe, prefix = self.recipe, self.path / "py"
+        found = await asyncio.to_thread(
+            find_interpreter, recipe.python, self.mgr.search, self.label
+        )
+        interp = await asyncio.to_thread(describe_interpreter, found)
+        self.log.append(f"# interpreter {interp.path} (Python {interp.version}, {interp.prefix})")
+        await self._make_prefix(interp, prefix)
+        python = str(prefix / "bin" / "python")
+        pip = [python, "-m", "pip", "install", "--no-input"]
+        await self.step(
+            [*pip, *BASE_TOOLING.get(interp.version, DEFAULT_TOOLING)], "installing base tooling"
+        )
+        runtime: dict[str, str] = {}
+        extra_bin: list[str] = []
+        if recipe.system_packages:
+            sysroot = self.path / "sysroot"
+            runtime = merge_path_vars(
+                runtime, await build_sysroot(list(recipe.system_packages), sysroot, self.step)
+            )
+            extra_bin = [str(d) for d in sysroot_bin_dirs(sysroot)]
+        if recipe.locales:
+            have = await host_locales(self.step)
+            runtime.update(
+                await build_locales(list(recipe.locales), self.path / "locale", have, self.step)
+            )
+        requirements = await asyncio.to_thread(self._requirements)
+        frozen = False
+        if requirements:
+            req_in = self.path / "requirements.in"
+            req_in.write_text("\n".join(requirements) + "\n")
+            install = [*pip, "-r", str(req_in)]
+            constraints = await self._freeze(req_in, interp)
+            if constraints is not None:
+                install += ["-c", str(constraints)]
+                frozen = True
+            await self.step(install, "installing the recipe's packages")
+        freeze = await self.step([python, "-m", "pip", "freeze", "--all"], "listing packages")
+        (self.path / LOCK_LIST).write_text(freeze.output)
+        (self.path / ENV_INFO).write_text(
+            json.dumps(
+                {
+                    "key": self.key,
+                    "repo": self.instance.repo,
+                    "version": self.instance.version,
+                    "interpreter": str(interp.path),
+                    "python": interp.version,
+                    "layout": "interpreter copy" if interp.relocatable else "virtualenv",
+                    "frozen_as_of": recipe.exclude_newer if frozen else None,
+                    "runtime_env": runtime,
+                    "extra_bin": extra_bin,
+                    "recipe": recipe.model_dump(mode="json"),
+                },
+                indent=2,
+            )
+        )
+
+    async def _make_prefix(self, interp: Interpreter, prefix: Path) -> None:
+        if interp.relocatable:
+            await asyncio.to_thread(_copy_interpreter, interp, prefix)
+            self.log.append(f"# copied {interp.prefix} -> {prefix} (site-packages left out)")
+            await self.step(
+                [str(prefix / "bin" / "python"), "-m", "ensurepip", "--default-pip"],
+                "bootstrapping pip",
+            )
+        else:
+            await self.step(
+                [str(interp.path), "-m", "venv", "--copies", str(prefix)], "creating the virtualenv"
+            )
+
+    def _requirements(self) -> list[str]:
+        recipe = self.recipe
+        from_files: list[str] = []
+        if recipe.requirements:
+            for candidate in recipe.requirements:
+                text = self.read_file(candidate)
+                if text is None:
+                    continue
+                self.log.append(
+                    f"# requirements from {candidate} at {self.instance.environment_setup_commit}"
+                )
+                if recipe.requirements_kind == "conda_env":
+                    tr = environment_yml_requirements(text)
+                    from_files = tr.requirements
+                    if tr.dropped:
+                        self.log.append(
+                            f"# conda-only, not installed by pip: {', '.join(tr.dropped)}"
+                        )
+                else:
+                    from_files = requirements_txt(text, self.read_file, os.path.dirname(candidate))
+                break
+            else:
+                raise EnvSetupFailed(
+                    f"environment build for {self.label}: none of {', '.join(recipe.requirements)} "
+                    f"exists at {self.instance.environment_setup_commit}"
+                )
+        return merge_requirements([*recipe.packages, *from_files], recipe.pip_packages)
+
+    async def _freeze(self, req_in: Path, interp: Interpreter) -> Path | None:
+        """Constraints resolved as of the recipe's date, or None (logged) when not possible."""
+        recipe = self.recipe
+        if not recipe.exclude_newer:
+            return None
+        uv = find_uv(self.env["PATH"])
+        if uv is None:
+            self.log.append("# uv not found: installing without freezing dependencies by date")
+            return None
+        extra = None
+        if recipe.constraints:
+            extra = self.path / "recipe-constraints.txt"
+            extra.write_text("\n".join(recipe.constraints) + "\n")
+        out = self.path / "constraints.txt"
+        argv = compile_command(
+            uv,
+            req_in,
+            out,
+            interp.version,
+            recipe.exclude_newer,
+            recipe.exclude_newer_exempt,
+            extra,
+        )
+        self.log.append(f"$ {' '.join(argv)}")
+        result = await run_process(argv, cwd=self.path, env=self.env, timeout=BUILD_TIMEOUT)
+        self.log.append(result.output)
+        if not result.ok:
+            self.log.append("# could not resolve as of the freeze date: installing unfrozen")
+            return None
+        return out
+
+
+def _copy_interpreter(interp: Interpreter, dest: Path) -> None:
+    """Copy an interpreter tree like a fresh conda env: stdlib and binaries, no
+    site-packages (whatever the host installed there stays out), scripts re-pointed."""
+    site = f"python{interp.version}/site-packages"
+
+    def ignore(directory: str, names: list[str]) -> list[str]:
+        return names if directory.endswith(site) else []
+
+    shutil.copytree(interp.prefix, dest, symlinks=True, ignore=ignore)
+    old, new = str(interp.prefix).encode(), str(dest).encode()
+    for path in (dest / "bin").iterdir():
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            if old in data[:65536] and b"\0" not in data[:1024]:  # text scripts only
+                path.write_bytes(data.replace(old, new))
+    python = dest / "bin" / "python"
+    if not python.exists():
+        python.symlink_to(f"python{interp.version}")

@@ -24,12 +24,12 @@ _DIFF_TARGET = re.compile(r"diff --git a/.* b/(.*)")
 _CONDA_LINES = re.compile(r"^\s*(source /opt/miniconda3/bin/activate|conda activate \S+)\s*$")
 
 
-def test_files(test_patch: str) -> list[str]:
+def modified_test_files(test_patch: str) -> list[str]:
     """Files the test patch modifies (not creates): reset to the base commit around the run."""
     return [f.old_path for f in inspect_patch(test_patch).files if f.old_path is not None]
 
 
-def test_directives(instance: Instance, style: str) -> list[str]:
+def get_test_directives(instance: Instance, style: str) -> list[str]:
     """The test files to run, from the test patch; django wants dotted module names."""
     directives = _DIFF_TARGET.findall(instance.test_patch)
     directives = [d for d in directives if not any(d.endswith(ext) for ext in NON_TEST_EXTS)]
@@ -55,10 +55,12 @@ def make_eval_script(
 ) -> str:
     if instance.eval_script:
         return adapt_eval_script(instance.eval_script, workdir, test_wrapper)
-    files = test_files(instance.test_patch)
+    files = modified_test_files(instance.test_patch)
     reset_tests = f"git checkout {instance.base_commit} {' '.join(files)}" if files else ":"
     apply_test_patch = f"git apply -v - <<'{HEREDOC}'\n{instance.test_patch}\n{HEREDOC}"
-    test_command = " ".join([recipe.test_cmd, *test_directives(instance, recipe.directive_style)])
+    test_command = " ".join(
+        [recipe.test_cmd, *get_test_directives(instance, recipe.directive_style)]
+    )
     lines = [f"cd {workdir}", *recipe.eval_commands]
     lines += [
         f"git config --global --add safe.directory {workdir}",

@@ -115,10 +115,16 @@ class Evaluator:
         try:
             t_setup = time.monotonic()
             workspace.mkdir(parents=True)
-            env = await self.envs.ensure(recipe, instance)
-            how = "reused" if env.reused else f"built in {env.build_seconds:.1f}s"
-            notes.append(f"environment {env.key} ({how})")
+            # The checkout first: an unreachable repository should not cost an env build.
             await self.repos.checkout(instance.repo, instance.base_commit, repo)
+            await self.repos.ensure_commit(instance.repo, instance.environment_setup_commit)
+            read = functools.partial(
+                self.repos.read_file, instance.repo, instance.environment_setup_commit
+            )
+            built = await self.envs.ensure(recipe, instance, read)
+            how = "reused" if built.reused else f"built in {built.build_seconds:.1f}s"
+            notes.append(f"environment {built.key} ({how})")
+            env = await self.envs.view(built, workspace / "env")
             await self._setup_repo(recipe, env, workspace, repo)
             base.durations.setup = time.monotonic() - t_setup
 
@@ -275,13 +281,18 @@ class Evaluator:
         return row
 
     def _test_env(self, env: Environment, workspace: Path, recipe: Recipe) -> dict[str, str]:
+        extra = {
+            **env.runtime_env,
+            "SWEGREEN_REPO": str(workspace / "repo"),
+            **dict(recipe.env_vars),
+        }
         return sandbox_env(
-            bin_dirs=[env.bin_dir],
-            virtual_env=env.bin_dir.parent,
+            bin_dirs=env.bin_dirs,
+            virtual_env=None,
             workspace=workspace,
             host_env=self.host_env,
             pip_cache=self.envs.root / ".pip-cache",
-            extra=dict(recipe.env_vars),
+            extra=extra,
         )
 
     async def _setup_repo(

@@ -113,3 +113,27 @@ def _reports_version(candidate: Path, version: str) -> bool:
     except OSError:
         return False
     return out.returncode == 0 and out.stdout.strip() == version
+
+
+SYSTEM_PREFIXES = {Path("/"), Path("/usr"), Path("/usr/local")}
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    path: Path
+    version: str
+    prefix: Path  # sys.base_prefix: the installation tree
+
+    @property
+    def relocatable(self) -> bool:
+        """A self-contained tree (pyenv, uv, a conda-like build) that can be copied whole.
+        A distribution's /usr python cannot: environments from it are virtualenvs."""
+        return self.prefix.resolve() not in SYSTEM_PREFIXES and (self.prefix / "lib").is_dir()
+
+
+def describe_interpreter(path: Path) -> Interpreter:
+    code = "import sys; print('%d.%d' % sys.version_info[:2]); print(sys.base_prefix)"
+    out = subprocess.run(
+        [str(path), "-c", code], capture_output=True, text=True, timeout=30, check=True
+    ).stdout.splitlines()
+    return Interpreter(path=path, version=out[0], prefix=Path(out[1]))

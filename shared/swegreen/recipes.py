@@ -25,11 +25,13 @@ ENV_FIELDS = (
     "python",
     "packages",
     "requirements",
+    "requirements_kind",
     "pip_packages",
     "constraints",
     "exclude_newer",
+    "exclude_newer_exempt",
     "system_packages",
-    "env_build_vars",
+    "locales",
 )
 
 
@@ -41,17 +43,29 @@ class Recipe(BaseModel):
     python: str = Field(description='Interpreter version "X.Y", or "host" for the engine\'s own.')
     packages: tuple[str, ...] = Field((), description="pip requirements installed first.")
     requirements: tuple[str, ...] = Field(
-        (), description="Requirements files read from the repo at environment_setup_commit."
+        (),
+        description="Requirements files in the repo at environment_setup_commit; the first "
+        "that exists is used (upstream's MAP_REPO_TO_REQS_PATHS / ENV_YML_PATHS).",
     )
-    pip_packages: tuple[str, ...] = Field((), description="pip requirements installed after.")
-    constraints: tuple[str, ...] = Field((), description="pip constraints for every install step.")
+    requirements_kind: Literal["pip", "conda_env"] = Field(
+        "pip", description="A pip requirements file, or a conda environment.yml to translate."
+    )
+    pip_packages: tuple[str, ...] = Field(
+        (), description="pip requirements that win over packages."
+    )
+    constraints: tuple[str, ...] = Field((), description="Extra pip constraints for every step.")
     exclude_newer: str | None = Field(
-        None, description="Resolve unpinned packages as of this date (YYYY-MM-DD)."
+        None, description="Resolve as of this date (YYYY-MM-DD), against dependency drift."
+    )
+    exclude_newer_exempt: tuple[str, ...] = Field(
+        (), description="Packages resolved without the date cap (old wheels lack a C library)."
     )
     system_packages: tuple[str, ...] = Field(
-        (), description="Debian packages unpacked into the environment's sysroot."
+        (), description="Debian packages unpacked into the environment's sysroot (no root needed)."
     )
-    env_build_vars: tuple[tuple[str, str], ...] = ()
+    locales: tuple[str, ...] = Field(
+        (), description="Locales generated into the environment with localedef (no root needed)."
+    )
     pre_install: tuple[str, ...] = Field(
         (), description="Shell steps in the checkout before install."
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -73,6 +74,17 @@ class RepoCache:
                     f"{repo}: commit {commit} is not in {url} (fetched all branches and tags)"
                 )
         return mirror
+
+    def read_file(self, repo: str, commit: str, path: str) -> str | None:
+        """A file of ``repo`` at ``commit`` from the cache (blocking: call from a thread)."""
+        proc = subprocess.run(
+            ["git", "-C", str(self.mirror_path(repo)), "show", f"{commit}:{path}"],
+            env=self.env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else None
 
     async def checkout(self, repo: str, commit: str, dest: Path) -> None:
         """Make ``dest`` a working tree of ``repo`` at ``commit``, as the official images are."""

@@ -1,0 +1,104 @@
+"""System packages and locales for an environment, without root.
+
+Upstream's images run ``apt-get install`` and ``locale-gen`` as root. Here a missing
+Debian package is downloaded with ``apt-get download`` (its dependency closure from a
+simulated install) and unpacked into the environment's own sysroot with ``dpkg -x``; a
+missing locale is compiled into the environment with ``localedef``. Packages and locales
+the machine already has are used as they are.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+
+from swegreen.procs import ProcResult
+
+Step = Callable[..., Awaitable[ProcResult]]
+
+
+async def missing_packages(packages: list[str], step: Step) -> list[str]:
+    """The packages (with their dependencies) that ``apt-get install`` would add here."""
+    result = await step(
+        ["apt-get", "install", "-s", "--no-install-recommends", *packages],
+        "resolving system packages",
+    )
+    return [line.split()[1] for line in result.output.splitlines() if line.startswith("Inst ")]
+
+
+async def build_sysroot(packages: list[str], sysroot: Path, step: Step) -> dict[str, str]:
+    """Unpack ``packages`` into ``sysroot``; returns the variables that make it usable."""
+    needed = await missing_packages(packages, step)
+    if not needed:
+        return {}
+    debs = sysroot.parent / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    sysroot.mkdir(parents=True, exist_ok=True)
+    await step(["apt-get", "download", *needed], "downloading system packages", cwd=debs)
+    for deb in sorted(debs.glob("*.deb")):
+        await step(["dpkg", "-x", str(deb), str(sysroot)], f"unpacking {deb.name}")
+    shutil.rmtree(debs, ignore_errors=True)
+    env = {"SWEGREEN_SYSROOT": str(sysroot)}
+    libdirs = [
+        d
+        for d in (
+            sysroot / "usr" / "lib" / "x86_64-linux-gnu",
+            sysroot / "usr" / "lib",
+            sysroot / "lib" / "x86_64-linux-gnu",
+        )
+        if d.is_dir()
+    ]
+    if libdirs:
+        env["LD_LIBRARY_PATH"] = ":".join(str(d) for d in libdirs)
+    graphviz = sysroot / "usr" / "lib" / "x86_64-linux-gnu" / "graphviz"
+    if graphviz.is_dir():
+        env["GVBINDIR"] = str(graphviz)
+        dot = sysroot / "usr" / "bin" / "dot"
+        await step([str(dot), "-c"], "registering graphviz plugins", extra_env=env)
+    return env
+
+
+def sysroot_bin_dirs(sysroot: Path) -> list[Path]:
+    return [
+        d
+        for d in (sysroot / "usr" / "bin", sysroot / "usr" / "sbin", sysroot / "bin")
+        if d.is_dir()
+    ]
+
+
+async def build_locales(
+    locales: list[str], dest: Path, host_locales: set[str], step: Step
+) -> dict[str, str]:
+    """Compile the locales the host lacks into ``dest``; returns LOCPATH when it did."""
+    wanted = [loc for loc in locales if _norm(loc) not in host_locales]
+    if not wanted:
+        return {}
+    dest.mkdir(parents=True, exist_ok=True)
+    for loc in wanted:
+        name, _, charset = loc.partition(".")
+        await step(
+            ["localedef", "-i", name, "-f", charset or "UTF-8", str(dest / loc)],
+            f"compiling locale {loc}",
+        )
+    return {"LOCPATH": str(dest)}
+
+
+async def host_locales(step: Step) -> set[str]:
+    result = await step(["locale", "-a"], "listing locales")
+    return {_norm(line) for line in result.output.split()}
+
+
+def _norm(locale: str) -> str:
+    return locale.lower().replace("utf-8", "utf8")
+
+
+def merge_path_vars(*parts: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in parts:
+        for key, value in part.items():
+            if key == "LD_LIBRARY_PATH" and key in out:
+                out[key] = out[key] + ":" + value
+            else:
+                out[key] = value
+    return out

@@ -1,0 +1,284 @@
+"""The command line, as people run it: real processes, real files, a real kill mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from swegreen.sample import SampleBenchmark
+
+from .helpers import read_jsonl
+
+SHARED_DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "swebench_verified.jsonl"
+
+
+def cli(
+    *args: str, cwd: Path, cache: Path, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "120"}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "swegreen",
+            *args,
+            "--cache-dir",
+            str(cache),
+            "--output-dir",
+            str(cwd / "results"),
+        ],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_run_prints_the_leaderboard_and_writes_agentbeats_results(
+    tmp_path: Path, session_cache: Path, sample: SampleBenchmark
+) -> None:
+    out = cli(
+        "run",
+        "--sample",
+        "--patches",
+        "gold",
+        "--max-rows",
+        "2",
+        "--run-id",
+        "cli-gold",
+        "--no-progress",
+        cwd=tmp_path,
+        cache=session_cache,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Leaderboard: cli-gold" in out.stdout and "resolved" in out.stdout
+    results = json.loads((tmp_path / "results" / "cli-gold" / "results.json").read_text())
+    assert set(results) == {"participants", "results"}
+    assert results["results"][0]["total_instances"] == 2
+    assert results["results"][0]["resolved_pct"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--patches", "gold", "--max-rows", "0"], "max_rows must be -1"),
+        (["--patches", "gold", "--instance-ids", "sample__nope-1"], "unknown instance id"),
+        (["--patches", "missing.jsonl"], "predictions file missing.jsonl does not exist"),
+        (
+            ["--patches", "gold", "--scenario", "conf/scenario.toml"],
+            "unknown config key 'max_rowz'",
+        ),
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message(
+    tmp_path: Path, session_cache: Path, sample: SampleBenchmark, args: list[str], message: str
+) -> None:
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "scenario.toml").write_text("[config]\nmax_rowz = 3\n")
+    out = cli("run", "--sample", "--no-progress", *args, cwd=tmp_path, cache=session_cache)
+    assert out.returncode == 2
+    assert message in " ".join(out.stdout.split())  # rich may wrap long lines
+
+
+def test_a_corrupt_predictions_file_exits_2(tmp_path: Path, session_cache: Path, sample) -> None:
+    (tmp_path / "p.jsonl").write_text('{"instance_id": "sample__calculator-1", "model_patch": \n')
+    out = cli("run", "--sample", "--patches", "p.jsonl", cwd=tmp_path, cache=session_cache)
+    assert out.returncode == 2 and "p.jsonl:1: not valid JSON" in " ".join(out.stdout.split())
+
+
+def test_reusing_a_run_id_for_other_patches_is_refused(tmp_path: Path, session_cache: Path, sample):
+    first = cli(
+        "run",
+        "--sample",
+        "--patches",
+        "empty",
+        "--max-rows",
+        "1",
+        "--run-id",
+        "same",
+        cwd=tmp_path,
+        cache=session_cache,
+    )
+    assert first.returncode == 0
+    second = cli(
+        "run",
+        "--sample",
+        "--patches",
+        "gold",
+        "--max-rows",
+        "1",
+        "--run-id",
+        "same",
+        cwd=tmp_path,
+        cache=session_cache,
+    )
+    assert second.returncode == 2 and "choose a new run id" in " ".join(second.stdout.split())
+
+
+def stored(db: Path, run_id: str) -> dict[str, str]:
+    if not db.exists():
+        return {}
+    with sqlite3.connect(db) as conn:
+        try:
+            rows = conn.execute(
+                "SELECT instance_id, result FROM results WHERE run_id = ?", (run_id,)
+            ).fetchall()
+        except sqlite3.OperationalError:  # tables not created yet
+            return {}
+    return {iid: json.loads(r)["finished_at"] for iid, r in rows}
+
+
+def processes_under(path: Path) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if str(path) in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_a_run_killed_mid_way_resumes_without_losing_or_duplicating_rows(
+    tmp_path: Path, session_cache: Path, sample: SampleBenchmark
+) -> None:
+    args = [
+        sys.executable,
+        "-m",
+        "swegreen",
+        "run",
+        "--sample",
+        "--patches",
+        "gold",
+        "--run-id",
+        "killed",
+        "--max-rows",
+        "-1",
+        "--max-concurrent-rows",
+        "1",
+        "--no-progress",
+        "--cache-dir",
+        str(session_cache),
+        "--output-dir",
+        str(tmp_path / "results"),
+    ]
+    db = tmp_path / "results" / "swegreen.sqlite"
+    proc = subprocess.Popen(
+        args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 300
+    while len(stored(db, "killed")) < 3 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)  # no chance to clean up
+    proc.wait()
+    before = stored(db, "killed")
+    assert 3 <= len(before) < 8, "the kill should land in the middle of the run"
+
+    # Nothing the killed run started keeps running (its sandbox dies with it).
+    work = session_cache / "work" / "killed"
+    for _ in range(100):
+        if not processes_under(work):
+            break
+        time.sleep(0.1)
+    assert processes_under(work) == []
+
+    out = cli(
+        "run",
+        "--sample",
+        "--patches",
+        "gold",
+        "--run-id",
+        "killed",
+        "--max-rows",
+        "-1",
+        "--no-progress",
+        cwd=tmp_path,
+        cache=session_cache,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"resumed: {len(before)} row(s) were already stored" in " ".join(out.stdout.split())
+    after = stored(db, "killed")
+    assert len(after) == 8
+    assert {k: after[k] for k in before} == before  # finished rows were not evaluated again
+    rows = read_jsonl(tmp_path / "results" / "killed" / "instances.jsonl")
+    assert sorted(r["instance_id"] for r in rows) == sorted(after)  # each once
+    assert {r["status"] for r in rows} == {"resolved"}
+
+
+def test_regrade_and_report_read_a_finished_run(tmp_path: Path, session_cache: Path, sample):
+    assert (
+        cli(
+            "run",
+            "--sample",
+            "--patches",
+            "gold",
+            "--max-rows",
+            "2",
+            "--run-id",
+            "rg",
+            cwd=tmp_path,
+            cache=session_cache,
+        ).returncode
+        == 0
+    )
+    regrade = cli("regrade", "--run-id", "rg", cwd=tmp_path, cache=session_cache)
+    assert regrade.returncode == 0 and "0 changed" in regrade.stdout
+    report = cli("report", "--run-id", "rg", cwd=tmp_path, cache=session_cache)
+    assert report.returncode == 0 and "Leaderboard: rg (finished)" in report.stdout
+    listing = cli("report", cwd=tmp_path, cache=session_cache)
+    assert "rg  finished  gold  2 rows  resolved 100.0%" in listing.stdout
+
+
+@pytest.mark.skipif(
+    not SHARED_DATASET.exists(), reason="the team's offline Verified copy is absent"
+)
+def test_real_verified_rows_with_an_unreachable_source_fail_cleanly(
+    tmp_path: Path, session_cache: Path
+) -> None:
+    out = cli(
+        "run",
+        "--dataset",
+        str(SHARED_DATASET),
+        "--patches",
+        "gold",
+        "--max-rows",
+        "6",
+        "--repos",
+        "psf/requests,django/django",
+        "--max-attempts",
+        "1",
+        "--run-id",
+        "offline",
+        "--repo-url-template",
+        "https://github.invalid/{repo}.git",
+        "--no-progress",
+        cwd=tmp_path,
+        cache=session_cache,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = read_jsonl(tmp_path / "results" / "offline" / "instances.jsonl")
+    assert len(rows) == 6
+    for row in rows:
+        assert (row["status"], row["reason"], row["error_kind"]) == (
+            "error",
+            "repo_unavailable",
+            "infrastructure",
+        )
+        assert "cannot clone" in row["detail"] and "github.invalid" in row["detail"]
+
+
+def test_the_demo_checks_every_sample_verdict(tmp_path: Path, session_cache: Path, sample) -> None:
+    out = cli("demo", "--no-progress", cwd=tmp_path, cache=session_cache)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "All sample verdicts are as expected" in " ".join(out.stdout.split())

@@ -1,0 +1,312 @@
+"""The whole engine on the sample benchmark: gold, empty, crafted, artifacts, resume, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from swegreen import artifacts as art
+from swegreen.classify import Reason, Status
+from swegreen.dataset import Instance, load_dataset, select_instances
+from swegreen.engine import LocalSettings, build_engine
+from swegreen.ports import PatchResult, ProgressEvent
+from swegreen.recipes import Recipe, RecipeBook
+from swegreen.sample import SampleBenchmark
+from swegreen.sources import GoldPatches
+
+from .conftest import RunSample, sample_config
+from .helpers import read_jsonl
+
+
+def test_gold_patches_resolve_every_sample_task(
+    run_sample: RunSample, settings: LocalSettings, sample: SampleBenchmark
+) -> None:
+    outcome = run_sample("gold", run_id="gold")
+    assert len(outcome.results) == 8
+    assert {r.status for r in outcome.results} == {Status.RESOLVED}
+    assert outcome.result_row["resolved_pct"] == 1.0
+    assert outcome.result_row["fail_to_pass_passed_pct"] == 1.0
+    assert outcome.result_row["pass_to_pass_passed_pct"] == 1.0
+    # every instance keeps its artifacts, report.json in the official shape
+    run_dir = settings.output_dir / "gold"
+    for r in outcome.results:
+        d = run_dir / "instances" / r.instance_id
+        assert (d / art.PATCH).read_text().startswith("diff --git")
+        log = (d / art.TEST_OUTPUT).read_text()
+        assert ">>>>> Start Test Output" in log and ">>>>> Test Exit Code: 0" in log
+        report = json.loads((d / art.REPORT).read_text())[r.instance_id]
+        assert report["resolved"] is True and report["patch_successfully_applied"] is True
+        assert set(report["tests_status"]) == {
+            "FAIL_TO_PASS",
+            "PASS_TO_PASS",
+            "FAIL_TO_FAIL",
+            "PASS_TO_FAIL",
+        }
+        assert json.loads((d / art.RESULT).read_text())["status"] == "resolved"
+    published = json.loads((run_dir / art.RESULTS).read_text())
+    assert published["participants"] == {"agent": "gold"}
+    [row] = published["results"]
+    assert row["total_instances"] == 8 and len(row["instances"]) == 8
+    assert row["provenance"]["grader"].startswith("swebench ")
+    assert row["provenance"]["dataset_digest"] == outcome.record.dataset_digest
+    assert len(read_jsonl(run_dir / art.INSTANCES)) == 8
+
+
+def test_empty_patches_are_no_op_everywhere(run_sample: RunSample) -> None:
+    outcome = run_sample("empty", run_id="empty")
+    assert {(r.status, r.reason) for r in outcome.results} == {(Status.NO_OP, Reason.EMPTY_PATCH)}
+    assert outcome.result_row["no_op_pct"] == 1.0
+    assert outcome.result_row["fail_to_pass_passed_pct"] == 0.0
+    assert outcome.result_row["pass_to_pass_passed_pct"] == 1.0
+
+
+def test_crafted_predictions_reach_every_status_of_the_tree(
+    run_sample: RunSample, sample: SampleBenchmark
+) -> None:
+    outcome = run_sample(str(sample.crafted), run_id="crafted", max_concurrent_rows=2)
+    got = {r.instance_id: (r.status.value, r.reason) for r in outcome.results}
+    want = {iid: (e["status"], e["reason"]) for iid, e in sample.expected.items()}
+    assert got == want
+    assert {s for s, _ in got.values()} == {s.value for s in Status}
+    timeout = next(r for r in outcome.results if r.status is Status.ERROR)
+    assert timeout.error_kind == "evaluation" and timeout.attempts == 1  # not retried
+    assert outcome.metrics.infrastructure_errors == 0
+
+
+class InFlight:
+    """Counts rows between their "started" and "finished" events."""
+
+    def __init__(self) -> None:
+        self.running: set[str] = set()
+        self.peak = 0
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if event.kind == "started":
+            self.running.add(event.instance_id)
+            self.peak = max(self.peak, len(self.running))
+        elif event.kind == "finished":
+            self.running.discard(event.instance_id)
+
+
+def test_concurrency_limit_is_real_and_respected(
+    run_sample: RunSample, settings: LocalSettings, sample: SampleBenchmark, isolation, host_env
+) -> None:
+    for limit in (1, 2):
+        tracker = InFlight()
+        engine = build_engine(
+            settings,
+            sample_config(sample),
+            host_env,
+            progress=tracker,
+            isolation=isolation,
+        )
+        try:
+            run_sample(
+                "gold",
+                run_id=f"limit-{limit}",
+                engine=engine,
+                max_concurrent_rows=limit,
+                max_rows=4,
+            )
+        finally:
+            engine.close()
+        assert tracker.peak == limit
+
+
+class ExplodingSource:
+    """A patch source that fails for one instance: that row errors, the others do not."""
+
+    name = "exploding"
+    deterministic = False
+
+    async def get_patch(self, instance: Instance) -> PatchResult:
+        if instance.instance_id == "sample__textkit-1":
+            raise RuntimeError("boom")
+        return PatchResult(instance.patch, "exploding")
+
+
+def test_a_failing_row_never_stops_the_others(run_sample: RunSample) -> None:
+    ids = ("sample__calculator-1", "sample__ledger-1", "sample__textkit-1", "sample__textkit-2")
+    outcome = run_sample(ExplodingSource(), run_id="explode", instance_ids=ids)
+    by_id = {r.instance_id: r for r in outcome.results}
+    assert by_id["sample__textkit-1"].status is Status.ERROR
+    assert by_id["sample__textkit-1"].reason == Reason.INTERNAL_ERROR
+    assert "boom" in by_id["sample__textkit-1"].detail
+    assert sum(r.status is Status.RESOLVED for r in outcome.results) == 3
+
+
+def test_unreachable_repositories_are_retried_then_recorded_as_infrastructure_errors(
+    run_sample: RunSample, settings: LocalSettings, sample, isolation, host_env, tmp_path: Path
+) -> None:
+    nowhere = {"repo_url_template": str(tmp_path / "nowhere" / "{owner}__{name}")}
+    fresh = settings.model_copy(update={"cache_dir": tmp_path / "fresh-cache"})
+    engine = build_engine(fresh, sample_config(sample, **nowhere), host_env, isolation=isolation)
+    try:
+        outcome = run_sample(
+            "gold", engine=engine, run_id="noreach", max_rows=3, max_attempts=2, **nowhere
+        )
+    finally:
+        engine.close()
+    assert len(outcome.results) == 3
+    for r in outcome.results:
+        assert (r.status, r.reason, r.error_kind, r.attempts) == (
+            Status.ERROR,
+            Reason.REPO_UNAVAILABLE,
+            "infrastructure",
+            2,
+        )
+        assert "cannot clone" in r.detail
+    assert outcome.result_row["infrastructure_errors"] == 3
+    assert not (tmp_path / "fresh-cache" / "envs").exists()  # nothing built for unreachable repos
+
+
+def test_resume_evaluates_only_missing_rows_and_changed_patches(
+    run_sample: RunSample, tmp_path: Path, sample
+) -> None:
+    first = run_sample("gold", run_id="resume", max_rows=4)
+    stamps = {r.instance_id: r.finished_at for r in first.results}
+    second = run_sample("gold", run_id="resume", max_rows=-1)
+    assert (second.evaluated, second.resumed) == (4, 4)
+    assert {
+        r.instance_id: r.finished_at for r in second.results if r.instance_id in stamps
+    } == stamps
+    assert len(second.results) == 8
+    # a predictions file whose entry for one row changed: only that row is evaluated again
+    preds = [json.loads(line) for line in sample.crafted.read_text().splitlines()]
+    path = tmp_path / "preds.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in preds))
+    run_sample(str(path), run_id="resume-preds", max_rows=3)
+    preds[0]["model_patch"] = next(
+        line for line in sample.dataset.read_text().splitlines() if preds[0]["instance_id"] in line
+    )
+    preds[0]["model_patch"] = json.loads(preds[0]["model_patch"])["patch"]
+    path.write_text("".join(json.dumps(p) + "\n" for p in preds))
+    third = run_sample(str(path), run_id="resume-preds", max_rows=3)
+    assert (third.evaluated, third.resumed) == (1, 2)
+
+
+def test_a_failed_environment_build_is_an_error_with_its_log(
+    run_sample: RunSample, settings: LocalSettings, sample, isolation, tmp_path: Path, host_env
+) -> None:
+    broken = Recipe(
+        python="host",
+        packages=("this-package-does-not-exist-swegreen==0.0.1",),
+        test_cmd="pytest -rA",
+    )
+    book = RecipeBook({"sample/ledger": {"2.0": broken}})
+    local = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
+    engine = build_engine(local, sample_config(sample), host_env, recipes=book, isolation=isolation)
+    try:
+        outcome = run_sample(
+            "gold", run_id="broken-env", engine=engine, max_attempts=1, repos=("sample/ledger",)
+        )
+    finally:
+        engine.close()
+    assert {(r.status, r.reason) for r in outcome.results} == {
+        (Status.ERROR, Reason.ENV_SETUP_FAILED)
+    }
+    assert all("this-package-does-not-exist" in r.detail for r in outcome.results)
+    failed_logs = list((tmp_path / "cache" / "envs").glob("*.failed.log"))
+    assert failed_logs and "installing the recipe's packages" in failed_logs[0].read_text()
+    assert not [p for p in (tmp_path / "cache" / "envs").iterdir() if (p / ".complete").exists()]
+
+
+def test_an_instance_without_a_recipe_is_an_error_that_is_not_retried(
+    run_sample: RunSample, settings, sample, isolation, host_env
+) -> None:
+    engine = build_engine(
+        settings,
+        sample_config(sample),
+        host_env,
+        recipes=RecipeBook({}),
+        isolation=isolation,
+    )
+    try:
+        outcome = run_sample("gold", run_id="no-recipe", engine=engine, max_rows=1)
+    finally:
+        engine.close()
+    [row] = outcome.results
+    assert (row.status, row.reason, row.attempts) == (Status.ERROR, Reason.NO_RECIPE, 1)
+    assert "no environment recipe for repo sample/calculator" in row.detail
+
+
+def test_regrade_reproduces_verdicts_from_saved_logs(
+    run_sample: RunSample, settings, sample, isolation, host_env
+) -> None:
+    outcome = run_sample(str(sample.crafted), run_id="regrade", max_rows=7)
+    engine = build_engine(settings, sample_config(sample), host_env, isolation=isolation)
+    try:
+        by_id = load_dataset(str(sample.dataset)).by_id()
+        for r in outcome.results:
+            again = engine.evaluator.regrade("regrade", by_id[r.instance_id], r)
+            assert (again.status, again.reason, again.counts) == (r.status, r.reason, r.counts)
+            assert again.durations == r.durations  # nothing ran again
+    finally:
+        engine.close()
+
+
+def test_patch_outside_the_repo_and_malformed_patches_are_no_op(
+    run_sample: RunSample, tmp_path: Path
+) -> None:
+    preds = [
+        {
+            "instance_id": "sample__calculator-1",
+            "model_patch": "--- a/../../etc/passwd\n+++ b/../../etc/passwd\n"
+            "@@ -1 +1 @@\n-root\n+pwned\n",
+        },
+        {"instance_id": "sample__calculator-2", "model_patch": "I am sorry, I cannot help."},
+        {"instance_id": "sample__calculator-3", "model_patch": None},
+    ]
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in preds))
+    outcome = run_sample(str(path), run_id="bad-patches", max_rows=3)
+    got = {r.instance_id: (r.status, r.reason) for r in outcome.results}
+    assert got == {
+        "sample__calculator-1": (Status.NO_OP, Reason.PATCH_OUTSIDE_REPO),
+        "sample__calculator-2": (Status.NO_OP, Reason.PATCH_MALFORMED),
+        "sample__calculator-3": (Status.NO_OP, Reason.NO_PATCH),
+    }
+
+
+def test_many_rows_share_one_environment(settings: LocalSettings, run_sample: RunSample) -> None:
+    run_sample("gold", run_id="envs", max_rows=-1)
+    envs = [p for p in (settings.cache_dir / "envs").iterdir() if (p / ".complete").exists()]
+    assert len(envs) == 1  # 4 (repo, version) pairs, one recipe: one build
+    lock = (envs[0] / "lock.txt").read_text()
+    assert "pytest==8.3.5" in lock
+
+
+def test_an_event_loop_stays_responsive_during_a_run(
+    run_sample: RunSample, settings, sample, isolation, host_env
+) -> None:
+    cfg = sample_config(sample, max_rows=4)
+    engine = build_engine(settings, cfg, host_env, isolation=isolation)
+
+    async def main() -> float:
+        gaps, last = [], asyncio.get_running_loop().time()
+
+        async def beat() -> None:
+            nonlocal last
+            while True:
+                await asyncio.sleep(0.05)
+                now = asyncio.get_running_loop().time()
+                gaps.append(now - last)
+                last = now
+
+        b = asyncio.create_task(beat())
+        ds = load_dataset(cfg.dataset)
+        await engine.runner.run(
+            run_id="loop",
+            dataset=ds,
+            instances=select_instances(ds, cfg.selection()),
+            source=GoldPatches(),
+            config=cfg,
+        )
+        b.cancel()
+        return max(gaps)
+
+    try:
+        assert asyncio.run(main()) < 1.0
+    finally:
+        engine.close()

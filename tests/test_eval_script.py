@@ -1,0 +1,117 @@
+"""The eval script has the official shape: markers, exit code, test patch, directives."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from swegreen.dataset import parse_rows
+from swegreen.eval_script import (
+    adapt_eval_script,
+    get_test_directives,
+    make_eval_script,
+    modified_test_files,
+)
+from swegreen.recipes import Recipe
+
+from .helpers import raw_row
+
+TEST_PATCH = (
+    "diff --git a/tests/test_x.py b/tests/test_x.py\n--- a/tests/test_x.py\n+++ b/tests/test_x.py\n"
+    "@@ -1 +1,2 @@\n x = 1\n+y = 2\n"
+    "diff --git a/tests/new_test.py b/tests/new_test.py\nnew file mode 100644\n--- /dev/null\n"
+    "+++ b/tests/new_test.py\n@@ -0,0 +1 @@\n+z = 3\n"
+    "diff --git a/tests/data.json b/tests/data.json\n--- a/tests/data.json\n+++ b/tests/data.json\n"
+    "@@ -1 +1 @@\n-{}\n+[]\n"
+)
+RECIPE = Recipe(python="host", test_cmd="pytest -rA", install="python -m pip install -e .")
+
+
+def instance(**kw: object):
+    return parse_rows([raw_row(1, test_patch=TEST_PATCH, **kw)])[0]
+
+
+def test_test_files_are_the_modified_ones_and_directives_skip_data_files() -> None:
+    assert modified_test_files(TEST_PATCH) == ["tests/test_x.py", "tests/data.json"]
+    assert get_test_directives(instance(), "paths") == ["tests/test_x.py", "tests/new_test.py"]
+    assert get_test_directives(instance(), "django") == ["test_x", "new_test"]
+
+
+def test_script_follows_the_official_order() -> None:
+    script = make_eval_script(instance(), RECIPE, "/ws/repo")
+    lines = script.splitlines()
+    assert lines[:2] == ["#!/bin/bash", "set -uxo pipefail"]
+    order = [
+        "python -m pip install -e .",
+        f"git checkout {'c' * 40} tests/test_x.py tests/data.json",
+        "git apply -v - <<'EOF_114329324912'",
+        ": '>>>>> Start Test Output'",
+        "pytest -rA tests/test_x.py tests/new_test.py",
+        "SWEBENCH_TEST_EXIT_CODE=$?",
+        ": '>>>>> End Test Output'",
+        'echo ">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE"',
+    ]
+    positions = [lines.index(item) for item in order]
+    assert positions == sorted(positions)
+    assert lines[-1] == f"git checkout {'c' * 40} tests/test_x.py tests/data.json"
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)  # valid bash
+
+
+def test_a_sandbox_wrapper_only_wraps_the_test_command() -> None:
+    script = make_eval_script(instance(), RECIPE, "/ws/repo", test_wrapper="unshare --net --")
+    assert "unshare --net -- bash -c 'pytest -rA tests/test_x.py tests/new_test.py'" in script
+    assert script.count("unshare") == 1
+
+
+def test_rows_with_their_own_eval_script_run_it_outside_the_image() -> None:
+    official = "\n".join(
+        [
+            "#!/bin/bash",
+            "set -uxo pipefail",
+            "source /opt/miniconda3/bin/activate",
+            "conda activate testbed",
+            "cd /testbed",
+            "git checkout abc tests/t.py",
+            ": '>>>>> Start Test Output'",
+            "pytest -rA tests/t.py",
+            ": '>>>>> End Test Output'",
+            "git checkout abc tests/t.py",
+        ]
+    )
+    script = adapt_eval_script(official, "/ws/repo", test_wrapper="W")
+    assert "conda" not in script and "/testbed" not in script and "cd /ws/repo" in script
+    assert "W bash -c 'pytest -rA tests/t.py'" in script
+    assert "SWEBENCH_TEST_EXIT_CODE=$?" in script
+    assert make_eval_script(
+        instance(eval_script=official), RECIPE, "/ws/repo"
+    ) == adapt_eval_script(official, "/ws/repo")
+
+
+def test_the_script_really_runs_and_records_the_exit_code(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_x.py").write_text("x = 1\n")
+    (repo / "tests" / "data.json").write_text("{}\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    base = subprocess.run(
+        [*git, "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    inst = parse_rows([raw_row(1, base_commit=base, test_patch=TEST_PATCH)])[0]
+    recipe = Recipe(python="host", test_cmd="sh -c 'ls tests; exit 3'")
+    script = make_eval_script(inst, recipe, str(repo))
+    out = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    log = out.stdout + out.stderr
+    assert "new_test.py" in log  # the test patch was applied before the tests ran
+    assert ">>>>> Test Exit Code: 3" in log
+    assert json.loads((repo / "tests" / "data.json").read_text()) == {}  # reset afterwards
