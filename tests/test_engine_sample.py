@@ -239,7 +239,9 @@ def test_regrade_reproduces_verdicts_from_saved_logs(
     try:
         by_id = load_dataset(str(sample.dataset)).by_id()
         for r in outcome.results:
-            again = engine.evaluator.regrade("regrade", by_id[r.instance_id], r)
+            again = engine.evaluator.regrade(
+                "regrade", by_id[r.instance_id], r, settings.cache_dir / "work"
+            )
             assert (again.status, again.reason, again.counts) == (r.status, r.reason, r.counts)
             assert again.durations == r.durations  # nothing ran again
     finally:

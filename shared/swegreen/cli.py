@@ -350,7 +350,9 @@ async def _regrade(
         by_id = dataset.by_id()
         changed = 0
         for iid, stored in engine.store.get_results(run_id).items():
-            fresh = engine.evaluator.regrade(run_id, by_id[iid], stored)
+            fresh = engine.evaluator.regrade(
+                run_id, by_id[iid], stored, settings.cache_dir / "work"
+            )
             if (fresh.status, fresh.reason, fresh.counts) != (
                 stored.status,
                 stored.reason,

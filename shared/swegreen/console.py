@@ -93,6 +93,8 @@ def leaderboard_table(metrics: RunMetrics, title: str) -> Table:
     )
     table.add_row("infrastructure errors", str(metrics.infrastructure_errors), "")
     table.add_row("participant failures", str(metrics.participant_failures), "")
+    if metrics.environment_limited:
+        table.add_row("environment-limited (base validation)", str(metrics.environment_limited), "")
     return table
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from swegreen.artifacts import LocalArtifacts
+from swegreen.base_validation import BaseValidator
 from swegreen.config import EvalConfig
 from swegreen.environments import EnvManager
-from swegreen.evaluate import EvalOptions, Evaluator
+from swegreen.evaluate import Evaluator
 from swegreen.interpreters import InterpreterSearch
 from swegreen.ports import ProgressCallback
 from swegreen.recipes import RecipeBook, builtin_recipes
@@ -22,6 +23,7 @@ from swegreen.repo_cache import RepoCache
 from swegreen.runner import Runner
 from swegreen.sandbox import Isolation, LocalSandbox
 from swegreen.store_sqlite import SqliteStore
+from swegreen.testbed import TestbedOptions, Testbeds
 
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:
@@ -52,6 +54,7 @@ class LocalSettings(BaseModel):
 class Engine:
     runner: Runner
     evaluator: Evaluator
+    testbeds: Testbeds
     store: SqliteStore
     artifacts: LocalArtifacts
     isolation: Isolation
@@ -72,7 +75,7 @@ def build_engine(
     isolation = isolation or Isolation.probe()
     artifacts = LocalArtifacts(settings.output_dir)
     store = SqliteStore(settings.store_path)
-    evaluator = Evaluator(
+    testbeds = Testbeds(
         repos=RepoCache(cache / "repos", config.repo_url_template, host_env),
         recipes=recipes or builtin_recipes(),
         envs=EnvManager(
@@ -81,8 +84,7 @@ def build_engine(
             host_env,
         ),
         sandbox=LocalSandbox(isolation),
-        artifacts=artifacts,
-        options=EvalOptions(
+        options=TestbedOptions(
             work_root=cache / "work",
             eval_timeout=config.eval_timeout,
             memory_mb=settings.memory_mb,
@@ -91,8 +93,10 @@ def build_engine(
         ),
         host_env=host_env,
     )
+    base = BaseValidator(testbeds, cache / "base-validation") if config.base_validation else None
+    evaluator = Evaluator(testbeds=testbeds, artifacts=artifacts, base_validator=base)
     runner = Runner(evaluator=evaluator, store=store, artifacts=artifacts, progress=progress)
-    return Engine(runner, evaluator, store, artifacts, isolation)
+    return Engine(runner, evaluator, testbeds, store, artifacts, isolation)
 
 
 def host_environment() -> dict[str, str]:

@@ -18,13 +18,13 @@ import asyncio
 import json
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from swegreen.constraints import compile_command, find_uv, merge_requirements
-from swegreen.dataset import Instance
 from swegreen.errors import EnvSetupFailed
 from swegreen.interpreters import (
     Interpreter,
@@ -33,7 +33,7 @@ from swegreen.interpreters import (
     find_interpreter,
 )
 from swegreen.locks import file_lock
-from swegreen.procs import ProcResult, run_checked, run_process
+from swegreen.procs import ProcResult, run_process
 from swegreen.recipes import Recipe
 from swegreen.requirements import environment_yml_requirements, requirements_txt
 from swegreen.system_deps import (
@@ -56,6 +56,8 @@ BASE_TOOLING = {
     "3.7": ("pip==24.0", "setuptools==68.0.0", "wheel==0.42.0"),
 }
 DEFAULT_TOOLING = ("pip==24.2", "setuptools==75.1.0", "wheel==0.44.0")
+# What an interpreter installation's bin/ holds of its own; the rest belongs to packages.
+INTERPRETER_EXECUTABLES = ("python", "pydoc", "idle", "2to3")
 # Passed from the host to environment builds (never to test runs): reaching the index.
 BUILD_PASSTHROUGH = (
     "PIP_INDEX_URL",
@@ -132,10 +134,13 @@ class EnvManager:
             env["SSL_CERT_FILE"] = env["PIP_CERT"]  # uv reads this one
         return env
 
-    async def ensure(self, recipe: Recipe, instance: Instance, read_file: ReadFile) -> Environment:
-        """The environment for ``instance``, building it if no complete one exists.
-        ``read_file`` reads a path of the repository at the environment setup commit."""
-        key = recipe.env_key(instance.environment_setup_commit)
+    async def ensure(
+        self, recipe: Recipe, label: str, setup_commit: str = "", read_file: ReadFile | None = None
+    ) -> Environment:
+        """The environment for ``recipe``, building it if no complete one exists.
+        ``read_file`` reads a path of the repository at ``setup_commit`` (for recipes whose
+        requirements come from the repository)."""
+        key = recipe.env_key(setup_commit)
         path = self.root / key
         if (path / COMPLETE).exists():
             return self._load(key, path)
@@ -152,7 +157,9 @@ class EnvManager:
                 )
             start = time.monotonic()
             try:
-                await _Build(self, recipe, instance, key, path, read_file).run()
+                await _Build(
+                    self, recipe, label, setup_commit, key, path, read_file or (lambda _path: None)
+                ).run()
             except EnvSetupFailed as exc:
                 failures.append(exc)
                 raise
@@ -178,31 +185,71 @@ class EnvManager:
         )
 
     async def view(self, env: Environment, dest: Path) -> Environment:
-        """A private, writable copy of ``env`` at ``dest`` (hardlinks, shebangs rewritten)."""
-        await run_checked(["cp", "-al", str(env.prefix), str(dest)], timeout=600)
-        await asyncio.to_thread(_detach_mutable_files, env.prefix, dest)
+        """A private, writable view of ``env`` at ``dest`` for one evaluation."""
+        await asyncio.to_thread(make_view, env.prefix, dest)
         return Environment(
             env.key, env.root, dest, env.runtime_env, env.extra_bin, env.build_seconds, env.reused
         )
 
 
-def _detach_mutable_files(source: Path, dest: Path) -> None:
-    """Replace hardlinks with private copies where installs write in place: scripts in
-    bin/ (shebangs point at ``source``: rewritten to ``dest``) and the files directly in
-    site-packages (``easy-install.pth`` and friends)."""
-    old, new = str(source).encode(), str(dest).encode()
-    candidates = [p for p in (dest / "bin").iterdir() if p.is_file() and not p.is_symlink()]
-    for site in dest.glob("lib/python*/site-packages"):
-        candidates += [p for p in site.iterdir() if p.is_file() and not p.is_symlink()]
-    for path in candidates:
-        data = path.read_bytes()
-        if path.parent.name == "bin" and old in data[:4096]:
-            data = data.replace(old, new)
-        mode = path.stat().st_mode
-        tmp = path.with_name(path.name + ".swegreen-tmp")
-        tmp.write_bytes(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+def make_view(source: Path, dest: Path) -> None:
+    """What installs may write gets a private copy: ``bin/`` (scripts re-pointed at the
+    view) and ``site-packages`` (hardlinks, with its top-level files such as
+    ``easy-install.pth``, which setuptools rewrites in place, copied). Everything else (the
+    stdlib, headers, shared libraries) is a symlink into the environment, which nothing
+    writes to. Python finds its prefix from the view's own ``bin/``, so ``sys.prefix`` and
+    every install land in the view."""
+    dest.mkdir(parents=True)
+    for entry in source.iterdir():
+        target = dest / entry.name
+        if entry.name == "bin":
+            _copy_bin(entry, target, str(source), str(dest))
+        elif entry.name == "lib" and not entry.is_symlink():
+            target.mkdir()
+            for lib in entry.iterdir():
+                if lib.name.startswith("python") and lib.is_dir() and not lib.is_symlink():
+                    _view_stdlib(lib, target / lib.name)
+                else:
+                    (target / lib.name).symlink_to(lib)
+        elif entry.name == "pyvenv.cfg":
+            shutil.copy2(entry, target)
+        else:
+            target.symlink_to(entry)
+
+
+def _view_stdlib(source: Path, dest: Path) -> None:
+    dest.mkdir()
+    for entry in source.iterdir():
+        if entry.name == "site-packages":
+            subprocess.run(["cp", "-al", str(entry), str(dest / entry.name)], check=True)
+            for path in (dest / entry.name).iterdir():
+                if path.is_file() and not path.is_symlink():
+                    _private_copy(path)
+        else:
+            (dest / entry.name).symlink_to(entry)
+
+
+def _copy_bin(source: Path, dest: Path, old: str, new: str) -> None:
+    dest.mkdir()
+    for entry in source.iterdir():
+        target = dest / entry.name
+        if entry.is_symlink():
+            target.symlink_to(os.readlink(entry).replace(old, new))
+        elif entry.is_file():
+            with entry.open("rb") as fh:
+                head = fh.read(1024)
+            if b"\0" in head:  # a binary (the interpreter): never rewritten by installs
+                os.link(entry, target)
+                continue
+            target.write_bytes(entry.read_bytes().replace(old.encode(), new.encode()))
+            shutil.copymode(entry, target)
+
+
+def _private_copy(path: Path) -> None:
+    """Replace a hardlink by a file of its own (same content and mode)."""
+    tmp = path.with_name(path.name + ".swegreen-tmp")
+    shutil.copy2(path, tmp)
+    os.replace(tmp, path)
 
 
 class _Build:
@@ -212,21 +259,21 @@ class _Build:
         self,
         mgr: EnvManager,
         recipe: Recipe,
-        instance: Instance,
+        label: str,
+        setup_commit: str,
         key: str,
         path: Path,
         read_file: ReadFile,
     ) -> None:
-        self.mgr, self.recipe, self.instance, self.key, self.path = mgr, recipe, instance, key, path
-        self.read_file = read_file
+        self.mgr, self.recipe, self.key, self.path = mgr, recipe, key, path
+        self.label, self.setup_commit, self.read_file = label, setup_commit, read_file
         self.log: list[str] = [
-            f"# environment {key} for {instance.repo} {instance.version}",
+            f"# environment {key} for {label}",
             f"# recipe {recipe.model_dump_json()}",
         ]
         home = mgr.root / ".home"
         home.mkdir(parents=True, exist_ok=True)
         self.env = mgr.build_env(home)
-        self.label = f"{instance.repo} {instance.version}"
 
     async def step(
         self,
@@ -311,8 +358,8 @@ class _Build:
             json.dumps(
                 {
                     "key": self.key,
-                    "repo": self.instance.repo,
-                    "version": self.instance.version,
+                    "for": self.label,
+                    "setup_commit": self.setup_commit,
                     "interpreter": str(interp.path),
                     "python": interp.version,
                     "layout": "interpreter copy" if interp.relocatable else "virtualenv",
@@ -346,9 +393,7 @@ class _Build:
                 text = self.read_file(candidate)
                 if text is None:
                     continue
-                self.log.append(
-                    f"# requirements from {candidate} at {self.instance.environment_setup_commit}"
-                )
+                self.log.append(f"# requirements from {candidate} at {self.setup_commit}")
                 if recipe.requirements_kind == "conda_env":
                     tr = environment_yml_requirements(text)
                     from_files = tr.requirements
@@ -362,7 +407,7 @@ class _Build:
             else:
                 raise EnvSetupFailed(
                     f"environment build for {self.label}: none of {', '.join(recipe.requirements)} "
-                    f"exists at {self.instance.environment_setup_commit}"
+                    f"exists at {self.setup_commit}"
                 )
         return merge_requirements([*recipe.packages, *from_files], recipe.pip_packages)
 
@@ -404,7 +449,11 @@ def _copy_interpreter(interp: Interpreter, dest: Path) -> None:
     site = f"python{interp.version}/site-packages"
 
     def ignore(directory: str, names: list[str]) -> list[str]:
-        return names if directory.endswith(site) else []
+        if directory.endswith(site):
+            return names
+        if Path(directory) == interp.prefix / "bin":  # scripts of host-installed packages
+            return [n for n in names if not n.startswith(INTERPRETER_EXECUTABLES)]
+        return []
 
     shutil.copytree(interp.prefix, dest, symlinks=True, ignore=ignore)
     old, new = str(interp.prefix).encode(), str(dest).encode()

@@ -37,6 +37,7 @@ class RunMetrics(BaseModel):
     p2p_total: int = 0
     infrastructure_errors: int = 0
     participant_failures: int = 0
+    environment_limited: int = 0
 
     @classmethod
     def from_results(cls, results: Iterable[InstanceResult]) -> RunMetrics:
@@ -52,6 +53,7 @@ class RunMetrics(BaseModel):
             totals["p2p_total"] += r.p2p_total
             totals["infrastructure_errors"] += r.is_infrastructure_error
             totals["participant_failures"] += r.is_participant_failure
+            totals["environment_limited"] += r.is_environment_limited
         return cls(
             total_instances=sum(counts.values()),
             counts={**_zero_counts(), **counts},
@@ -73,6 +75,7 @@ class RunMetrics(BaseModel):
             p2p_total=self.p2p_total + other.p2p_total,
             infrastructure_errors=self.infrastructure_errors + other.infrastructure_errors,
             participant_failures=self.participant_failures + other.participant_failures,
+            environment_limited=self.environment_limited + other.environment_limited,
         )
 
     def share(self, status: Status) -> float:
@@ -103,6 +106,7 @@ class RunMetrics(BaseModel):
             pass_to_pass_total=self.p2p_total,
             infrastructure_errors=self.infrastructure_errors,
             participant_failures=self.participant_failures,
+            environment_limited=self.environment_limited,
         )
         return row
 
@@ -119,6 +123,7 @@ class RunMetrics(BaseModel):
             p2p_total=row["pass_to_pass_total"],
             infrastructure_errors=row.get("infrastructure_errors", 0),
             participant_failures=row.get("participant_failures", 0),
+            environment_limited=row.get("environment_limited", 0),
         )
 
 

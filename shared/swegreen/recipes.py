@@ -77,6 +77,9 @@ class Recipe(BaseModel):
     directive_style: Literal["paths", "django"] = "paths"
     eval_timeout: float | None = Field(None, description="Default time limit for eval.sh.")
     network: bool = Field(False, description="Tests need the network (sandbox leaves it on).")
+    services: tuple[str, ...] = Field(
+        (), description="Local stand-ins for network services the tests call (e.g. httpbin)."
+    )
     env_vars: tuple[tuple[str, str], ...] = Field((), description="Set while tests run.")
     notes: tuple[str, ...] = Field(
         (), description="What the conda-to-venv translation could not keep, and what replaces it."

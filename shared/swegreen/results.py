@@ -56,6 +56,7 @@ class InstanceResult(BaseModel):
     patch_files: list[str] = Field(default_factory=list)
     attempts: int = 1
     durations: Durations = Field(default_factory=Durations)
+    test_command_seconds: float = 0.0  # inside the eval script (the benchmark's denominator)
     base_validation: dict[str, Any] | None = None
     participant_usage: dict[str, Any] | None = None
     diagnosis: str | None = None
@@ -73,6 +74,11 @@ class InstanceResult(BaseModel):
     @property
     def is_participant_failure(self) -> bool:
         return self.reason in PARTICIPANT_FAILURES
+
+    @property
+    def is_environment_limited(self) -> bool:
+        """Base validation found F2P passing or P2P failing without any patch."""
+        return bool(self.base_validation) and self.base_validation.get("ok") is False
 
 
 def unapplied_counts(f2p_total: int, p2p_total: int) -> TestCounts:

@@ -19,8 +19,10 @@ import contextlib
 import os
 import re
 import resource
+import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import uuid
 from collections.abc import Mapping
@@ -53,6 +55,24 @@ class SandboxPolicy:
     network: bool = False
     memory_mb: int | None = 16384
     max_processes: int | None = 4096
+
+
+# Inside the test's network namespace: loopback up (tests start local servers), and a
+# default route into a veth pair that answers nothing, so remote hosts behave as silent
+# hosts on the internet do (a connect times out; tests of connect timeouts need exactly
+# that) instead of failing at once with "network unreachable". Resolvers are made
+# unreachable so DNS fails fast. Each step may fail on a host without veth: lo still works.
+NETNS_INIT = (
+    "ip link set lo up 2>/dev/null;"
+    " ip link add swg0 type veth peer name swg1 2>/dev/null"
+    " && ip link set swg0 up && ip link set swg1 up"
+    " && ip addr add 192.0.2.1/24 dev swg0"
+    " && ip neigh add 192.0.2.2 lladdr 02:00:00:00:00:02 dev swg0 nud permanent"
+    " && ip route add default via 192.0.2.2 dev swg0"
+    " && for ns in $(awk '$1 == \"nameserver\" {print $2}' /etc/resolv.conf 2>/dev/null);"
+    " do ip route add unreachable $ns 2>/dev/null; done;"
+    " true"
+)
 
 
 @dataclass(frozen=True)
@@ -109,6 +129,13 @@ def _find_pids_cgroup() -> tuple[Path | None, bool]:
     return None, False
 
 
+def free_port() -> int:
+    """A free port on the host's loopback (services outside a namespace need their own)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def without_credentials(value: str) -> str:
     return _CREDENTIALS.sub(r"\1", value)
 
@@ -157,13 +184,26 @@ class LocalSandbox:
     def __init__(self, isolation: Isolation) -> None:
         self.isolation = isolation
 
-    def test_wrapper(self, policy: SandboxPolicy) -> str | None:
+    def isolates(self, policy: SandboxPolicy) -> bool:
+        """Whether the test command runs in its own network namespace."""
+        return not policy.network and self.isolation.netns_cmd is not None
+
+    def test_wrapper(self, policy: SandboxPolicy, services: tuple[str, ...] = ()) -> str | None:
         """Shell prefix for the test command in eval.sh (the network is cut only there:
-        the eval-time install before it may need the package index)."""
-        if policy.network or self.isolation.netns_cmd is None:
+        the eval-time install before it may need the package index). ``services`` are
+        shell snippets that start local stand-ins before the tests (see services.py)."""
+        isolate = self.isolates(policy)
+        if not isolate and not services:
             return None
-        inner = "ip link set lo up 2>/dev/null || true;"
-        return " ".join(self.isolation.netns_cmd) + f' -- bash -c \'{inner} exec "$0" "$@"\''
+        steps = [NETNS_INIT] if isolate else []
+        steps += [s.rstrip(";") for s in services]
+        init = shlex.quote("; ".join(steps) + '; exec "$0" "$@"')
+        prefix = (
+            " ".join(self.isolation.netns_cmd) + " -- "
+            if isolate and self.isolation.netns_cmd
+            else ""
+        )
+        return f"{prefix}bash -c {init}"
 
     async def run_script(
         self,
