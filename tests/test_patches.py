@@ -147,3 +147,21 @@ def test_binary_sections_are_recognised() -> None:
         "KcmZ>9jt>K9u>$`AG\n\nliteral 0\nKcmV+b0RR6000031\n\n"
     )
     assert not inspect_patch(with_data).has_binary_without_data
+
+
+SHARED_DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "swebench_verified.jsonl"
+
+
+@pytest.mark.skipif(
+    not SHARED_DATASET.exists(), reason="the team's offline Verified copy is absent"
+)
+def test_no_verified_gold_or_test_patch_is_refused() -> None:
+    import json
+    import re
+
+    for line in SHARED_DATASET.read_text().splitlines():
+        row = json.loads(line)
+        for column in ("patch", "test_patch"):
+            info = inspect_patch(row[column])
+            check_patch(info)  # raises if refused
+            assert len(info.files) == len(re.findall(r"^diff --git ", row[column], re.M))

@@ -38,12 +38,17 @@ class EvalConfig(BaseModel):
         description="litellm model for the green agent's diagnoses and summaries, never verdicts.",
     )
     dataset: str = Field(DEFAULT_DATASET, description="Hub id, or a local .jsonl/.json/.parquet.")
-    split: str = "test"
+    split: str = Field("test", description="Dataset split on the hub.")
     dataset_revision: str | None = Field(None, description="Hub revision (commit or tag) to pin.")
     instance_ids: tuple[str, ...] = Field((), description="Evaluate only these instances.")
     repos: tuple[str, ...] = Field((), description="Evaluate only rows of these repos.")
-    shard_index: int = Field(0, ge=0)
-    num_shards: int = Field(1, ge=1, le=1000)
+    shard_index: int = Field(0, ge=0, description="This shard's index (0-based).")
+    num_shards: int = Field(
+        1,
+        ge=1,
+        le=1000,
+        description="Shards the selection is dealt to, round-robin by instance id.",
+    )
     eval_timeout: float | None = Field(
         None,
         gt=0,

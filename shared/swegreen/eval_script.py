@@ -20,6 +20,7 @@ from swegreen.patches import inspect_patch
 from swegreen.recipes import Recipe
 
 HEREDOC = "EOF_114329324912"
+TIME_START, TIME_END = "SWEGREEN_TEST_START", "SWEGREEN_TEST_END"
 _DIFF_TARGET = re.compile(r"diff --git a/.* b/(.*)")
 _CONDA_LINES = re.compile(r"^\s*(source /opt/miniconda3/bin/activate|conda activate \S+)\s*$")
 
@@ -94,4 +95,26 @@ def adapt_eval_script(script: str, workdir: str, test_wrapper: str | None = None
 
 
 def _script(lines: list[str]) -> str:
-    return "\n".join(["#!/bin/bash", "set -uxo pipefail", *lines]) + "\n"
+    return "\n".join(["#!/bin/bash", "set -uxo pipefail", *_timed(lines)]) + "\n"
+
+
+def _timed(lines: list[str]) -> list[str]:
+    """Stamp the clock just outside the markers, so the test command's own duration can be
+    read from the log (``set -x`` prints the values) without touching the parsed region."""
+    out = []
+    for line in lines:
+        if START_TEST_OUTPUT in line and line.startswith(":"):
+            out.append(f"{TIME_START}=$EPOCHREALTIME")
+        out.append(line)
+        if END_TEST_OUTPUT in line and line.startswith(":"):
+            out.append(f"{TIME_END}=$EPOCHREALTIME")
+    return out
+
+
+def test_command_seconds(log: str) -> float | None:
+    """How long the test command ran, from the clock stamps ``_timed`` put in the log."""
+    start = re.search(rf"^\+ {TIME_START}=(\d+[.,]\d+)$", log, re.M)
+    end = re.search(rf"^\+ {TIME_END}=(\d+[.,]\d+)$", log, re.M)
+    if not (start and end):
+        return None
+    return float(end.group(1).replace(",", ".")) - float(start.group(1).replace(",", "."))

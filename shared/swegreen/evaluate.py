@@ -117,7 +117,7 @@ class Evaluator:
                 t_tests = time.monotonic()
                 run = await self.testbeds.run_eval(testbed)
                 row.durations.tests = time.monotonic() - t_tests
-                row.test_command_seconds = run.result.duration
+                row.test_command_seconds = run.test_seconds()
                 self.artifacts.write_text(key(art.EVAL_SCRIPT), run.script)
                 self.artifacts.write_text(
                     key(art.TEST_OUTPUT), run.log_path.read_text(errors="replace")

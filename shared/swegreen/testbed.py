@@ -22,7 +22,7 @@ from swegreen import artifacts as art
 from swegreen.dataset import Instance
 from swegreen.environments import Environment, EnvManager
 from swegreen.errors import EnvSetupFailed
-from swegreen.eval_script import make_eval_script
+from swegreen.eval_script import make_eval_script, test_command_seconds
 from swegreen.procs import ProcResult, run_process
 from swegreen.recipes import Recipe, RecipeBook
 from swegreen.repo_cache import RepoCache, git_env
@@ -73,6 +73,11 @@ class TestRun:
     @property
     def timed_out(self) -> bool:
         return self.result.timed_out
+
+    def test_seconds(self) -> float:
+        """Time inside the test command (the whole script's, if the log has no stamps)."""
+        measured = test_command_seconds(self.log_path.read_text(errors="replace"))
+        return measured if measured is not None else self.result.duration
 
 
 class Testbeds:

@@ -1,0 +1,157 @@
+"""Measure the engine's own cost per evaluated instance.
+
+For the sample benchmark (always) and optionally for real instances:
+  * cold environment build: a fresh cache, first evaluation (environment built);
+  * warm evaluation: caches filled, wall time per instance, and the time spent inside
+    the test command itself (read from the eval script's clock stamps);
+  * overhead = warm wall time - test command time, and the ratio of the two,
+    at concurrency 1 and 2.
+
+    python benchmarks/overhead.py                      # the sample benchmark
+    python benchmarks/overhead.py --dataset ../shared/data/swebench_verified.jsonl \\
+        --instance psf__requests-2931 --repo-url-template '/mirrors/{owner}+{name}/repo'
+
+Prints a markdown table (paste it into docs/benchmarks.md with the date and machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from swegreen.config import EvalConfig
+from swegreen.dataset import load_dataset, select_instances
+from swegreen.engine import LocalSettings, build_engine, host_environment
+from swegreen.runner import RunOutcome
+from swegreen.sample import build_sample
+from swegreen.sources import GoldPatches
+
+
+@dataclass
+class Measure:
+    label: str
+    concurrency: int
+    rows: int
+    wall: float
+    test_seconds: float
+    cold_build: float | None = None
+
+    @property
+    def per_instance(self) -> float:
+        return self.wall * self.concurrency / self.rows
+
+    @property
+    def test_per_instance(self) -> float:
+        return self.test_seconds / self.rows
+
+    @property
+    def overhead(self) -> float:
+        return self.per_instance - self.test_per_instance
+
+    @property
+    def ratio(self) -> float:
+        return (
+            self.per_instance / self.test_per_instance if self.test_per_instance else float("nan")
+        )
+
+
+def run_once(settings: LocalSettings, config: EvalConfig, run_id: str) -> tuple[RunOutcome, float]:
+    dataset = load_dataset(config.dataset)
+    instances = select_instances(dataset, config.selection())
+    engine = build_engine(settings, config, host_environment())
+    try:
+        start = time.monotonic()
+        outcome = asyncio.run(
+            engine.runner.run(
+                run_id=run_id,
+                dataset=dataset,
+                instances=instances,
+                source=GoldPatches(),
+                config=config,
+            )
+        )
+        return outcome, time.monotonic() - start
+    finally:
+        engine.close()
+
+
+def measure(label: str, base: EvalConfig, cache: Path, out: Path, rounds: int) -> list[Measure]:
+    settings = LocalSettings(output_dir=out, cache_dir=cache)
+    cold_cfg = base.model_copy(update={"max_concurrent_rows": 1})
+    first, _ = run_once(settings, cold_cfg, f"{label}-cold")
+    unresolved = [r.instance_id for r in first.results if r.status.value != "resolved"]
+    if unresolved:
+        print(f"warning: {label}: not resolved with gold patches: {', '.join(unresolved)}")
+    cold = max((r.durations.setup for r in first.results), default=0.0)
+    results = []
+    for concurrency in (1, 2):
+        cfg = base.model_copy(update={"max_concurrent_rows": concurrency})
+        walls, tests = [], []
+        for k in range(rounds):
+            outcome, wall = run_once(settings, cfg, f"{label}-c{concurrency}-{k}")
+            walls.append(wall)
+            tests.append(sum(r.test_command_seconds for r in outcome.results))
+        best = min(range(rounds), key=lambda i: walls[i])
+        results.append(
+            Measure(
+                label, concurrency, len(first.results), walls[best], tests[best], cold_build=cold
+            )
+        )
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", help="a dataset with the real instances to measure")
+    parser.add_argument("--instance", action="append", default=[], help="instance id (repeatable)")
+    parser.add_argument("--repo-url-template")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="warm runs per concurrency (best kept)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the temporary caches")
+    args = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="swegreen-bench-"))
+    rows: list[Measure] = []
+    try:
+        sample = build_sample(root / "sample")
+        cfg = EvalConfig(
+            dataset=str(sample.dataset), repo_url_template=sample.url_template, max_rows=-1
+        )
+        rows += measure("sample", cfg, root / "cache-sample", root / "out", args.rounds)
+        if args.dataset and args.instance:
+            extra = {"repo_url_template": args.repo_url_template} if args.repo_url_template else {}
+            cfg = EvalConfig(dataset=args.dataset, instance_ids=tuple(args.instance), **extra)
+            rows += measure("real", cfg, root / "cache-real", root / "out", args.rounds)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+    machine = f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    print(f"\nMachine: {machine}")
+    print(
+        "\n| set | rows | concurrency | cold setup, env built (s) | wall per instance (s) "
+        "| test command (s) | overhead per instance (s) | wall / test |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for m in rows:
+        cold = f"{m.cold_build:.1f}" if m.cold_build is not None else "-"
+        print(
+            f"| {m.label} | {m.rows} | {m.concurrency} | {cold} | {m.per_instance:.2f} | "
+            f"{m.test_per_instance:.2f} | {m.overhead:.2f} | {m.ratio:.2f} |"
+        )
+    print(
+        "\nwall per instance = run wall time x concurrency / rows; overhead = that minus the "
+        "mean time inside the test command."
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+"""The documentation names every configuration key the code accepts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from swegreen.config import EvalConfig
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def test_every_config_key_is_documented() -> None:
+    text = (DOCS / "configuration.md").read_text()
+    missing = [key for key in EvalConfig.model_fields if f"`{key}`" not in text]
+    assert missing == []

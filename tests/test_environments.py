@@ -1,0 +1,124 @@
+"""The environment cache: one build under concurrency, private views, failing builds."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from swegreen.environments import EnvManager
+from swegreen.errors import EnvSetupFailed
+from swegreen.interpreters import InterpreterSearch
+from swegreen.recipes import Recipe
+
+
+def manager(root: Path, host_env: dict[str, str]) -> EnvManager:
+    return EnvManager(root, InterpreterSearch.from_environ(host_env), host_env)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, host_env_module: dict[str, str]):
+    """Three concurrent requests (two managers, as two processes would be) for one recipe."""
+    root = tmp_path_factory.mktemp("envs")
+    recipe = Recipe(python="host", packages=("iniconfig==2.0.0",), test_cmd="true")
+
+    async def main():
+        a, b = manager(root, host_env_module), manager(root, host_env_module)
+        return await asyncio.gather(
+            a.ensure(recipe, "x"), b.ensure(recipe, "x"), a.ensure(recipe, "x")
+        )
+
+    return root, recipe, asyncio.run(main())
+
+
+@pytest.fixture(scope="module")
+def host_env_module() -> dict[str, str]:
+    from swegreen.engine import host_environment
+
+    return host_environment()
+
+
+def test_concurrent_requests_build_once(built) -> None:
+    root, _, envs = built
+    assert sum(not e.reused for e in envs) == 1
+    assert len({e.key for e in envs}) == 1
+    env_dir = root / envs[0].key
+    assert (env_dir / ".complete").exists() and (env_dir / "build.log").exists()
+    assert "iniconfig==2.0.0" in (env_dir / "lock.txt").read_text()
+    assert "pip==24.2" in (env_dir / "lock.txt").read_text()  # upstream's base tooling
+
+
+def test_the_environment_is_a_copy_of_the_interpreter_without_host_packages(built) -> None:
+    _, _, envs = built
+    prefix = envs[0].prefix
+    out = subprocess.run(
+        [
+            str(prefix / "bin" / "python"),
+            "-c",
+            "import sys, iniconfig; print(sys.prefix); print(iniconfig.__file__)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out[0] == str(prefix) and out[1].startswith(str(prefix))
+    assert not list((prefix / "bin").glob("aws*"))  # host-installed scripts stay out
+
+
+def test_views_keep_installs_private(built, tmp_path: Path, host_env_module) -> None:
+    root, _, envs = built
+    mgr = manager(root, host_env_module)
+    pkg = tmp_path / "pkg"
+    (pkg / "leaky").mkdir(parents=True)
+    (pkg / "leaky" / "__init__.py").write_text("X = 1\n")
+    (pkg / "setup.py").write_text(
+        "from setuptools import setup\nsetup(name='leaky', packages=['leaky'])\n"
+    )
+
+    first = asyncio.run(mgr.view(envs[0], tmp_path / "view1"))
+    second = asyncio.run(mgr.view(envs[0], tmp_path / "view2"))
+    subprocess.run(
+        [
+            str(first.python),
+            "-m",
+            "pip",
+            "install",
+            "--no-index",
+            "--no-build-isolation",
+            "-q",
+            "-e",
+            str(pkg),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    probe = ["-c", "import leaky, sys; print(sys.prefix)"]
+    assert subprocess.run(
+        [str(first.python), *probe], capture_output=True, text=True
+    ).stdout.strip() == str(tmp_path / "view1")
+    for other in (second.python, envs[0].python):
+        assert subprocess.run([str(other), *probe], capture_output=True).returncode != 0
+    site = next((envs[0].prefix / "lib").glob("python*/site-packages"))
+    assert not [p for p in site.iterdir() if "leaky" in p.name]
+
+
+def test_a_failing_recipe_is_built_at_most_twice_per_run(tmp_path: Path, host_env_module) -> None:
+    mgr = manager(tmp_path / "envs", host_env_module)
+    broken = Recipe(python="9.9", test_cmd="true")
+
+    async def main() -> list[str]:
+        messages = []
+        for _ in range(3):
+            try:
+                await mgr.ensure(broken, "broken/repo 1.0")
+            except EnvSetupFailed as exc:
+                messages.append(str(exc))
+        return messages
+
+    messages = asyncio.run(main())
+    assert len(messages) == 3
+    assert "Python 9.9" in messages[0]
+    assert "failed 2 times in this run" in messages[2]
+    assert (tmp_path / "envs" / f"{broken.env_key('')}.failed.log").exists()
