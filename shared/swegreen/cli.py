@@ -115,7 +115,45 @@ def parser() -> argparse.ArgumentParser:
 
     sample = sub.add_parser("sample", help="build the sample benchmark and print where it is")
     _local_flags(sample)
+
+    serve = sub.add_parser("serve", help="run the AgentBeats green agent (A2A server)")
+    _server_flags(serve, 9009)
+    serve.add_argument("--scenario", type=Path, help="scenario.toml whose [config] gives defaults")
+    serve.add_argument(
+        "--heartbeat", type=float, default=30.0, help="seconds between progress updates"
+    )
+    serve.add_argument(
+        "--no-diagnoses", action="store_true", help="do not ask the model for diagnoses"
+    )
+    serve.add_argument(
+        "--llm-mock-response", help="answer every model call with this text (offline)"
+    )
+    _local_flags(serve)
+
+    part = sub.add_parser("participant", help="run a reference participant (A2A server)")
+    part.add_argument("kind", choices=["gold", "empty", "llm", "scripted"])
+    _server_flags(part, 9019)
+    part.add_argument(
+        "--dataset",
+        default="SWE-bench/SWE-bench_Verified",
+        help="where gold patches come from (gold, scripted fenced); swegreen:sample works",
+    )
+    part.add_argument("--mode", default="prose", help="scripted: hang, prose, fenced or http500")
+    part.add_argument("--model", default="ollama/qwen2.5-coder:7b", help="llm: a litellm model")
+    part.add_argument("--llm-mock-response", help="llm: answer every model call with this text")
+    part.add_argument(
+        "--repo-url-template", help="llm: clone from here instead of the task's repo_url"
+    )
+    _local_flags(part)
     return p
+
+
+def _server_flags(p: argparse.ArgumentParser, port: int) -> None:
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=port)
+    p.add_argument(
+        "--card-url", help="URL to advertise in the agent card (default http://HOST:PORT/)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,6 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_regrade(args.run_id, settings, env, console))
         if args.command == "report":
             return _report(args.run_id, settings, env, console)
+        if args.command == "serve":
+            return _serve(args, settings, env)
+        if args.command == "participant":
+            return _participant(args, settings)
         if args.command == "sample":
             s = build_sample(settings.cache_dir / "sample")
             console.print(
@@ -398,6 +440,73 @@ def _report(
         return 0
     finally:
         store.close()
+
+
+def _card_url(args: argparse.Namespace) -> str:
+    return args.card_url or f"http://{args.host}:{args.port}/"
+
+
+def _serve(args: argparse.Namespace, settings: LocalSettings, env: dict[str, str]) -> int:
+    from swegreen.agent.assessment import AgentSettings
+    from swegreen.agent.executor import GreenAgentExecutor
+    from swegreen.agent.server import build_app, green_card, serve
+    from swegreen.config import config_from_env, read_scenario
+
+    scenario = _scenario(args)
+    defaults = {
+        **(read_scenario(scenario) if scenario else {}),
+        **config_from_env(env, allowed_extra=LOCAL_ENV_KEYS),
+    }
+    load_config(scenario, env, env_extra=LOCAL_ENV_KEYS)  # fail at start-up, not per request
+    agent = AgentSettings(
+        local=settings,
+        defaults=defaults,
+        host_env=env,
+        heartbeat=args.heartbeat,
+        llm_mock_response=args.llm_mock_response,
+        diagnose=not args.no_diagnoses,
+    )
+    serve(build_app(GreenAgentExecutor(agent), green_card(_card_url(args))), args.host, args.port)
+    return 0
+
+
+def _participant(args: argparse.Namespace, settings: LocalSettings) -> int:
+    from swegreen.agent.server import serve
+    from swegreen.participants.server import failing_app, participant_app
+
+    url = _card_url(args)
+    if args.kind == "scripted" and args.mode == "http500":
+        serve(failing_app(url), args.host, args.port)
+        return 0
+    solver: Any
+    if args.kind == "empty":
+        from swegreen.participants.solvers import empty_solver
+
+        solver = empty_solver
+    elif args.kind == "llm":
+        from swegreen.participants.llm import LlmSolver
+
+        solver = LlmSolver(
+            args.model,
+            settings.cache_dir / "llm-participant",
+            mock_response=args.llm_mock_response,
+            url_template=args.repo_url_template,
+        )
+    else:
+        from swegreen.participants.solvers import GoldSolver, ScriptedSolver
+        from swegreen.sample import resolve_sample
+
+        dataset = None
+        if args.kind == "gold" or args.mode == "fenced":  # the others need no patches
+            config = resolve_sample(EvalConfig(dataset=args.dataset), settings.cache_dir)
+            dataset = load_dataset(config.dataset)
+        solver = (
+            GoldSolver(dataset)
+            if dataset and args.kind == "gold"
+            else ScriptedSolver(args.mode, dataset)
+        )
+    serve(participant_app(f"{args.kind} participant", solver, url), args.host, args.port)
+    return 0
 
 
 def _new_run_id(patches: str) -> str:

@@ -58,10 +58,10 @@ class RepoCache:
     def mirror_path(self, repo: str) -> Path:
         return self.root / (repo.replace("/", "__") + ".git")
 
-    async def ensure_commit(self, repo: str, commit: str) -> Path:
-        """The cached clone of ``repo``, guaranteed to contain ``commit``."""
+    async def ensure_commit(self, repo: str, commit: str, url: str | None = None) -> Path:
+        """The cached clone of ``repo`` (from ``url``, else the template), containing ``commit``."""
         mirror = self.mirror_path(repo)
-        url = repo_url(self.url_template, repo)
+        url = url or repo_url(self.url_template, repo)
         if mirror.exists() and await self._has_commit(mirror, commit):
             return mirror
         async with file_lock(self.root / ".locks" / f"{mirror.name}.lock"):
@@ -86,9 +86,9 @@ class RepoCache:
         )
         return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else None
 
-    async def checkout(self, repo: str, commit: str, dest: Path) -> None:
+    async def checkout(self, repo: str, commit: str, dest: Path, url: str | None = None) -> None:
         """Make ``dest`` a working tree of ``repo`` at ``commit``, as the official images are."""
-        mirror = await self.ensure_commit(repo, commit)
+        mirror = await self.ensure_commit(repo, commit, url)
         try:
             await run_checked(
                 ["git", "clone", "--quiet", "--shared", "--no-checkout", str(mirror), str(dest)],

@@ -21,9 +21,11 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+from swegreen.config import EvalConfig
 from swegreen.recipes import Recipe, RecipeBook
 
 SAMPLE_OWNER = "sample"
+SAMPLE_DATASET = "swegreen:sample"  # the dataset name that means "the bundled sample"
 BASE_DATE = 1704103200  # 2024-01-01T10:00:00Z; step n is committed n days later
 
 
@@ -38,6 +40,18 @@ class SampleBenchmark:
     @property
     def url_template(self) -> str:
         return str(self.repos_dir / "{owner}__{name}")
+
+
+def resolve_sample(config: EvalConfig, cache_dir: Path) -> EvalConfig:
+    """``dataset = "swegreen:sample"`` means the bundled sample: build it and point the
+    config at its dataset file and repositories (unless a template was given)."""
+    if config.dataset != SAMPLE_DATASET:
+        return config
+    sample = build_sample(cache_dir / "sample")
+    update: dict[str, str] = {"dataset": str(sample.dataset)}
+    if "repo_url_template" not in config.model_fields_set:
+        update["repo_url_template"] = sample.url_template
+    return config.model_copy(update=update)
 
 
 def _files() -> Traversable:

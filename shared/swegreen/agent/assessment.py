@@ -1,0 +1,215 @@
+"""One assessment: every participant evaluated on the selected instances, with progress.
+
+Kept free of A2A server types: the executor turns ``notify`` calls into ``working``
+status updates and the returned rows into the final artifact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from swegreen import __version__
+from swegreen import artifacts as art
+from swegreen.agent.participant_client import A2AParticipant
+from swegreen.agent.request import AssessmentRequest, RequestError
+from swegreen.classify import Status
+from swegreen.config import EvalConfig
+from swegreen.dataset import Dataset, Instance, load_dataset, select_instances
+from swegreen.diagnosis import Diagnoser
+from swegreen.engine import Engine, LocalSettings, build_engine
+from swegreen.errors import SweGreenError
+from swegreen.metrics import RunMetrics
+from swegreen.ports import ProgressEvent
+from swegreen.sample import resolve_sample
+from swegreen.sandbox import Isolation
+
+Notify = Callable[[str], Awaitable[None]]
+
+
+@dataclass
+class AgentSettings:
+    """What the green agent's host provides; the assessment's config comes per request."""
+
+    local: LocalSettings
+    defaults: dict[str, Any] = field(default_factory=dict)
+    host_env: dict[str, str] = field(default_factory=dict)
+    isolation: Isolation | None = None
+    llm_mock_response: str | None = None
+    heartbeat: float = 30.0
+    diagnose: bool = True
+
+
+@dataclass
+class AssessmentOutcome:
+    rows: list[dict[str, Any]]
+    summary: str
+
+
+class Assessment:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        request: AssessmentRequest,
+        config: EvalConfig,
+        assessment_id: str,
+        notify: Notify,
+    ) -> None:
+        self.settings = settings
+        self.request = request
+        self.config = config
+        self.id = assessment_id
+        self.notify = notify
+        self.counts: Counter[str] = Counter()
+        self.done = 0
+        self.total = 0
+        self.running: set[str] = set()
+
+    async def prepare(self) -> tuple[EvalConfig, Dataset, list[Instance]]:
+        """Load and select rows; any problem here is the request's (it is rejected)."""
+        try:
+            config = await asyncio.to_thread(
+                resolve_sample, self.config, self.settings.local.cache_dir
+            )
+            dataset = await asyncio.to_thread(
+                load_dataset, config.dataset, config.split, config.dataset_revision
+            )
+            instances = select_instances(dataset, config.selection())
+        except SweGreenError as exc:
+            raise RequestError(str(exc)) from None
+        if not instances:
+            raise RequestError(
+                "the selection is empty: check instance_ids, repos, max_rows and shards"
+            )
+        return config, dataset, instances
+
+    async def run(
+        self, config: EvalConfig, dataset: Dataset, instances: list[Instance]
+    ) -> AssessmentOutcome:
+        self.total = len(instances) * len(self.request.participants)
+        rows, lines = [], []
+        timeout = httpx.Timeout(30.0, read=300.0)
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as http:
+            for role, url in self.request.participants.items():
+                participant = A2AParticipant(
+                    role,
+                    url,
+                    timeout=config.participant_timeout,
+                    url_template=config.repo_url_template,
+                    http=http,
+                )
+                row, line = await self._evaluate(role, url, participant, config, dataset, instances)
+                rows.append(row)
+                lines.append(line)
+        return AssessmentOutcome(rows, "\n".join(lines))
+
+    def status_line(self) -> str:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "none yet"
+        busy = f"; evaluating {', '.join(sorted(self.running))}" if self.running else ""
+        return f"{self.done}/{self.total} rows done ({counts}){busy}"
+
+    async def _evaluate(
+        self,
+        role: str,
+        url: str,
+        participant: A2AParticipant,
+        config: EvalConfig,
+        dataset: Dataset,
+        instances: list[Instance],
+    ) -> tuple[dict[str, Any], str]:
+        engine = build_engine(
+            self.settings.local,
+            config,
+            self.settings.host_env,
+            progress=lambda event: self._progress(role, event),
+            isolation=self.settings.isolation,
+        )
+        try:
+            outcome = await engine.runner.run(
+                run_id=f"{self.id}-{role}",
+                dataset=dataset,
+                instances=instances,
+                source=participant,
+                config=config,
+                participants={role: url},
+                provenance={
+                    "green_agent": f"swegreen {__version__}",
+                    "participant": {role: url},
+                    "sandbox": engine.isolation.describe(),
+                },
+            )
+            summary, diagnosed = await self._diagnose(engine, outcome.record.run_id, config)
+            if diagnosed:  # rows gained diagnoses: publish them
+                outcome = await engine.runner.publish(outcome.record, instances, {role: url})
+            row = dict(outcome.result_row)
+            row["participant"] = role
+            if summary:
+                row["summary"] = summary
+            m = outcome.metrics
+            line = (
+                f"{role}: {m.counts['resolved']}/{m.total_instances} resolved "
+                f"({m.share(Status.RESOLVED):.1%}); "
+                + ", ".join(f"{k} {v}" for k, v in m.counts.items() if v and k != "resolved")
+            )
+            return row, line
+        finally:
+            engine.close()
+
+    async def _progress(self, role: str, event: ProgressEvent) -> None:
+        label = (
+            f"{role}/{event.instance_id}"
+            if len(self.request.participants) > 1
+            else event.instance_id
+        )
+        if event.kind == "started":
+            self.running.add(label)
+            await self.notify(f"started {label} ({self.status_line()})")
+        elif event.kind in ("finished", "skipped") and event.result is not None:
+            self.running.discard(label)
+            self.done += 1
+            self.counts[event.result.status.value] += 1
+            r = event.result
+            await self.notify(
+                f"{label}: {r.status.value} ({r.reason}; F2P {r.f2p_passed}/{r.f2p_total}, "
+                f"P2P {r.p2p_passed}/{r.p2p_total}) — {self.status_line()}"
+            )
+        elif event.kind == "note":
+            await self.notify(f"{label}: {event.message}")
+
+    async def _diagnose(
+        self, engine: Engine, run_id: str, config: EvalConfig
+    ) -> tuple[str | None, bool]:
+        """Diagnoses of the rows that did not resolve, and a run summary; both optional.
+        Returns the summary and whether any row gained a diagnosis."""
+        if not self.settings.diagnose:
+            return None, False
+        diagnosed = False
+        diagnoser = Diagnoser(
+            config.green_agent_model, mock_response=self.settings.llm_mock_response
+        )
+        results = await asyncio.to_thread(engine.store.get_results, run_id)
+        for row in results.values():
+            if row.status is Status.RESOLVED or diagnoser.unavailable:
+                continue
+            log = (
+                engine.artifacts.read_text(
+                    art.instance_key(run_id, row.instance_id, art.TEST_OUTPUT)
+                )
+                or ""
+            )
+            text = await diagnoser.diagnose(row, log)
+            if text:
+                diagnosed = True
+                await asyncio.to_thread(
+                    engine.store.save_result, run_id, row.model_copy(update={"diagnosis": text})
+                )
+        metrics = RunMetrics.from_results(results.values())
+        summary = await diagnoser.summarize(metrics.result_row(config.green_agent_model))
+        if diagnoser.unavailable:
+            await self.notify(f"note: no diagnoses or summary: {diagnoser.unavailable}")
+        return summary, diagnosed

@@ -1,0 +1,71 @@
+"""Serving an A2A agent: the card (for 1.0 and 0.3 clients) and the JSON-RPC endpoint.
+
+AgentBeats' runners speak A2A 0.3; a2a-sdk 1.x serves them only if the routes enable the
+v0.3 compatibility layer *and* the card lists an interface with protocol_version 0.3.
+Both are always on here. Runners call the URL the card advertises (``--card-url``).
+"""
+
+from __future__ import annotations
+
+from a2a.server.agent_execution import AgentExecutor
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+from starlette.applications import Starlette
+
+from swegreen import __version__
+
+JSONRPC = "JSONRPC"
+
+
+def agent_card(name: str, description: str, url: str, skills: list[AgentSkill]) -> AgentCard:
+    return AgentCard(
+        name=name,
+        description=description,
+        version=__version__,
+        supported_interfaces=[
+            AgentInterface(url=url, protocol_binding=JSONRPC, protocol_version="1.0"),
+            AgentInterface(url=url, protocol_binding=JSONRPC, protocol_version="0.3"),
+        ],
+        capabilities=AgentCapabilities(streaming=True),
+        default_input_modes=["text/plain", "application/json"],
+        default_output_modes=["text/plain", "application/json"],
+        skills=skills,
+    )
+
+
+def build_app(executor: AgentExecutor, card: AgentCard) -> Starlette:
+    handler = DefaultRequestHandler(
+        agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card
+    )
+    routes = create_agent_card_routes(card) + create_jsonrpc_routes(
+        handler, rpc_url="/", enable_v0_3_compat=True
+    )
+
+    return Starlette(routes=routes)
+
+
+def green_card(url: str) -> AgentCard:
+    return agent_card(
+        "SWE-bench Verified green agent",
+        "Evaluates coding agents on real GitHub issues from SWE-bench Verified: sends each "
+        "participant an issue, applies the diff it returns, runs the instance's tests in a "
+        "sandbox and grades them with the official swebench grader.",
+        url,
+        [
+            AgentSkill(
+                id="swe-bench-verified",
+                name="SWE-bench Verified assessment",
+                description='Request: {"participants": {"agent": "<a2a url>"}, "config": '
+                '{"max_rows": 3, "max_concurrent_rows": 1, ...}}',
+                tags=["swe-bench", "coding", "evaluation", "green-agent"],
+            )
+        ],
+    )
+
+
+def serve(app: Starlette, host: str, port: int) -> None:
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=10)

@@ -1,0 +1,120 @@
+"""A participant server: an A2A executor around a solver (instance facts -> a reply)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from a2a.helpers import new_data_part, new_task_from_user_message, new_text_part
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types import AgentSkill
+from google.protobuf.json_format import MessageToDict
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from swegreen.agent.server import agent_card, build_app
+
+
+@dataclass
+class Reply:
+    """What a solver answers: a patch (None: no diff at all), prose, optional usage."""
+
+    patch: str | None
+    text: str = ""
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+Solver = Callable[[dict[str, Any], str], Awaitable[Reply]]
+
+
+def task_facts(context: RequestContext) -> tuple[dict[str, Any], str]:
+    """The instance facts (data part, or JSON text) and the prose of the request."""
+    data: dict[str, Any] = {}
+    texts = []
+    message = context.message
+    for part in message.parts if message else []:
+        kind = part.WhichOneof("content")
+        if kind == "data":
+            value = MessageToDict(part.data)
+            if isinstance(value, dict):
+                data.update(value)
+        elif kind == "text":
+            texts.append(part.text)
+    if not data:
+        for text in texts:
+            try:
+                value = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                data.update(value)
+    return data, "\n".join(texts)
+
+
+class SolverExecutor(AgentExecutor):
+    def __init__(self, solver: Solver) -> None:
+        self.solver = solver
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task = context.current_task
+        if task is None:
+            assert context.message is not None
+            task = new_task_from_user_message(context.message)
+            await event_queue.enqueue_event(task)
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        await updater.start_work(updater.new_agent_message([new_text_part("working on it")]))
+        data, text = task_facts(context)
+        reply = await self.solver(data, text)
+        parts = [new_text_part(reply.text or "done")]
+        if reply.patch is not None:
+            parts.append(new_data_part({"patch": reply.patch}))
+        metadata = {"usage": reply.usage} if reply.usage else None
+        await updater.add_artifact(parts, name="patch", metadata=metadata)
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        if context.task_id and context.context_id:
+            updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+            await updater.cancel()
+
+
+def participant_app(name: str, solver: Solver, url: str) -> Starlette:
+    card = agent_card(
+        name,
+        f"{name} participant for SWE-bench Verified",
+        url,
+        [
+            AgentSkill(
+                id="fix-issue",
+                name="Fix a GitHub issue",
+                description="Returns a unified diff that fixes the issue.",
+                tags=["swe-bench"],
+            )
+        ],
+    )
+    return build_app(SolverExecutor(solver), card)
+
+
+def failing_app(url: str, status: int = 500) -> Starlette:
+    """A participant whose card is fine but whose every call fails with ``status``."""
+    card = agent_card("broken", "always fails", url, [])
+    from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+
+    async def card_route(_request: Request) -> Response:
+        return JSONResponse(agent_card_to_dict(card))
+
+    async def fail(_request: Request) -> Response:
+        return Response("internal error", status_code=status)
+
+    return Starlette(
+        routes=[
+            Route("/.well-known/agent-card.json", card_route),
+            Route("/", fail, methods=["POST"]),
+        ]
+    )

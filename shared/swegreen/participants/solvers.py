@@ -1,0 +1,49 @@
+"""Deterministic solvers: gold (validates the whole chain), empty, and scripted fakes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from swegreen.dataset import Dataset
+from swegreen.participants.server import Reply
+
+
+class GoldSolver:
+    """Answers with the dataset's own fix: every instance should resolve."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.patches = {i.instance_id: i.patch for i in dataset.instances}
+
+    async def __call__(self, data: dict[str, Any], text: str) -> Reply:
+        patch = self.patches.get(str(data.get("instance_id")))
+        if patch is None:
+            return Reply(None, f"unknown instance {data.get('instance_id')!r}")
+        return Reply(patch, "the gold patch", usage={"prompt_tokens": 0, "completion_tokens": 0})
+
+
+async def empty_solver(data: dict[str, Any], text: str) -> Reply:
+    """Answers with no change at all: every instance should be no_op."""
+    return Reply("", "no change")
+
+
+class ScriptedSolver:
+    """Misbehaviours on demand, for tests: ``hang`` never answers, ``prose`` answers without a
+    diff, ``fenced`` wraps the gold patch in a ```diff block inside prose."""
+
+    MODES = ("hang", "prose", "fenced")
+
+    def __init__(self, mode: str, dataset: Dataset | None = None) -> None:
+        if mode not in self.MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(self.MODES)}")
+        self.mode = mode
+        self.gold = GoldSolver(dataset) if dataset is not None else None
+
+    async def __call__(self, data: dict[str, Any], text: str) -> Reply:
+        if self.mode == "hang":
+            await asyncio.Event().wait()  # until cancelled
+        if self.mode == "prose":
+            return Reply(None, "I looked into this issue carefully but could not find a fix.")
+        assert self.gold is not None
+        gold = await self.gold(data, text)
+        return Reply(None, f"Here is my fix:\n\n```diff\n{gold.patch}```\n\nIt adds the check.")

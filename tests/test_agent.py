@@ -1,0 +1,376 @@
+"""The green agent end to end: real A2A servers on 127.0.0.1 (green agent, reference and
+misbehaving participants), driven by an a2a-sdk 1.x client and by a genuine 0.3 client as
+AgentBeats' runners use."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import ClientConfig, ClientFactory
+from a2a.helpers import new_text_part
+from a2a.types import CancelTaskRequest, Message, Role, SendMessageRequest
+from google.protobuf.json_format import MessageToDict
+
+from swegreen.sample import SampleBenchmark
+
+ROOT = Path(__file__).resolve().parents[1]
+A2A03_VENV = ROOT / ".venv-a2a03"
+A2A03_VERSION = "0.3.26"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+def start(args: list[str], cache: Path, out: Path, name: str) -> Server:
+    port = free_port()
+    log = out / f"{name}.log"
+    out.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "swegreen",
+            *args,
+            "--port",
+            str(port),
+            "--cache-dir",
+            str(cache),
+            "--output-dir",
+            str(out / name),
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ},
+    )
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(600):
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + ".well-known/agent-card.json", timeout=1).status_code == 200:
+                return Server(url, proc, log)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"{name} did not start:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def servers(
+    session_cache: Path, sample: SampleBenchmark, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Server]]:
+    out = tmp_path_factory.mktemp("agents")
+    specs = {
+        "green": ["serve", "--heartbeat", "1", "--llm-mock-response", "MOCK DIAGNOSIS"],
+        "gold": ["participant", "gold", "--dataset", "swegreen:sample"],
+        "empty": ["participant", "empty"],
+        "hang": ["participant", "scripted", "--mode", "hang"],
+        "broken": ["participant", "scripted", "--mode", "http500"],
+        "prose": ["participant", "scripted", "--mode", "prose"],
+        "fenced": ["participant", "scripted", "--mode", "fenced", "--dataset", "swegreen:sample"],
+    }
+    running: dict[str, Server] = {}
+    try:
+        for name, args in specs.items():
+            running[name] = start(args, session_cache, out, name)
+        yield running
+    finally:
+        for server in running.values():
+            server.proc.terminate()
+        for server in running.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                server.proc.wait(timeout=10)
+
+
+@dataclass
+class Outcome:
+    state: str = ""
+    statuses: list[str] = field(default_factory=list)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    task_id: str = ""
+
+    @property
+    def rows(self) -> dict[str, dict[str, Any]]:
+        return {
+            p["data"]["participant"]: p["data"]
+            for a in self.artifacts
+            for p in a["parts"]
+            if "data" in p
+        }
+
+    @property
+    def texts(self) -> list[str]:
+        return [p["text"] for a in self.artifacts for p in a["parts"] if "text" in p]
+
+
+async def assess(
+    url: str, request: dict[str, Any] | str, cancel_after: str | None = None
+) -> Outcome:
+    """Send one assessment with a 1.x client and follow its stream to the end."""
+    outcome = Outcome()
+    text = request if isinstance(request, str) else json.dumps(request)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(30, read=300)) as http:
+        client = await ClientFactory(
+            ClientConfig(httpx_client=http, streaming=True)
+        ).create_from_url(url)
+        message = Message(
+            role=Role.ROLE_USER, message_id=uuid.uuid4().hex, parts=[new_text_part(text)]
+        )
+        async for event in client.send_message(SendMessageRequest(message=message)):
+            d = MessageToDict(event)
+            if "task" in d:
+                outcome.task_id = d["task"]["id"]
+                outcome.state = d["task"]["status"]["state"]
+            elif "statusUpdate" in d:
+                status = d["statusUpdate"]["status"]
+                outcome.state = status["state"]
+                said = " ".join(
+                    p.get("text", "") for p in status.get("message", {}).get("parts", [])
+                )
+                outcome.statuses.append(said)
+                if cancel_after and cancel_after in said:
+                    await client.cancel_task(CancelTaskRequest(id=outcome.task_id))
+                    cancel_after = None
+            elif "artifactUpdate" in d:
+                outcome.artifacts.append(d["artifactUpdate"]["artifact"])
+    return outcome
+
+
+SAMPLE_CONFIG = {
+    "dataset": "swegreen:sample",
+    "max_rows": 2,
+    "max_concurrent_rows": 2,
+    "participant_timeout": 4,
+}
+
+
+def test_an_assessment_over_a2a_1_0_with_good_and_misbehaving_participants(servers) -> None:
+    roles = ("gold", "empty", "hang", "broken", "prose")
+    request = {"participants": {r: servers[r].url for r in roles}, "config": SAMPLE_CONFIG}
+    outcome = asyncio.run(assess(servers["green"].url, request))
+
+    assert outcome.state == "TASK_STATE_COMPLETED"
+    assert len(outcome.artifacts) == 1
+    rows = outcome.rows
+    assert set(rows) == set(roles)
+
+    def statuses(role: str) -> set[tuple[str, str]]:
+        return {(i["status"], i["reason"]) for i in rows[role]["instances"]}
+
+    assert statuses("gold") == {("resolved", "all_tests_pass")}
+    assert statuses("empty") == {("no_op", "empty_patch")}
+    assert statuses("hang") == {("no_op", "participant_timeout")}
+    assert statuses("broken") == {("no_op", "participant_error")}
+    assert statuses("prose") == {("no_op", "no_patch")}
+    assert rows["gold"]["resolved_pct"] == 1.0 and rows["gold"]["total_instances"] == 2
+    assert rows["hang"]["participant_failures"] == 2 and rows["broken"]["participant_failures"] == 2
+    assert rows["prose"]["participant_failures"] == 0
+
+    gold = rows["gold"]
+    for key in (
+        "resolved_pct",
+        "breaking_resolved_pct",
+        "partially_resolved_pct",
+        "work_in_progress_pct",
+        "regression_pct",
+        "no_op_pct",
+        "error_pct",
+        "fail_to_pass_passed_pct",
+        "pass_to_pass_passed_pct",
+        "green_agent_model",
+        "counts",
+        "fail_to_pass_total",
+    ):
+        assert key in gold
+    instance = gold["instances"][0]
+    for key in ("status", "reason", "f2p_passed", "p2p_total", "durations", "patch_bytes"):
+        assert key in instance
+    assert instance["participant_usage"] == {"prompt_tokens": 0.0, "completion_tokens": 0.0}
+    provenance = gold["provenance"]
+    assert provenance["grader"].startswith("swebench") and provenance["green_agent"].startswith(
+        "swegreen"
+    )
+    assert provenance["dataset_digest"] and provenance["config"]["participant_timeout"] == 4
+    assert "dataset_revision" in provenance
+
+    # the green agent's model explains what did not resolve, and only that
+    assert {i.get("diagnosis") for i in rows["empty"]["instances"]} == {"MOCK DIAGNOSIS"}
+    assert all(i.get("diagnosis") is None for i in gold["instances"])
+    assert rows["empty"]["summary"] == "MOCK DIAGNOSIS"
+    # a text summary, which must not parse as JSON (runners would take it for a result)
+    [summary] = outcome.texts
+    assert "gold: 2/2 resolved" in summary
+    with pytest.raises(ValueError):
+        json.loads(summary)
+    # progress: per-instance starts and verdicts, and heartbeats while the hang ran
+    assert any("started gold/sample__calculator-1" in s for s in outcome.statuses)
+    assert any(s.startswith("gold/sample__calculator-1: resolved") for s in outcome.statuses)
+    assert any(s.startswith("still working") for s in outcome.statuses)
+
+
+@pytest.fixture(scope="module")
+def a2a03_python() -> Path:
+    """A separate interpreter with a2a-sdk 0.3, the version AgentBeats' runners speak."""
+    python = A2A03_VENV / "bin" / "python"
+    probe = [str(python), "-c", "import importlib.metadata as m; print(m.version('a2a-sdk'))"]
+    if (
+        not python.exists()
+        or subprocess.run(probe, capture_output=True, text=True).stdout.strip() != A2A03_VERSION
+    ):
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(A2A03_VENV)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", f"a2a-sdk=={A2A03_VERSION}", "httpx"],
+            check=True,
+        )
+    return python
+
+
+def test_an_assessment_over_a2a_0_3_as_agentbeats_runs_it(servers, a2a03_python: Path) -> None:
+    request = {
+        "participants": {"gold": servers["gold"].url, "fenced": servers["fenced"].url},
+        "config": SAMPLE_CONFIG,
+    }
+    out = subprocess.run(
+        [
+            str(a2a03_python),
+            str(ROOT / "tests" / "a2a" / "client_v03.py"),
+            servers["green"].url,
+            json.dumps(request),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    result = json.loads(out.stdout)
+    assert result["state"] == "completed"
+    by_role = {r["participant"]: r for r in result["results"]}
+    assert set(by_role) == {"gold", "fenced"}  # one result per data part, no text taken as JSON
+    assert by_role["gold"]["resolved_pct"] == 1.0
+    assert by_role["fenced"]["resolved_pct"] == 1.0  # a ```diff block in prose is found
+
+
+@pytest.mark.parametrize(
+    ("request_text", "message"),
+    [
+        ("evaluate my agent please", "the request is not JSON"),
+        (json.dumps({"participants": {}}), "name at least one participant"),
+        (json.dumps({"participants": {"a": "ftp://x"}}), "has no http(s) URL"),
+        (
+            json.dumps({"participants": {"a": "http://x"}, "config": {"max_rowz": 1}}),
+            "unknown config key 'max_rowz'",
+        ),
+        (
+            json.dumps(
+                {
+                    "participants": {"a": "http://x"},
+                    "config": {"dataset": "swegreen:sample", "instance_ids": ["nope"]},
+                }
+            ),
+            "unknown instance id",
+        ),
+    ],
+)
+def test_bad_requests_are_rejected_with_what_to_fix(
+    servers, request_text: str, message: str
+) -> None:
+    outcome = asyncio.run(assess(servers["green"].url, request_text))
+    assert outcome.state == "TASK_STATE_REJECTED"
+    assert message in outcome.statuses[-1]
+
+
+def test_cancelling_the_assessment_cancels_its_work(servers) -> None:
+    request = {
+        "participants": {"hang": servers["hang"].url},
+        "config": {**SAMPLE_CONFIG, "participant_timeout": 600},
+    }
+    start = time.monotonic()
+    outcome = asyncio.run(assess(servers["green"].url, request, cancel_after="started"))
+    assert outcome.state == "TASK_STATE_CANCELED"
+    assert time.monotonic() - start < 60
+
+
+def test_an_unreachable_model_never_stops_the_run(
+    servers, session_cache: Path, tmp_path: Path
+) -> None:
+    green = start(["serve", "--heartbeat", "5"], session_cache, tmp_path, "green-no-model")
+    try:
+        request = {
+            "participants": {"empty": servers["empty"].url},
+            "config": {
+                **SAMPLE_CONFIG,
+                "max_rows": 2,
+                "green_agent_model": "openai/gpt-4o-mini-nonexistent",
+            },
+        }
+        env_key = os.environ.pop("OPENAI_API_KEY", None)
+        try:
+            outcome = asyncio.run(assess(green.url, request))
+        finally:
+            if env_key is not None:
+                os.environ["OPENAI_API_KEY"] = env_key
+    finally:
+        green.proc.terminate()
+        green.proc.wait(timeout=10)
+    assert outcome.state == "TASK_STATE_COMPLETED"
+    notes = [s for s in outcome.statuses if "no diagnoses or summary" in s]
+    assert len(notes) == 1 and "unavailable" in notes[0]
+    assert all(i.get("diagnosis") is None for i in outcome.rows["empty"]["instances"])
+
+
+def test_the_llm_baseline_with_a_mocked_model(
+    session_cache: Path, sample: SampleBenchmark, servers, tmp_path: Path
+) -> None:
+    gold = json.loads(sample.dataset.read_text().splitlines()[0])
+    fenced = f"Here is the fix.\n```diff\n{gold['patch']}```"
+    llm = start(
+        ["participant", "llm", "--llm-mock-response", fenced], session_cache, tmp_path, "llm"
+    )
+    prose = start(
+        ["participant", "llm", "--llm-mock-response", "I am not sure."],
+        session_cache,
+        tmp_path,
+        "llm-prose",
+    )
+    try:
+        request = {
+            "participants": {"llm": llm.url, "llm-prose": prose.url},
+            "config": {
+                **SAMPLE_CONFIG,
+                "instance_ids": [gold["instance_id"]],
+                "participant_timeout": 120,
+            },
+        }
+        outcome = asyncio.run(assess(servers["green"].url, request))
+    finally:
+        for server in (llm, prose):
+            server.proc.terminate()
+            server.proc.wait(timeout=10)
+    [good] = outcome.rows["llm"]["instances"]
+    assert good["status"] == "resolved"
+    assert good["participant_usage"]["total_tokens"] > 0  # litellm's mock reports usage too
+    [bad] = outcome.rows["llm-prose"]["instances"]
+    assert (bad["status"], bad["reason"]) == ("no_op", "no_patch")

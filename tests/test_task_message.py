@@ -1,0 +1,49 @@
+"""What participants receive never contains the gold patch, the test patch or the tests."""
+
+from __future__ import annotations
+
+import json
+
+from swegreen.dataset import parse_rows
+from swegreen.task_message import HIDDEN_FIELDS, SHARED_FIELDS, task_data, task_text
+
+from .helpers import raw_row
+
+CANARIES = {
+    "patch": "diff --git a/GOLD_CANARY b/GOLD_CANARY",
+    "test_patch": "diff --git a/TESTPATCH_CANARY b/TESTPATCH_CANARY",
+    "FAIL_TO_PASS": json.dumps(["tests/test_x.py::F2P_CANARY"]),
+    "PASS_TO_PASS": json.dumps(["tests/test_x.py::P2P_CANARY"]),
+    "eval_script": "EVALSCRIPT_CANARY",
+}
+
+
+def test_hidden_fields_never_reach_the_participant() -> None:
+    inst = parse_rows([raw_row(1, hints_text="look at x.py", **CANARIES)])[0]
+    data = task_data(inst, "https://github.com/{repo}.git")
+    blob = json.dumps(data) + task_text(data)
+    for canary in (
+        "GOLD_CANARY",
+        "TESTPATCH_CANARY",
+        "F2P_CANARY",
+        "P2P_CANARY",
+        "EVALSCRIPT_CANARY",
+    ):
+        assert canary not in blob
+    assert set(data) == set(SHARED_FIELDS)
+    assert not set(data) & set(HIDDEN_FIELDS)
+
+
+def test_the_message_has_what_an_agent_needs() -> None:
+    inst = parse_rows([raw_row(7, repo="psf/requests", hints_text="see models.py")])[0]
+    data = task_data(inst, "https://github.com/{repo}.git")
+    assert data["repo_url"] == "https://github.com/psf/requests.git"
+    assert data["base_commit"] == "c" * 40 and data["instance_id"] == "psf__requests-7"
+    text = task_text(data)
+    assert "psf/requests" in text and "c" * 40 in text and "<issue>" in text
+    assert "see models.py" in text and "unified diff" in text
+
+
+def test_no_hints_section_without_hints() -> None:
+    data = task_data(parse_rows([raw_row(1)])[0], "{repo}")
+    assert "<hints>" not in task_text(data)
