@@ -179,9 +179,11 @@ def translate(repo: str, version: str, spec: dict[str, Any], up: dict[str, Any])
     if repo == "django/django":
         out["directive_style"] = "django"
     if "nano_cpus" in spec:
+        out["cpus"] = spec["nano_cpus"] / 1e9
         notes.append(
-            f"upstream limits this image to {spec['nano_cpus'] / 1e9:g} CPUs; not "
-            "applied here (max_concurrent_rows bounds the load)"
+            f"upstream limits this image to {out['cpus']:g} CPUs; the test command sees "
+            "that CPU quota in its cgroup files, as under Docker (pylint sizes its jobs "
+            "and skips its needs_two_cores tests by it)"
         )
     if spec.get("no_use_env"):
         notes.append(

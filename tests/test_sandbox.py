@@ -152,3 +152,21 @@ def test_a_killed_engine_takes_its_sandbox_down(tmp_path: Path) -> None:
         time.sleep(0.05)
     else:
         pytest.fail("the test process outlived the killed engine")
+
+
+@pytest.mark.skipif(not ISO.mountns, reason="no mount namespaces here")
+def test_a_recipe_cpu_limit_is_shown_like_docker_does(tmp_path: Path) -> None:
+    """pylint sizes its job pool (and skips needs_two_cores tests) by the cgroup CPU quota."""
+    probe = (
+        "python -c \"import pathlib; d = pathlib.Path('/sys/fs/cgroup/cpu');"
+        " print(d.joinpath('cpu.cfs_quota_us').read_text().strip(),"
+        " d.joinpath('cpu.cfs_period_us').read_text().strip())\""
+    )
+    policy = SandboxPolicy(timeout=30, cpus=2)
+    wrapper = LocalSandbox(ISO).test_wrapper(policy)
+    assert wrapper is not None
+    result = run(tmp_path, f"{wrapper} {probe}\n", policy)
+    assert "200000 100000" in result.output
+    host_quota = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+    if host_quota.exists():
+        assert host_quota.read_text().strip() != "200000"  # the host's view is untouched

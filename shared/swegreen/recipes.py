@@ -77,6 +77,11 @@ class Recipe(BaseModel):
     directive_style: Literal["paths", "django"] = "paths"
     eval_timeout: float | None = Field(None, description="Default time limit for eval.sh.")
     network: bool = Field(False, description="Tests need the network (sandbox leaves it on).")
+    cpus: float | None = Field(
+        None,
+        description="CPUs upstream's image is limited to (nano_cpus), shown to the tests "
+        "as the cgroup CPU quota Docker would show.",
+    )
     services: tuple[str, ...] = Field(
         (), description="Local stand-ins for network services the tests call (e.g. httpbin)."
     )

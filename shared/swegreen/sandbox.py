@@ -53,6 +53,7 @@ INDEX_PASSTHROUGH = (
 class SandboxPolicy:
     timeout: float
     network: bool = False
+    cpus: float | None = None  # a Docker-like CPU quota, as the tests see it
     memory_mb: int | None = 16384
     max_processes: int | None = 4096
 
@@ -80,6 +81,7 @@ class Isolation:
     """What this host lets the sandbox do, found once at start-up."""
 
     netns_cmd: tuple[str, ...] | None = None  # prefix that runs a command without network
+    mountns: bool = False  # unshare --mount works (for the CPU quota view)
     pids_cgroup: Path | None = None  # a writable pids cgroup hierarchy (v1) or v2 root
     cgroup_v2: bool = False
     is_root: bool = False
@@ -98,11 +100,24 @@ class Isolation:
                 break
         if netns is None:
             notes.append("network namespaces unavailable: tests run with the host's network")
+        mountns = (
+            netns is not None
+            and subprocess.run(
+                [netns[0], "--mount", *netns[2:], "true"],
+                capture_output=True,
+                timeout=30,
+                check=False,
+            ).returncode
+            == 0
+        )
+        if not mountns:
+            notes.append("mount namespaces unavailable: recipes' CPU limits are not shown to tests")
         pids, v2 = _find_pids_cgroup()
         if pids is None and os.geteuid() == 0:
             notes.append("no writable pids cgroup: the process limit is not enforced for root")
         return cls(
             netns_cmd=netns,
+            mountns=mountns,
             pids_cgroup=pids,
             cgroup_v2=v2,
             is_root=os.geteuid() == 0,
@@ -127,6 +142,19 @@ def _find_pids_cgroup() -> tuple[Path | None, bool]:
     if (v1 / "cgroup.procs").exists() and os.access(v1, os.W_OK):
         return v1, False
     return None, False
+
+
+def cpu_quota_view(cpus: float) -> str:
+    """Shell that makes /sys/fs/cgroup show a CFS quota of ``cpus``, as Docker's --cpus does
+    (tools such as pylint size their worker pools, and skip tests, by it). Runs inside a
+    private mount namespace, so nothing outside sees it."""
+    quota = int(cpus * 100000)
+    return (
+        "mount -t tmpfs swegreen-cgroup /sys/fs/cgroup 2>/dev/null && mkdir -p /sys/fs/cgroup/cpu"
+        f" && echo {quota} > /sys/fs/cgroup/cpu/cpu.cfs_quota_us"
+        " && echo 100000 > /sys/fs/cgroup/cpu/cpu.cfs_period_us"
+        " && echo 1024 > /sys/fs/cgroup/cpu/cpu.shares; true"
+    )
 
 
 def free_port() -> int:
@@ -188,21 +216,30 @@ class LocalSandbox:
         """Whether the test command runs in its own network namespace."""
         return not policy.network and self.isolation.netns_cmd is not None
 
+    def shows_cpu_quota(self, policy: SandboxPolicy) -> bool:
+        return policy.cpus is not None and self.isolation.mountns
+
     def test_wrapper(self, policy: SandboxPolicy, services: tuple[str, ...] = ()) -> str | None:
         """Shell prefix for the test command in eval.sh (the network is cut only there:
         the eval-time install before it may need the package index). ``services`` are
         shell snippets that start local stand-ins before the tests (see services.py)."""
         isolate = self.isolates(policy)
-        if not isolate and not services:
+        cpu_view = self.shows_cpu_quota(policy)
+        if not isolate and not cpu_view and not services:
             return None
         steps = [NETNS_INIT] if isolate else []
+        if cpu_view:
+            assert policy.cpus is not None
+            steps.append(cpu_quota_view(policy.cpus))
         steps += [s.rstrip(";") for s in services]
         init = shlex.quote("; ".join(steps) + '; exec "$0" "$@"')
-        prefix = (
-            " ".join(self.isolation.netns_cmd) + " -- "
-            if isolate and self.isolation.netns_cmd
-            else ""
-        )
+        prefix = ""
+        if (isolate or cpu_view) and self.isolation.netns_cmd is not None:
+            unshare, *flags = self.isolation.netns_cmd
+            flags = [f for f in flags if f != "--net" or isolate] + (
+                ["--mount"] if cpu_view else []
+            )
+            prefix = " ".join([unshare, *flags, "--"]) + " "
         return f"{prefix}bash -c {init}"
 
     async def run_script(

@@ -142,6 +142,7 @@ class Testbeds:
         policy = SandboxPolicy(
             timeout=self.timeout_for(recipe),
             network=recipe.network,
+            cpus=recipe.cpus,
             memory_mb=self.options.memory_mb,
             max_processes=self.options.max_processes,
         )
