@@ -169,6 +169,8 @@ class Runner:
         metrics = RunMetrics.from_results(results)
         model = record.config.get("green_agent_model", "")
         row = result_row(record, metrics, results, model)
+        if len(participants) == 1:
+            row["participant"] = next(iter(participants))
         run_id = record.run_id
         self.artifacts.write_text(
             art.run_key(run_id, art.RESULTS),
