@@ -31,7 +31,7 @@ def run(
     env = sandbox_env(
         bin_dirs=[Path(sys.executable).parent],
         virtual_env=None,
-        workspace=tmp_path,
+        scratch=tmp_path,
         host_env=host_env or {},
         extra=env_extra,
     )
@@ -170,3 +170,18 @@ def test_a_recipe_cpu_limit_is_shown_like_docker_does(tmp_path: Path) -> None:
     host_quota = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
     if host_quota.exists():
         assert host_quota.read_text().strip() != "200000"  # the host's view is untouched
+
+
+def test_temp_dirs_share_no_top_level_directory_with_the_checkout(tmp_path: Path) -> None:
+    """sphinx-11510 regression: docutils makes an included file's path relative to the CWD
+    only when both share their first path component. Upstream's /testbed and /tmp never do;
+    a TMPDIR beside the checkout turned docnames into '../tmp/...' and failed the gold patch."""
+    from swegreen.sandbox import scratch_dir
+
+    for checkout in (
+        Path("/work/cache/work/x/repo"),
+        Path("/tmp/cache/work/x/repo"),
+        tmp_path / "repo",
+    ):
+        scratch = scratch_dir(checkout, "s")
+        assert scratch.parts[:2] != checkout.resolve().parts[:2]

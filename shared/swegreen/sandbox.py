@@ -157,6 +157,21 @@ def cpu_quota_view(cpus: float) -> str:
     )
 
 
+SCRATCH_ROOTS = (Path("/tmp"), Path("/var/tmp"))
+
+
+def scratch_dir(checkout: Path, name: str) -> Path:
+    """A directory for a test run's HOME and TMPDIR under a different top-level directory
+    than the checkout, as in the official images (/testbed beside /tmp). Tools that make
+    paths relative only within a shared root (docutils' relative_path) then see the same
+    absolute temp paths as upstream, not ``../tmp/...``."""
+    top = checkout.resolve().parts[:2]
+    for root in SCRATCH_ROOTS:
+        if root.resolve().parts[:2] != top and os.access(root, os.W_OK):
+            return root / name
+    return checkout.parent / name
+
+
 def free_port() -> int:
     """A free port on the host's loopback (services outside a namespace need their own)."""
     with socket.socket() as sock:
@@ -172,14 +187,15 @@ def sandbox_env(
     *,
     bin_dirs: list[Path],
     virtual_env: Path | None,
-    workspace: Path,
+    scratch: Path,
     host_env: Mapping[str, str],
     pip_cache: Path | None = None,
     extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The whole environment of a test run. Nothing of the host's is inherited except the
-    package-index settings an eval-time install needs, stripped of embedded credentials."""
-    home, tmp = workspace / "home", workspace / "tmp"
+    package-index settings an eval-time install needs, stripped of embedded credentials.
+    HOME and TMPDIR are ``scratch``/home and ``scratch``/tmp (see ``scratch_dir``)."""
+    home, tmp = scratch / "home", scratch / "tmp"
     home.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(parents=True, exist_ok=True)
     system_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

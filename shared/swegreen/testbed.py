@@ -26,7 +26,7 @@ from swegreen.eval_script import make_eval_script, test_command_seconds
 from swegreen.procs import ProcResult, run_process
 from swegreen.recipes import Recipe, RecipeBook
 from swegreen.repo_cache import RepoCache, git_env
-from swegreen.sandbox import LocalSandbox, SandboxPolicy, free_port, sandbox_env
+from swegreen.sandbox import LocalSandbox, SandboxPolicy, free_port, sandbox_env, scratch_dir
 from swegreen.services import SERVICES, start_script
 
 DEFAULT_EVAL_TIMEOUT = 1800.0  # the official harness's
@@ -59,6 +59,11 @@ class Testbed:
     @property
     def repo(self) -> Path:
         return self.workspace / "repo"
+
+    @property
+    def scratch(self) -> Path:
+        """HOME and TMPDIR of the test run (outside the workspace's top-level directory)."""
+        return scratch_dir(self.repo, f"swegreen-{self.workspace.name}")
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,8 @@ class Testbeds:
             yield testbed
         finally:
             if not self.options.keep_workspaces:
+                scratch = scratch_dir(workspace / "repo", f"swegreen-{workspace.name}")
+                await asyncio.to_thread(shutil.rmtree, scratch, True)
                 await asyncio.to_thread(shutil.rmtree, workspace, True)
 
     def git_env(self, testbed: Testbed) -> dict[str, str]:
@@ -175,7 +182,7 @@ class Testbeds:
         return sandbox_env(
             bin_dirs=env.bin_dirs,
             virtual_env=venv,
-            workspace=testbed.workspace,
+            scratch=testbed.scratch,
             host_env=self.host_env,
             pip_cache=self.envs.root / ".pip-cache",
             extra=extra,
