@@ -122,3 +122,21 @@ def test_a_failing_recipe_is_built_at_most_twice_per_run(tmp_path: Path, host_en
     assert "Python 9.9" in messages[0]
     assert "failed 2 times in this run" in messages[2]
     assert (tmp_path / "envs" / f"{broken.env_key('')}.failed.log").exists()
+
+
+def test_project_installs_are_recognised_for_locking() -> None:
+    """sphinx 3.x regression: `pip install -e .[test]` pulled today's docutils, which sphinx
+    cannot import; recipes that pip-install the project lock its dependencies too."""
+    from swegreen.environments import project_extras
+
+    assert project_extras("python -m pip install -e .[test]") == "[test]"
+    assert (
+        project_extras("python -m pip install -v --no-use-pep517 --no-build-isolation -e .") == ""
+    )
+    assert project_extras("python -m pip install .") == ""
+    assert project_extras("python setup.py install") is None
+    assert project_extras(None) is None
+    with_install = Recipe(
+        python="3.9", test_cmd="t", install="pip install -e .", exclude_newer="2024-08-01"
+    )
+    assert with_install.env_key("c1") != with_install.env_key("c2")  # locked at the setup commit

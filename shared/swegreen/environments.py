@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +58,21 @@ BASE_TOOLING = {
     "3.7": ("pip==24.0", "setuptools==68.0.0", "wheel==0.42.0"),
 }
 DEFAULT_TOOLING = ("pip==24.2", "setuptools==75.1.0", "wheel==0.44.0")
+_PIP_INSTALL = re.compile(r"\bpip\s+install\b(.*)$")
+
+
+def project_extras(install: str | None) -> str | None:
+    """The extras of a ``pip install [-e] .[extras]`` install step ("" for none), or None
+    when the step does not pip-install the repository itself."""
+    m = _PIP_INSTALL.search(install or "")
+    if not m:
+        return None
+    for token in shlex.split(m.group(1)):
+        if token == "." or token.startswith(".["):
+            return token[1:]
+    return None
+
+
 # What an interpreter installation's bin/ holds of its own; the rest belongs to packages.
 INTERPRETER_EXECUTABLES = ("python", "pydoc", "idle", "2to3")
 # Passed from the host to environment builds (never to test runs): reaching the index.
@@ -75,6 +92,7 @@ BUILD_PASSTHROUGH = (
 )
 
 ReadFile = Callable[[str], "str | None"]
+Checkout = Callable[[Path], Awaitable[None]]  # materialize the repo at the setup commit
 
 
 @dataclass(frozen=True)
@@ -135,11 +153,17 @@ class EnvManager:
         return env
 
     async def ensure(
-        self, recipe: Recipe, label: str, setup_commit: str = "", read_file: ReadFile | None = None
+        self,
+        recipe: Recipe,
+        label: str,
+        setup_commit: str = "",
+        read_file: ReadFile | None = None,
+        checkout: Checkout | None = None,
     ) -> Environment:
         """The environment for ``recipe``, building it if no complete one exists.
         ``read_file`` reads a path of the repository at ``setup_commit`` (for recipes whose
-        requirements come from the repository)."""
+        requirements come from the repository); ``checkout`` materializes the repository
+        there (for recipes that pip-install it, whose dependencies are locked too)."""
         key = recipe.env_key(setup_commit)
         path = self.root / key
         if (path / COMPLETE).exists():
@@ -157,9 +181,11 @@ class EnvManager:
                 )
             start = time.monotonic()
             try:
-                await _Build(
+                build = _Build(
                     self, recipe, label, setup_commit, key, path, read_file or (lambda _path: None)
-                ).run()
+                )
+                build.checkout = checkout
+                await build.run()
             except EnvSetupFailed as exc:
                 failures.append(exc)
                 raise
@@ -267,6 +293,7 @@ class _Build:
     ) -> None:
         self.mgr, self.recipe, self.key, self.path = mgr, recipe, key, path
         self.label, self.setup_commit, self.read_file = label, setup_commit, read_file
+        self.checkout: Checkout | None = None
         self.log: list[str] = [
             f"# environment {key} for {label}",
             f"# recipe {recipe.model_dump_json()}",
@@ -342,16 +369,19 @@ class _Build:
                 await build_locales(list(recipe.locales), self.path / "locale", have, self.step)
             )
         requirements = await asyncio.to_thread(self._requirements)
+        project = await self._project()
         frozen = False
-        if requirements:
+        if requirements or project:
             req_in = self.path / "requirements.in"
             req_in.write_text("\n".join(requirements) + "\n")
-            install = [*pip, "-r", str(req_in)]
-            constraints = await self._freeze(req_in, interp)
-            if constraints is not None:
-                install += ["-c", str(constraints)]
+            locked = await self._freeze(requirements, project, interp)
+            if locked is not None:
                 frozen = True
-            await self.step(install, "installing the recipe's packages")
+                await self.step([*pip, "-r", str(locked)], "installing the locked packages")
+            elif requirements:
+                await self.step([*pip, "-r", str(req_in)], "installing the recipe's packages")
+            if project:
+                shutil.rmtree(project[0], ignore_errors=True)
         freeze = await self.step([python, "-m", "pip", "freeze", "--all"], "listing packages")
         (self.path / LOCK_LIST).write_text(freeze.output)
         (self.path / ENV_INFO).write_text(
@@ -411,8 +441,31 @@ class _Build:
                 )
         return merge_requirements([*recipe.packages, *from_files], recipe.pip_packages)
 
-    async def _freeze(self, req_in: Path, interp: Interpreter) -> Path | None:
-        """Constraints resolved as of the recipe's date, or None (logged) when not possible."""
+    async def _project(self) -> tuple[Path, str] | None:
+        """A checkout of the repository at the setup commit, when the recipe installs it
+        with pip: its own dependencies then join the frozen resolve (else ``pip install -e
+        .`` would fetch today's releases of them, e.g. a docutils sphinx 3.x cannot import)."""
+        extras = project_extras(self.recipe.install)
+        if extras is None or self.checkout is None or not self.recipe.exclude_newer:
+            return None
+        dest = self.path / "project-src"
+        await self.checkout(dest)
+        if self.recipe.pre_install:  # e.g. sphinx's pins in setup.py: resolve what install will ask
+            script = "\n".join(["set -x", *self.recipe.pre_install])
+            env = {**self.env, "SWEGREEN_REPO": str(dest)}
+            result = await run_process(["bash", "-c", script], cwd=dest, env=env, timeout=600)
+            self.log.append(
+                f"# pre_install in the resolve checkout -> exit {result.returncode}\n"
+                f"{result.output}"
+            )
+        return dest, extras
+
+    async def _freeze(
+        self, requirements: list[str], project: tuple[Path, str] | None, interp: Interpreter
+    ) -> Path | None:
+        """Everything the environment needs, resolved as of the recipe's date and locked; or
+        None (logged) when that is not possible. The project itself is left out: the
+        recipe's install step installs it, finding its dependencies already satisfied."""
         recipe = self.recipe
         if not recipe.exclude_newer:
             return None
@@ -424,23 +477,45 @@ class _Build:
         if recipe.constraints:
             extra = self.path / "recipe-constraints.txt"
             extra.write_text("\n".join(recipe.constraints) + "\n")
-        out = self.path / "constraints.txt"
-        argv = compile_command(
-            uv,
-            req_in,
-            out,
-            interp.version,
-            recipe.exclude_newer,
-            recipe.exclude_newer_exempt,
-            extra,
-        )
-        self.log.append(f"$ {' '.join(argv)}")
-        result = await run_process(argv, cwd=self.path, env=self.env, timeout=BUILD_TIMEOUT)
-        self.log.append(result.output)
-        if not result.ok:
+        resolve_in = self.path / "resolve.in"
+        lines = list(requirements)
+        if project:
+            lines.append(f"-e {project[0]}{project[1]}")
+        resolve_in.write_text("\n".join(lines) + "\n")
+        out = self.path / "resolved.txt"
+        for attempt in (
+            ([resolve_in], [self.path / "requirements.in"]) if project else ([resolve_in],)
+        ):
+            argv = compile_command(
+                uv,
+                attempt[0],
+                out,
+                interp.version,
+                recipe.exclude_newer,
+                recipe.exclude_newer_exempt,
+                extra,
+            )
+            self.log.append(f"$ {' '.join(argv)}")
+            result = await run_process(argv, cwd=self.path, env=self.env, timeout=BUILD_TIMEOUT)
+            self.log.append(result.output)
+            if result.ok:
+                break
+            if attempt[0] == resolve_in and project:
+                self.log.append(
+                    "# the project's dependencies could not be resolved: "
+                    "freezing the recipe's requirements only"
+                )
+        else:
             self.log.append("# could not resolve as of the freeze date: installing unfrozen")
             return None
-        return out
+        locked = self.path / "locked.txt"
+        keep = [
+            line
+            for line in out.read_text().splitlines()
+            if not line.startswith("-e ") and (not project or str(project[0]) not in line)
+        ]
+        locked.write_text("\n".join(keep) + "\n")
+        return locked
 
 
 def _copy_interpreter(interp: Interpreter, dest: Path) -> None:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from swegreen.dataset import Instance
 from swegreen.errors import ConfigError, NoRecipe
 
-RECIPE_SCHEMA_VERSION = 1
+RECIPE_SCHEMA_VERSION = 2  # 2: environments also lock the project's own dependencies
 # Fields that decide what an environment contains; the rest only affect evaluation.
 ENV_FIELDS = (
     "python",
@@ -93,13 +93,21 @@ class Recipe(BaseModel):
     def env_key(self, setup_commit: str) -> str:
         """Identity of the built environment: equal keys share one build."""
         data = {k: getattr(self, k) for k in ENV_FIELDS}
-        if self.requirements:  # the files' content depends on the commit they are read at
+        # Files in the repository, or the project's own dependencies (see
+        # environments.project_extras), depend on the commit they are read at.
+        if self.requirements or (self.exclude_newer and _installs_project(self.install)):
             data["setup_commit"] = setup_commit
         blob = json.dumps([RECIPE_SCHEMA_VERSION, data], sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def digest(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+def _installs_project(install: str | None) -> bool:
+    from swegreen.environments import project_extras
+
+    return project_extras(install) is not None
 
 
 class RecipeBook:

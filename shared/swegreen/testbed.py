@@ -122,11 +122,15 @@ class Testbeds:
             read = functools.partial(
                 self.repos.read_file, instance.repo, instance.environment_setup_commit
             )
+            checkout = functools.partial(
+                self.repos.checkout, instance.repo, instance.environment_setup_commit
+            )
             built = await self.envs.ensure(
                 recipe,
                 f"{instance.repo} {instance.version}",
                 instance.environment_setup_commit,
                 read,
+                checkout,
             )
             how = "reused" if built.reused else f"built in {built.build_seconds:.1f}s"
             notes.append(f"environment {built.key} ({how})")
