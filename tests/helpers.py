@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 GIT_ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
 
@@ -61,3 +68,49 @@ def commit(path: Path, files: dict[str, str], message: str) -> str:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+def start(args: list[str], cache: Path, out: Path, name: str) -> Server:
+    port = free_port()
+    log = out / f"{name}.log"
+    out.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "swegreen",
+            *args,
+            "--port",
+            str(port),
+            "--cache-dir",
+            str(cache),
+            "--output-dir",
+            str(out / name),
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ},
+    )
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(600):
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + ".well-known/agent-card.json", timeout=1).status_code == 200:
+                return Server(url, proc, log)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"{name} did not start:\n{log.read_text()[-3000:]}")

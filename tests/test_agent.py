@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,56 +25,11 @@ from a2a.types import CancelTaskRequest, Message, Role, SendMessageRequest
 from google.protobuf.json_format import MessageToDict
 
 from swegreen.sample import SampleBenchmark
+from tests.helpers import Server, start
 
 ROOT = Path(__file__).resolve().parents[1]
 A2A03_VENV = ROOT / ".venv-a2a03"
 A2A03_VERSION = "0.3.26"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@dataclass
-class Server:
-    url: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-
-def start(args: list[str], cache: Path, out: Path, name: str) -> Server:
-    port = free_port()
-    log = out / f"{name}.log"
-    out.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "swegreen",
-            *args,
-            "--port",
-            str(port),
-            "--cache-dir",
-            str(cache),
-            "--output-dir",
-            str(out / name),
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ},
-    )
-    url = f"http://127.0.0.1:{port}/"
-    for _ in range(600):
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + ".well-known/agent-card.json", timeout=1).status_code == 200:
-                return Server(url, proc, log)
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"{name} did not start:\n{log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="module")

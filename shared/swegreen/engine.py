@@ -17,7 +17,7 @@ from swegreen.config import EvalConfig
 from swegreen.environments import EnvManager
 from swegreen.evaluate import Evaluator
 from swegreen.interpreters import InterpreterSearch
-from swegreen.ports import ProgressCallback
+from swegreen.ports import ArtifactStore, ProgressCallback
 from swegreen.recipes import RecipeBook, builtin_recipes
 from swegreen.repo_cache import RepoCache
 from swegreen.runner import Runner
@@ -63,19 +63,16 @@ class Engine:
         self.store.close()
 
 
-def build_engine(
+def build_testbeds(
     settings: LocalSettings,
     config: EvalConfig,
     host_env: Mapping[str, str],
-    progress: ProgressCallback | None = None,
     recipes: RecipeBook | None = None,
     isolation: Isolation | None = None,
-) -> Engine:
+) -> Testbeds:
+    """Git cache, environment cache and sandbox under ``settings.cache_dir``."""
     cache = settings.cache_dir
-    isolation = isolation or Isolation.probe()
-    artifacts = LocalArtifacts(settings.output_dir)
-    store = SqliteStore(settings.store_path)
-    testbeds = Testbeds(
+    return Testbeds(
         repos=RepoCache(cache / "repos", config.repo_url_template, host_env),
         recipes=recipes or builtin_recipes(),
         envs=EnvManager(
@@ -83,7 +80,7 @@ def build_engine(
             InterpreterSearch.from_environ(host_env, allow_install=settings.allow_python_install),
             host_env,
         ),
-        sandbox=LocalSandbox(isolation),
+        sandbox=LocalSandbox(isolation or Isolation.probe()),
         options=TestbedOptions(
             work_root=cache / "work",
             eval_timeout=config.eval_timeout,
@@ -93,10 +90,39 @@ def build_engine(
         ),
         host_env=host_env,
     )
-    base = BaseValidator(testbeds, cache / "base-validation") if config.base_validation else None
-    evaluator = Evaluator(testbeds=testbeds, artifacts=artifacts, base_validator=base)
+
+
+def build_evaluator(
+    settings: LocalSettings,
+    config: EvalConfig,
+    host_env: Mapping[str, str],
+    artifacts: ArtifactStore,
+    recipes: RecipeBook | None = None,
+    isolation: Isolation | None = None,
+) -> Evaluator:
+    testbeds = build_testbeds(settings, config, host_env, recipes, isolation)
+    base = (
+        BaseValidator(testbeds, settings.cache_dir / "base-validation")
+        if config.base_validation
+        else None
+    )
+    return Evaluator(testbeds=testbeds, artifacts=artifacts, base_validator=base)
+
+
+def build_engine(
+    settings: LocalSettings,
+    config: EvalConfig,
+    host_env: Mapping[str, str],
+    progress: ProgressCallback | None = None,
+    recipes: RecipeBook | None = None,
+    isolation: Isolation | None = None,
+) -> Engine:
+    isolation = isolation or Isolation.probe()
+    artifacts = LocalArtifacts(settings.output_dir)
+    store = SqliteStore(settings.store_path)
+    evaluator = build_evaluator(settings, config, host_env, artifacts, recipes, isolation)
     runner = Runner(evaluator=evaluator, store=store, artifacts=artifacts, progress=progress)
-    return Engine(runner, evaluator, testbeds, store, artifacts, isolation)
+    return Engine(runner, evaluator, evaluator.testbeds, store, artifacts, isolation)
 
 
 def host_environment() -> dict[str, str]:

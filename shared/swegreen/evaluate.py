@@ -13,19 +13,17 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from swegreen import artifacts as art
 from swegreen.apply import apply_patch
 from swegreen.base_validation import BaseValidator
-from swegreen.classify import Reason, Status, TestCounts, classify
+from swegreen.classify import Reason, Status, classify
 from swegreen.dataset import Instance
 from swegreen.errors import EnvironmentFault, EvaluationFailure, TestTimeout
 from swegreen.grading import FULL, PARTIAL, grade_log, unapplied_report
 from swegreen.patches import (
-    PatchInfo,
     PatchRejected,
     check_against_tree,
     check_patch,
@@ -34,7 +32,8 @@ from swegreen.patches import (
 )
 from swegreen.ports import ArtifactStore, PatchResult
 from swegreen.recipes import Recipe
-from swegreen.results import Durations, InstanceResult, unapplied_counts, utcnow
+from swegreen.results import InstanceResult, utcnow
+from swegreen.rows import RowBuilder
 from swegreen.testbed import Testbeds
 
 Key = Callable[[str], str]
@@ -54,13 +53,13 @@ class Evaluator:
 
     async def evaluate(self, run_id: str, instance: Instance, patch: PatchResult) -> InstanceResult:
         key: Key = functools.partial(art.instance_key, run_id, instance.instance_id)
-        row = _Row(instance, patch, utcnow(), time.monotonic())
+        row = RowBuilder(instance, patch, utcnow(), time.monotonic())
         self.artifacts.write_text(key(art.PATCH), patch.patch or "")
         if self.base_validator is not None:
             row.base_validation = await self.base_validator.validate(instance)
         return await self._evaluate(run_id, key, row)
 
-    async def _evaluate(self, run_id: str, key: Key, row: _Row) -> InstanceResult:
+    async def _evaluate(self, run_id: str, key: Key, row: RowBuilder) -> InstanceResult:
         instance, text = row.instance, row.patch.patch
         if row.patch.failure is not None or text is None:
             detail = row.patch.detail or "no patch was provided"
@@ -144,7 +143,7 @@ class Evaluator:
         scratch.parent.mkdir(parents=True, exist_ok=True)
         try:
             scratch.write_text(log)
-            row = _Row(
+            row = RowBuilder(
                 instance,
                 PatchResult(patch, stored.model_name_or_path),
                 stored.started_at,
@@ -168,7 +167,7 @@ class Evaluator:
         )
 
     def _grade(
-        self, key: Key, row: _Row, recipe: Recipe, log_path: Path, patch: str
+        self, key: Key, row: RowBuilder, recipe: Recipe, log_path: Path, patch: str
     ) -> InstanceResult:
         grade = grade_log(
             row.instance,
@@ -209,102 +208,3 @@ class Evaluator:
     def _finish(self, key: Key, result: InstanceResult, report: dict[str, Any]) -> InstanceResult:
         self.artifacts.write_text(key(art.REPORT), json.dumps(report, indent=4))
         return result
-
-
-@dataclass
-class _Row:
-    """What is known of a row before its verdict."""
-
-    instance: Instance
-    patch: PatchResult
-    started: str
-    t0: float
-    info: PatchInfo | None = None
-    apply_method: str | None = None
-    base_validation: dict[str, Any] | None = None
-    test_command_seconds: float = 0.0
-    durations: Durations = field(default_factory=Durations)
-
-    def __post_init__(self) -> None:
-        self.durations.participant = self.patch.duration
-
-    def result(
-        self,
-        status: Status,
-        reason: str,
-        detail: str,
-        *,
-        counts: TestCounts,
-        applied: bool,
-        tests_ran: bool,
-        f2p_failing: list[str] | None = None,
-        p2p_failing: list[str] | None = None,
-    ) -> InstanceResult:
-        self.durations.total = time.monotonic() - self.t0 + self.patch.duration
-        text = self.patch.patch or ""
-        return InstanceResult(
-            instance_id=self.instance.instance_id,
-            repo=self.instance.repo,
-            status=status,
-            reason=str(reason),
-            detail=detail,
-            model_name_or_path=self.patch.model_name_or_path,
-            patch_applied=applied,
-            tests_ran=tests_ran,
-            apply_method=self.apply_method,
-            f2p_passed=counts.f2p_passed,
-            f2p_total=counts.f2p_total,
-            p2p_passed=counts.p2p_passed,
-            p2p_total=counts.p2p_total,
-            f2p_failing=f2p_failing or [],
-            p2p_failing=p2p_failing or [],
-            patch_sha256=self.info.sha256 if self.info else None,
-            patch_bytes=len(text.encode("utf-8", "surrogateescape")),
-            patch_files=self.info.paths if self.info else [],
-            durations=self.durations.model_copy(),
-            participant_usage=self.patch.usage,
-            base_validation=self.base_validation,
-            test_command_seconds=self.test_command_seconds,
-            started_at=self.started,
-            finished_at=utcnow(),
-        )
-
-    def unapplied(self, reason: str, detail: str) -> InstanceResult:
-        counts = unapplied_counts(len(self.instance.FAIL_TO_PASS), len(self.instance.PASS_TO_PASS))
-        return self.result(
-            Status.NO_OP,
-            reason,
-            detail,
-            counts=counts,
-            applied=False,
-            tests_ran=False,
-            f2p_failing=list(self.instance.FAIL_TO_PASS),
-        )
-
-
-def error_row(
-    instance: Instance,
-    patch: PatchResult | None,
-    failure: EvaluationFailure,
-    attempts: int,
-    started: str,
-    t0: float,
-) -> InstanceResult:
-    """The ``error`` row for an evaluation that could not be completed."""
-    patch = patch or PatchResult(None, "")
-    row = _Row(
-        instance, patch, started, t0, info=inspect_patch(patch.patch) if patch.patch else None
-    )
-    detail = str(failure)
-    if failure.log_tail:
-        detail += "\n--- log tail ---\n" + failure.log_tail[-2000:]
-    result = row.result(
-        Status.ERROR,
-        failure.reason,
-        detail,
-        counts=TestCounts(0, 0, 0, 0),
-        applied=False,
-        tests_ran=False,
-    )
-    kind = "infrastructure" if failure.infrastructure else "evaluation"
-    return result.model_copy(update={"error_kind": kind, "attempts": attempts})

@@ -33,6 +33,21 @@ class RunRecord(BaseModel):
     created_at: str = Field(default_factory=utcnow)
     updated_at: str = Field(default_factory=utcnow)
 
+    def resumed_by(self, new: RunRecord) -> RunRecord:
+        """This stored run, resumed by ``new``: its selection and config, running again
+        (the last leaderboard is dropped until the run finishes again)."""
+        self.check_resume(new)
+        return self.model_copy(
+            update={
+                "instance_ids": new.instance_ids,
+                "config": new.config,
+                "provenance": new.provenance,
+                "state": "running",
+                "summary": None,
+                "updated_at": utcnow(),
+            }
+        )
+
     def check_resume(self, new: RunRecord) -> None:
         """A run id names one evaluation: same rows, same patch source. Else it is a new run."""
         if self.dataset_digest != new.dataset_digest:

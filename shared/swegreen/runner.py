@@ -13,17 +13,16 @@ import json
 import time
 import traceback
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swegreen import __version__
 from swegreen import artifacts as art
 from swegreen.classify import Status
 from swegreen.config import EvalConfig
 from swegreen.dataset import Dataset, Instance
 from swegreen.errors import EvaluationFailure
-from swegreen.evaluate import Evaluator, error_row
+from swegreen.evaluate import Evaluator
 from swegreen.metrics import RunMetrics
 from swegreen.patches import is_blank, sha256
 from swegreen.ports import (
@@ -35,7 +34,9 @@ from swegreen.ports import (
     ResultStore,
     RunRecord,
 )
+from swegreen.publish import base_provenance, result_row
 from swegreen.results import InstanceResult, utcnow
+from swegreen.rows import error_row
 
 RETRY_BACKOFF = (2.0, 10.0, 30.0)
 
@@ -71,7 +72,9 @@ class Runner:
         provenance: dict[str, Any] | None = None,
         retry_errors: bool = False,
     ) -> RunOutcome:
-        provenance = {**(provenance or {}), **base_provenance(dataset, config)}
+        from swegreen.grading import grader_version  # the local engine grades in-process
+
+        provenance = {**(provenance or {}), **base_provenance(dataset, config, grader_version())}
         record = RunRecord(
             run_id=run_id,
             dataset=dataset.name,
@@ -168,9 +171,7 @@ class Runner:
         results = [stored[i.instance_id] for i in instances if i.instance_id in stored]
         metrics = RunMetrics.from_results(results)
         model = record.config.get("green_agent_model", "")
-        row = result_row(record, metrics, results, model)
-        if len(participants) == 1:
-            row["participant"] = next(iter(participants))
+        row = result_row(record, metrics, results, model, participants)
         run_id = record.run_id
         self.artifacts.write_text(
             art.run_key(run_id, art.RESULTS),
@@ -207,30 +208,18 @@ class Runner:
     ) -> InstanceResult:
         started, t0 = utcnow(), time.monotonic()
         patch: PatchResult | None = None
-        attempt = 0
         try:
             patch = await source.get_patch(inst)
-            for attempt in range(1, config.max_attempts + 1):
-                try:
-                    result = await self.evaluator.evaluate(run_id, inst, patch)
-                    return result.model_copy(update={"attempts": attempt})
-                except EvaluationFailure as exc:
-                    if not exc.infrastructure or attempt == config.max_attempts:
-                        return error_row(inst, patch, exc, attempt, started, t0)
-                    await self._emit(
-                        ProgressEvent(
-                            "note",
-                            inst.instance_id,
-                            message=f"attempt {attempt} failed ({exc.reason}); retrying",
-                        )
-                    )
-                    await asyncio.sleep(
-                        self.retry_backoff[min(attempt - 1, len(self.retry_backoff) - 1)]
-                    )
         except Exception as exc:  # a bug must cost one row, never the run
             failure = EvaluationFailure(f"internal error: {exc!r}", log_tail=traceback.format_exc())
-            return error_row(inst, patch, failure, max(attempt, 1), started, t0)
-        raise AssertionError("unreachable")
+            return error_row(inst, patch, failure, 1, started, t0)
+
+        async def note(message: str) -> None:
+            await self._emit(ProgressEvent("note", inst.instance_id, message=message))
+
+        return await evaluate_with_retries(
+            self.evaluator, run_id, inst, patch, config.max_attempts, self.retry_backoff, note
+        )
 
     async def _emit(self, event: ProgressEvent) -> None:
         if self.progress is None:
@@ -240,53 +229,30 @@ class Runner:
             await outcome
 
 
-def base_provenance(dataset: Dataset, config: EvalConfig) -> dict[str, Any]:
-    from swegreen.grading import grader_version
-
-    return {
-        "dataset": dataset.name,
-        "split": dataset.split,
-        "dataset_revision": dataset.revision,
-        "dataset_digest": dataset.digest,
-        "grader": grader_version(),
-        "green_agent": f"swegreen {__version__}",
-        "config": config.public(),
-        "started_at": utcnow(),
-    }
-
-
-def public_row(result: InstanceResult) -> dict[str, Any]:
-    """The per-instance row published with the leaderboard (details stay in artifacts)."""
-    return result.model_dump(
-        mode="json",
-        include={
-            "instance_id",
-            "repo",
-            "status",
-            "reason",
-            "error_kind",
-            "patch_applied",
-            "tests_ran",
-            "f2p_passed",
-            "f2p_total",
-            "p2p_passed",
-            "p2p_total",
-            "patch_bytes",
-            "attempts",
-            "durations",
-            "participant_usage",
-            "diagnosis",
-            "base_validation",
-            "model_name_or_path",
-        },
-    )
-
-
-def result_row(
-    record: RunRecord, metrics: RunMetrics, results: Sequence[InstanceResult], model: str
-) -> dict[str, Any]:
-    row = metrics.result_row(model)
-    row["run_id"] = record.run_id
-    row["instances"] = [public_row(r) for r in results]
-    row["provenance"] = record.provenance
-    return row
+async def evaluate_with_retries(
+    evaluator: Evaluator,
+    run_id: str,
+    inst: Instance,
+    patch: PatchResult,
+    max_attempts: int,
+    backoff: Sequence[float] = RETRY_BACKOFF,
+    note: Callable[[str], Awaitable[None]] | None = None,
+) -> InstanceResult:
+    """One row: evaluated, retried when the infrastructure fails, an ``error`` row at worst."""
+    started, t0 = utcnow(), time.monotonic()
+    attempt = 0
+    try:
+        for attempt in range(1, max_attempts + 1):
+            try:
+                result = await evaluator.evaluate(run_id, inst, patch)
+                return result.model_copy(update={"attempts": attempt})
+            except EvaluationFailure as exc:
+                if not exc.infrastructure or attempt == max_attempts:
+                    return error_row(inst, patch, exc, attempt, started, t0)
+                if note is not None:
+                    await note(f"attempt {attempt} failed ({exc.reason}); retrying")
+                await asyncio.sleep(backoff[min(attempt - 1, len(backoff) - 1)])
+    except Exception as exc:  # a bug must cost one row, never the run
+        failure = EvaluationFailure(f"internal error: {exc!r}", log_tail=traceback.format_exc())
+        return error_row(inst, patch, failure, max(attempt, 1), started, t0)
+    raise AssertionError("max_attempts is at least 1")

@@ -33,32 +33,36 @@ def load_predictions(path: Path) -> dict[str, Prediction]:
         raise PredictionsError(f"predictions file {path} does not exist")
     if path.suffix not in (".jsonl", ".json"):
         raise PredictionsError(f"{path}: predictions must be a .jsonl or .json file")
-    text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    return parse_predictions(path.read_text(encoding="utf-8", errors="surrogateescape"), str(path))
+
+
+def parse_predictions(text: str, name: str) -> dict[str, Prediction]:
+    """A predictions file's content (JSON if ``name`` ends in .json, else JSONL)."""
     entries: list[tuple[str, Any]] = []
-    if path.suffix == ".jsonl":
+    if not name.endswith(".json"):
         for lineno, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                entries.append((f"{path}:{lineno}", json.loads(line)))
+                entries.append((f"{name}:{lineno}", json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise PredictionsError(
-                    f"{path}:{lineno}: not valid JSON ({exc.msg}); each line "
-                    "must be one prediction object"
+                    f"{name}:{lineno}: not valid JSON ({exc.msg}); each line must be one "
+                    "prediction object"
                 ) from None
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise PredictionsError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+            raise PredictionsError(f"{name}:{exc.lineno}: not valid JSON ({exc.msg})") from None
         if isinstance(data, dict):
             data = list(data.values())  # SWE-agent: {instance_id: prediction}
         if not isinstance(data, list):
             raise PredictionsError(
-                f"{path}: expected a list of predictions or a dict keyed by instance id"
+                f"{name}: expected a list of predictions or a dict keyed by instance id"
             )
-        entries = [(f"{path} entry {i + 1}", e) for i, e in enumerate(data)]
-    return _validate(entries, default_model=path.stem)
+        entries = [(f"{name} entry {i + 1}", e) for i, e in enumerate(data)]
+    return _validate(entries, default_model=Path(name).stem)
 
 
 def _validate(entries: Iterable[tuple[str, Any]], default_model: str) -> dict[str, Prediction]:

@@ -62,16 +62,7 @@ class SqliteStore:
                 self._put_run(record)
                 return record
             stored = RunRecord.model_validate_json(row[0])
-            stored.check_resume(record)
-            resumed = stored.model_copy(
-                update={
-                    "instance_ids": record.instance_ids,
-                    "config": record.config,
-                    "provenance": record.provenance,
-                    "state": "running",
-                    "updated_at": utcnow(),
-                }
-            )
+            resumed = stored.resumed_by(record)
             self._put_run(resumed)
             return resumed
 

@@ -171,16 +171,8 @@ class A2AParticipant:
             return result(
                 None, Reason.PARTICIPANT_ERROR, f"{self.role} at {self.url}: {_describe(exc)}"
             )
-        extraction = extract_patch(reply_parts(exchange.reply()))
-        if extraction.patch is None:
-            if exchange.state in FAILED:
-                state = TaskState.Name(exchange.state).removeprefix("TASK_STATE_").lower()
-                said = text_of(exchange.status_parts)[:500]
-                return result(
-                    None, Reason.PARTICIPANT_ERROR, f"{self.role}'s task ended {state}: {said}"
-                )
-            return result(None, Reason.NO_PATCH, f"{self.role}'s reply held no diff")
-        return result(extraction.patch, detail=f"patch from {extraction.source}")
+        patch, failure, detail = outcome_of(exchange, self.role)
+        return result(patch, failure, detail)
 
     async def _connect(self) -> Client:
         if self._client is None:
@@ -234,3 +226,55 @@ def _describe(exc: BaseException) -> str:
         return f"HTTP {exc.response.status_code} from {exc.request.url}"
     text = str(exc).strip() or type(exc).__name__
     return f"{type(exc).__name__}: {text[:400]}"
+
+
+class PolledParticipant:
+    """The participant protocol split in steps, for callers that cannot hold a stream open
+    (a Lambda runs for minutes; a participant may take half an hour): send the task and
+    return at once, then ask again until it is done, or cancel it at the deadline."""
+
+    def __init__(self, url: str, http: httpx.AsyncClient) -> None:
+        self.url = url
+        self.http = http
+
+    async def _client(self) -> Client:
+        card = await A2ACardResolver(self.http, self.url).get_agent_card()
+        config = ClientConfig(httpx_client=self.http, streaming=False, polling=True)
+        return ClientFactory(config).create(card)
+
+    async def send(self, instance: Instance, url_template: str) -> tuple[str | None, _Exchange]:
+        """Start the work; returns the remote task id (None if the reply was final) and
+        what was said so far."""
+        data = task_data(instance, url_template)
+        message = user_message(task_text(data), data, uuid.uuid4().hex)
+        client = await self._client()
+        exchange = _Exchange()
+        async for event in client.send_message(SendMessageRequest(message=message)):
+            exchange.take(event)
+        return (None if exchange.done else exchange.task_id), exchange
+
+    async def poll(self, task_id: str) -> _Exchange:
+        client = await self._client()
+        exchange = _Exchange(task_id=task_id)
+        exchange.take_task(await client.get_task(GetTaskRequest(id=task_id)))
+        return exchange
+
+    async def cancel(self, task_id: str) -> None:
+        client = await self._client()
+        with contextlib.suppress(Exception):
+            await client.cancel_task(CancelTaskRequest(id=task_id))
+
+
+def outcome_of(exchange: _Exchange, role: str) -> tuple[str | None, str | None, str]:
+    """(patch, failure reason, detail) of a finished exchange, as ``get_patch`` decides them."""
+    extraction = extract_patch(reply_parts(exchange.reply()))
+    if extraction.patch is not None:
+        return extraction.patch, None, f"patch from {extraction.source}"
+    if exchange.state in FAILED:
+        state = TaskState.Name(exchange.state).removeprefix("TASK_STATE_").lower()
+        return (
+            None,
+            Reason.PARTICIPANT_ERROR,
+            f"{role}'s task ended {state}: {text_of(exchange.status_parts)[:500]}",
+        )
+    return None, Reason.NO_PATCH, f"{role}'s reply held no diff"
