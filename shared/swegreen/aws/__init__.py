@@ -1,0 +1,1 @@
+"""The AWS adapters: DynamoDB store, S3 artifacts, the pipeline's steps and the sandbox task."""

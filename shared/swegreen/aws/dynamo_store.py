@@ -1,0 +1,132 @@
+"""A ``ResultStore`` on DynamoDB: the same rows and keys as the SQLite store.
+
+One table, keyed ``pk`` = run id and ``sk`` = ``RUN`` (the run's record) or
+``ROW#<instance id>`` (a row). A row write is an upsert, so a retried step writes the
+same row again instead of adding one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from boto3.dynamodb.conditions import Key
+
+from swegreen.errors import StoreError
+from swegreen.ports import RunRecord
+from swegreen.results import InstanceResult, utcnow
+
+RUN_SK = "RUN"
+ROW_PREFIX = "ROW#"
+
+
+class DynamoStore:
+    def __init__(self, table: Any) -> None:
+        """``table`` is a boto3 ``Table`` resource."""
+        self.table = table
+
+    def begin_run(self, record: RunRecord) -> RunRecord:
+        stored = self.get_run(record.run_id)
+        if stored is None:
+            try:
+                self.table.put_item(
+                    Item=self._run_item(record), ConditionExpression="attribute_not_exists(pk)"
+                )
+                return record
+            except self.table.meta.client.exceptions.ConditionalCheckFailedException:
+                stored = self.get_run(record.run_id)  # a concurrent start won the race
+                if stored is None:
+                    raise StoreError(f"run {record.run_id} vanished while starting") from None
+        resumed = stored.resumed_by(record)
+        self._set_run(resumed)
+        return resumed
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        item = self.table.get_item(Key={"pk": run_id, "sk": RUN_SK}, ConsistentRead=True).get(
+            "Item"
+        )
+        return RunRecord.model_validate_json(item["record"]) if item else None
+
+    def update_run(self, record: RunRecord) -> None:
+        self._set_run(record.model_copy(update={"updated_at": utcnow()}))
+
+    def _set_run(self, record: RunRecord) -> None:
+        """Rewrite the record's attributes, keeping the rows' progress set."""
+        item = self._run_item(record)
+        names = [k for k in item if k not in ("pk", "sk")]
+        expression = "SET " + ", ".join(f"#{n} = :{n}" for n in names)
+        if "summary" not in item:  # a resumed run has no leaderboard until it finishes again
+            expression += " REMOVE summary"
+        self.table.update_item(
+            Key={"pk": record.run_id, "sk": RUN_SK},
+            UpdateExpression=expression,
+            ExpressionAttributeNames={f"#{n}": n for n in names},
+            ExpressionAttributeValues={f":{n}": item[n] for n in names},
+        )
+
+    def list_runs(self) -> list[RunRecord]:
+        items: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "FilterExpression": "sk = :run",
+            "ExpressionAttributeValues": {":run": RUN_SK},
+        }
+        while True:
+            page = self.table.scan(**kwargs)
+            items += page.get("Items", [])
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        runs = [RunRecord.model_validate_json(i["record"]) for i in items]
+        return sorted(runs, key=lambda r: r.updated_at)
+
+    def save_result(self, run_id: str, result: InstanceResult) -> None:
+        self.table.put_item(
+            Item={
+                "pk": run_id,
+                "sk": ROW_PREFIX + result.instance_id,
+                "status": result.status.value,
+                "result": result.model_dump_json(),
+                "updated_at": utcnow(),
+            }
+        )
+        # Progress for GET /runs/{id}: a set, so a retried write counts once. Rows of a run
+        # without a record have nothing to count.
+        missing_run = self.table.meta.client.exceptions.ConditionalCheckFailedException
+        with contextlib.suppress(missing_run):
+            self.table.update_item(
+                Key={"pk": run_id, "sk": RUN_SK},
+                UpdateExpression="ADD finished :id",
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeValues={":id": {result.instance_id}},
+            )
+
+    def get_results(self, run_id: str) -> dict[str, InstanceResult]:
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": Key("pk").eq(run_id) & Key("sk").begins_with(ROW_PREFIX),
+            "ConsistentRead": True,
+        }
+        rows: dict[str, InstanceResult] = {}
+        while True:
+            page = self.table.query(**kwargs)
+            for item in page.get("Items", []):
+                result = InstanceResult.model_validate_json(item["result"])
+                rows[result.instance_id] = result
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return dict(sorted(rows.items()))
+
+    @staticmethod
+    def _run_item(record: RunRecord) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "pk": record.run_id,
+            "sk": RUN_SK,
+            "record": record.model_dump_json(),
+            "state": record.state,
+            "updated_at": record.updated_at,
+        }
+        if record.summary is not None:
+            # What GET /runs/{id} returns without parsing the record (API Gateway mapping).
+            item["summary"] = json.dumps(record.summary)
+        return item

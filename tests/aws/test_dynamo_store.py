@@ -1,0 +1,137 @@
+"""The DynamoDB result store against DynamoDB Local (the real engine): the same contract as
+the SQLite store (upserts, runs apart, resume checks) plus what only DynamoDB has (pages,
+the progress set, the API's summary attribute)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+
+from swegreen.aws.dynamo_store import DynamoStore
+from swegreen.classify import Status
+from swegreen.errors import StoreError
+from swegreen.ports import RunRecord
+from swegreen.results import InstanceResult
+from tests.aws.local_services import FAKE_CREDENTIALS, dynamodb_local
+
+
+@pytest.fixture(scope="module")
+def dynamodb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    log = tmp_path_factory.mktemp("dynamodb") / "dynamodb-local.log"
+    with dynamodb_local(log) as endpoint:
+        yield boto3.resource(
+            "dynamodb",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
+
+
+@pytest.fixture
+def store(dynamodb: Any, request: pytest.FixtureRequest) -> DynamoStore:
+    # The key schema of infra/storage.py's Results table.
+    table = dynamodb.create_table(
+        TableName=request.node.name[:200],
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    table.wait_until_exists()
+    return DynamoStore(table)
+
+
+def record(run_id: str = "r1", **kw: object) -> RunRecord:
+    values: dict[str, object] = {
+        "run_id": run_id,
+        "dataset": "d.jsonl",
+        "dataset_digest": "abc",
+        "patch_source": "gold",
+        "instance_ids": ["a", "b"],
+    }
+    values.update(kw)
+    return RunRecord(**values)
+
+
+def result(iid: str, status: Status = Status.RESOLVED, detail: str = "") -> InstanceResult:
+    return InstanceResult(instance_id=iid, repo="o/r", status=status, reason="x", detail=detail)
+
+
+def test_rows_are_upserts_never_duplicates(store: DynamoStore) -> None:
+    store.begin_run(record())
+    store.save_result("r1", result("a", Status.ERROR))
+    store.save_result("r1", result("a", Status.RESOLVED))  # a retried step rewrites its row
+    store.save_result("r1", result("b"))
+    rows = store.get_results("r1")
+    assert {k: v.status for k, v in rows.items()} == {"a": Status.RESOLVED, "b": Status.RESOLVED}
+    items = store.table.scan()["Items"]
+    assert sorted(i["sk"] for i in items) == ["ROW#a", "ROW#b", "RUN"]
+    # Progress for GET /runs/{id} counts each instance once, however often it was written.
+    run_item = store.table.get_item(Key={"pk": "r1", "sk": "RUN"})["Item"]
+    assert run_item["finished"] == {"a", "b"}
+
+
+def test_runs_are_kept_apart_and_listed(store: DynamoStore) -> None:
+    store.begin_run(record("r1"))
+    store.begin_run(record("r2"))
+    store.save_result("r1", result("a"))
+    assert store.get_results("r2") == {}
+    assert [r.run_id for r in store.list_runs()] == ["r1", "r2"]
+    assert store.get_run("nope") is None
+
+
+def test_resuming_with_another_dataset_or_source_is_refused(store: DynamoStore) -> None:
+    store.begin_run(record())
+    with pytest.raises(StoreError, match=r"started on dataset .* choose a new run id"):
+        store.begin_run(record(dataset_digest="other"))
+    with pytest.raises(StoreError, match="evaluated patches from 'gold', not 'empty'"):
+        store.begin_run(record(patch_source="empty"))
+    store.save_result("r1", result("a"))
+    resumed = store.begin_run(record(instance_ids=["a", "b", "c"]))
+    assert resumed.instance_ids == ["a", "b", "c"] and resumed.state == "running"
+    assert store.get_run("r1") == resumed
+    assert store.table.get_item(Key={"pk": "r1", "sk": "RUN"})["Item"]["finished"] == {"a"}
+
+
+def test_a_row_of_an_unknown_run_is_stored_without_a_phantom_run(store: DynamoStore) -> None:
+    store.save_result("ghost", result("a"))
+    assert list(store.get_results("ghost")) == ["a"]
+    assert store.get_run("ghost") is None
+
+
+def test_large_runs_page_through_queries(store: DynamoStore) -> None:
+    """Query pages stop at 1 MB: 500 rows with real logs need several."""
+    store.begin_run(record(instance_ids=[f"i{n:03d}" for n in range(24)]))
+    detail = "x" * 120_000  # 24 x 120 kB > 2 pages
+    for n in range(24):
+        store.save_result("r1", result(f"i{n:03d}", detail=detail))
+    first = store.table.query(
+        KeyConditionExpression="pk = :r", ExpressionAttributeValues={":r": "r1"}
+    )
+    assert "LastEvaluatedKey" in first  # the store must follow pages to see them all
+    rows = store.get_results("r1")
+    assert list(rows) == [f"i{n:03d}" for n in range(24)]
+
+
+def test_a_finished_run_carries_its_summary_for_the_api(store: DynamoStore) -> None:
+    started = store.begin_run(record())
+    store.save_result("r1", result("a"))
+    store.update_run(started.model_copy(update={"state": "finished", "summary": {"total": 2}}))
+    item = store.table.get_item(Key={"pk": "r1", "sk": "RUN"})["Item"]
+    assert item["state"] == "finished"
+    assert item["finished"] == {"a"}  # progress survives the record's updates
+    assert json.loads(item["summary"]) == {"total": 2}
+    assert store.get_run("r1").summary == {"total": 2}
+    store.begin_run(record())  # resumed: running again, no stale leaderboard
+    item = store.table.get_item(Key={"pk": "r1", "sk": "RUN"})["Item"]
+    assert "summary" not in item and item["finished"] == {"a"}

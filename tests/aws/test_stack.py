@@ -1,0 +1,331 @@
+"""The synthesized CloudFormation template (``cdk synth`` by the pinned CLI): what the state
+machine does per row, and the security properties the stack promises."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from infra.front_door import RUN_REQUEST_SCHEMA
+from infra.settings import StackSettings
+from swegreen.aws.pipeline import Item, PatchState, RunRequest
+
+
+def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def render(value: Any) -> str:
+    """A DefinitionString's Fn::Join with every reference as a placeholder."""
+    if isinstance(value, str):
+        return value
+    if "Fn::Join" in value:
+        sep, parts = value["Fn::Join"]
+        return sep.join(render(p) for p in parts)
+    return "REF"
+
+
+@pytest.fixture(scope="module")
+def definition(template: dict[str, Any]) -> dict[str, Any]:
+    (machine,) = resources(template, "AWS::StepFunctions::StateMachine").values()
+    return json.loads(render(machine["Properties"]["DefinitionString"]))
+
+
+def states(definition: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every state, nested Map item processors included."""
+    for name, state in definition["States"].items():
+        yield name, state
+        processor = state.get("ItemProcessor") or state.get("Iterator")
+        if processor:
+            yield from states(processor)
+
+
+def test_the_row_maps_honour_max_concurrent_rows_and_large_runs_read_s3(
+    definition: dict[str, Any],
+) -> None:
+    maps = {n: s for n, s in definition["States"].items() if s["Type"] == "Map"}
+    assert set(maps) == {"Rows", "RowsFromS3"}
+    for state in maps.values():
+        assert state["MaxConcurrencyPath"] == "$.resolved.max_concurrency"
+    inline, distributed = maps["Rows"], maps["RowsFromS3"]
+    assert inline["ItemsPath"] == "$.resolved.items"
+    assert distributed["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
+    assert distributed["ItemReader"]["Resource"].endswith(":states:::s3:getObject")
+    assert distributed["ItemReader"]["Parameters"]["Key.$"] == "$.resolved.items_key"
+    choice = definition["States"]["LargeRun?"]
+    assert choice["Choices"][0]["Variable"] == "$.resolved.distributed"
+    assert choice["Choices"][0]["Next"] == "RowsFromS3"
+    # Whatever happens to the rows, the leaderboard is written.
+    for state in maps.values():
+        assert state["Next"] == "Aggregate"
+        assert [c["Next"] for c in state["Catch"]] == ["Aggregate"]
+
+
+def test_every_row_step_retries_infrastructure_errors_and_falls_back_to_an_error_row(
+    definition: dict[str, Any],
+) -> None:
+    for suffix in ("Inline", "Distributed"):
+        row = dict(states(definition))
+        for step in ("Dispatch", "Poll", "Sandbox", "Classify"):
+            state = row[f"{step}{suffix}"]
+            assert state["Retry"], step
+            assert [c["Next"] for c in state["Catch"]] == [f"RecordError{suffix}"]
+            assert state["Catch"][0]["ErrorEquals"] == ["States.ALL"]
+        lambda_retry = row[f"Dispatch{suffix}"]["Retry"][0]["ErrorEquals"]
+        assert "Lambda.TooManyRequestsException" in lambda_retry
+        assert "ECS.ThrottlingException" in row[f"Sandbox{suffix}"]["Retry"][0]["ErrorEquals"]
+        # The participant is polled in a Wait loop: no Lambda waits for it.
+        wait = row[f"WaitForParticipant{suffix}"]
+        assert wait["SecondsPath"] == "$.item.poll_seconds" and wait["Next"] == f"Poll{suffix}"
+
+
+def test_the_sandbox_runs_as_a_fargate_job_with_string_environment_values(
+    definition: dict[str, Any],
+) -> None:
+    row = dict(states(definition))
+    sandbox = row["SandboxInline"]
+    assert sandbox["Resource"].endswith(":states:::ecs:runTask.sync")
+    assert sandbox["Parameters"]["LaunchType"] == "FARGATE"
+    (override,) = sandbox["Parameters"]["Overrides"]["ContainerOverrides"]
+    models = {"item": Item, "patch": PatchState}
+    for pair in override["Environment"]:
+        assert set(pair) == {"Name", "Value.$"}, pair  # no literal (possibly non-string) values
+        _, model, field = pair["Value.$"].split(".")
+        annotation = models[model].model_fields[field].annotation
+        assert annotation is str, f"{pair['Name']} <- {pair['Value.$']} is {annotation}, not str"
+
+
+def test_the_state_machine_is_standard_logged_and_traced(template: dict[str, Any]) -> None:
+    Template.from_json(template).has_resource_properties(
+        "AWS::StepFunctions::StateMachine",
+        {
+            "StateMachineType": "STANDARD",  # .sync waits and 30-minute participants
+            "TracingConfiguration": {"Enabled": True},
+            "LoggingConfiguration": Match.object_like({"Level": "ERROR"}),
+        },
+    )
+
+
+def test_storage_is_encrypted_private_and_keyed_as_the_local_store(
+    template: dict[str, Any],
+) -> None:
+    t = Template.from_json(template)
+    t.has_resource_properties(
+        "AWS::S3::Bucket",
+        {
+            "BucketEncryption": {
+                "ServerSideEncryptionConfiguration": [
+                    {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}
+                ]
+            },
+            "PublicAccessBlockConfiguration": {
+                "BlockPublicAcls": True,
+                "BlockPublicPolicy": True,
+                "IgnorePublicAcls": True,
+                "RestrictPublicBuckets": True,
+            },
+        },
+    )
+    t.has_resource_properties(  # TLS only
+        "AWS::S3::BucketPolicy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Effect": "Deny",
+                                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                            }
+                        )
+                    ]
+                )
+            }
+        },
+    )
+    t.resource_count_is("AWS::DynamoDB::Table", 2)
+    t.has_resource_properties(
+        "AWS::DynamoDB::Table",
+        {
+            "KeySchema": [
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
+            "SSESpecification": {"SSEEnabled": True},
+            "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
+        },
+    )
+    for table in resources(template, "AWS::DynamoDB::Table").values():
+        assert table["Properties"]["SSESpecification"] == {"SSEEnabled": True}
+    t.has_resource_properties("AWS::EFS::FileSystem", {"Encrypted": True})
+    t.has_resource_properties(
+        "AWS::ECS::TaskDefinition",
+        {
+            "Volumes": [
+                Match.object_like(
+                    {"EFSVolumeConfiguration": Match.object_like({"TransitEncryption": "ENABLED"})}
+                )
+            ]
+        },
+    )
+
+
+def test_every_log_group_has_a_retention(template: dict[str, Any]) -> None:
+    groups = resources(template, "AWS::Logs::LogGroup")
+    assert len(groups) >= 7  # five functions, the state machine, the sandbox, API access
+    for name, group in groups.items():
+        assert group["Properties"].get("RetentionInDays") == 30, name
+    for name, fn in resources(template, "AWS::Lambda::Function").items():
+        assert "LoggingConfig" in fn["Properties"], f"{name} logs to a group without retention"
+
+
+# Wildcard resources CDK emits for actions that have no resource-level permissions, or
+# that the service names at run time (X-Ray, ECR login, SFN log delivery, ECS task ids).
+WILDCARD_OK = {
+    "xray:PutTraceSegments",
+    "xray:PutTelemetryRecords",
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
+    "ecr:GetAuthorizationToken",
+    "ecs:StopTask",
+    "ecs:DescribeTasks",
+    "logs:CreateLogDelivery",
+    "logs:GetLogDelivery",
+    "logs:UpdateLogDelivery",
+    "logs:DeleteLogDelivery",
+    "logs:ListLogDeliveries",
+    "logs:PutResourcePolicy",
+    "logs:DescribeResourcePolicies",
+    "logs:DescribeLogGroups",
+}
+
+
+def test_iam_is_least_privilege(template: dict[str, Any]) -> None:
+    grants: dict[str, set[str]] = {}
+    for name, policy in resources(template, "AWS::IAM::Policy").items():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"]
+            actions = [actions] if isinstance(actions, str) else actions
+            assert all(a != "*" and not a.endswith(":*") for a in actions), (name, actions)
+            if statement["Resource"] == "*":
+                assert set(actions) <= WILDCARD_OK, (name, actions)
+            grants.setdefault(name, set()).update(actions)
+    by_role = {k.removeprefix("Workflow").split("ServiceRole")[0]: v for k, v in grants.items()}
+    dynamodb = {r: {a for a in acts if a.startswith("dynamodb:")} for r, acts in by_role.items()}
+    assert dynamodb["Dispatch"] == set() and dynamodb["Poll"] == set()  # S3 only
+    assert dynamodb["Classify"] == {
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:GetItem",  # the idempotency table
+        "dynamodb:DeleteItem",
+    }
+    for role, acts in dynamodb.items():
+        assert not acts & {"dynamodb:Scan", "dynamodb:DeleteTable", "dynamodb:BatchWriteItem"}, role
+    sandbox = next(acts for role, acts in by_role.items() if role.startswith("SandboxTaskTask"))
+    assert not any(a.startswith("dynamodb:") for a in sandbox)
+
+
+def test_the_api_starts_and_reads_runs_with_authentication_and_validation(
+    template: dict[str, Any],
+) -> None:
+    methods = resources(template, "AWS::ApiGateway::Method")
+    assert len(methods) == 3  # POST /runs, GET /runs/{id}, GET /runs/{id}/results
+    for method in methods.values():
+        assert method["Properties"]["AuthorizationType"] == "AWS_IAM"
+    (post,) = [m for m in methods.values() if m["Properties"]["HttpMethod"] == "POST"]
+    assert "RequestValidatorId" in post["Properties"]
+    assert set(post["Properties"]["RequestModels"]) == {"application/json"}
+    integration = post["Properties"]["Integration"]
+    assert integration["Type"] == "AWS"
+    assert ":states:action/StartExecution" in json.dumps(integration["Uri"])
+    (model,) = resources(template, "AWS::ApiGateway::Model").values()
+    schema = model["Properties"]["Schema"]
+    assert schema["additionalProperties"] is False
+    assert set(schema["properties"]) == {"participants", "patches", "config"}
+
+
+def test_stack_settings_refuse_bad_context_with_the_key_named() -> None:
+    assert StackSettings().sandbox_cpu == 4096
+    assert StackSettings.model_validate({"sandbox_cpu": "2048", "sandbox_memory_mib": "8192"})
+    with pytest.raises(ValueError, match="Fargate with 4096 CPU units takes 8192-30720 MiB"):
+        StackSettings(sandbox_memory_mib=4096)
+    with pytest.raises(ValueError, match=r"one of .*CloudWatch"):
+        StackSettings(log_retention_days=31)
+    with pytest.raises(ValueError, match="Input should be 'iam' or 'api_key'"):
+        StackSettings(api_auth="none")
+
+
+def test_the_lambda_package_is_small_and_imports_without_the_grader(
+    lambda_asset: Path, lambda_python: Path
+) -> None:
+    """The functions import in Python 3.12 from their own package alone, without the
+    grader's dependencies (those live in the sandbox image)."""
+    import subprocess
+
+    size = sum(p.stat().st_size for p in lambda_asset.rglob("*") if p.is_file())
+    assert size < 150 * 2**20, f"Lambda package is {size / 2**20:.0f} MiB unzipped"
+    for heavy in ("swebench", "datasets", "litellm", "docker", "uv"):
+        assert not (lambda_asset / heavy).exists(), heavy
+    probe = (
+        "import sys\n"
+        "import resolve, dispatch, poll, classify, aggregate\n"
+        "heavy = {'swebench', 'datasets', 'litellm', 'docker', 'rich', 'yaml'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+        "print(sys.version_info[:2])\n"
+    )
+    env = {
+        "SWEGREEN_TABLE": "t",
+        "SWEGREEN_BUCKET": "b",
+        "SWEGREEN_IDEMPOTENCY_TABLE": "i",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "PATH": "/usr/bin:/bin",
+    }
+    proc = subprocess.run(
+        [str(lambda_python), "-I", "-c", f"import sys; sys.path.insert(0, '.')\n{probe}"],
+        cwd=lambda_asset,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "(3, 12)"
+
+
+GOOD_BODIES = [
+    {"participants": {"agent": "http://127.0.0.1:9019/"}},
+    {"participants": {"agent": "https://a.example/"}, "config": {"max_rows": 5}},
+    {"patches": "gold"},
+    {"patches": "predictions/mine.jsonl", "config": {}},
+]
+BAD_BODIES = [
+    {"participants": {"agent": "ftp://x"}},
+    {"participants": {"a": "http://a/", "b": "http://b/"}},
+    {"patches": ""},
+    {"patches": "gold", "extra": 1},
+    {"participants": "http://a/"},
+]
+
+
+@pytest.mark.parametrize("body", GOOD_BODIES)
+def test_the_api_schema_accepts_what_the_pipeline_accepts(body: dict[str, Any]) -> None:
+    import jsonschema
+
+    jsonschema.validate(body, RUN_REQUEST_SCHEMA)
+    RunRequest.model_validate(body)
+
+
+@pytest.mark.parametrize("body", BAD_BODIES)
+def test_the_api_schema_refuses_what_the_pipeline_refuses(body: dict[str, Any]) -> None:
+    import jsonschema
+    from pydantic import ValidationError
+
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(body, RUN_REQUEST_SCHEMA)
+    with pytest.raises(ValidationError):
+        RunRequest.model_validate(body)
