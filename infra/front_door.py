@@ -228,4 +228,3 @@ def _cdk_schema(schema: dict) -> dict:
         else:
             out[name] = value
     return out
-
