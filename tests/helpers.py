@@ -83,7 +83,9 @@ class Server:
     log: Path
 
 
-def start(args: list[str], cache: Path, out: Path, name: str) -> Server:
+def start(
+    args: list[str], cache: Path, out: Path, name: str, env: dict[str, str] | None = None
+) -> Server:
     port = free_port()
     log = out / f"{name}.log"
     out.mkdir(parents=True, exist_ok=True)
@@ -102,7 +104,7 @@ def start(args: list[str], cache: Path, out: Path, name: str) -> Server:
         ],
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
-        env={**os.environ},
+        env={**os.environ, **(env or {})},
     )
     url = f"http://127.0.0.1:{port}/"
     for _ in range(600):

@@ -128,6 +128,23 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--llm-mock-response", help="answer every model call with this text (offline)"
     )
+    serve.add_argument(
+        "--backend",
+        choices=["local", "aws"],
+        default="local",
+        help="where rows are evaluated: here, or by the AWS pipeline (docs/aws.md)",
+    )
+    serve.add_argument("--api-url", help="aws: the front door's URL (the stack's ApiUrl)")
+    serve.add_argument(
+        "--api-auth",
+        choices=["iam", "api_key"],
+        default="iam",
+        help="aws: SigV4 with the AWS credential chain, or the key in $SWEGREEN_API_KEY",
+    )
+    serve.add_argument("--api-region", help="aws: the API's region (default: from its URL)")
+    serve.add_argument(
+        "--api-poll", type=float, default=15.0, help="aws: seconds between progress checks"
+    )
     _local_flags(serve)
 
     part = sub.add_parser("participant", help="run a reference participant (A2A server)")
@@ -458,6 +475,24 @@ def _serve(args: argparse.Namespace, settings: LocalSettings, env: dict[str, str
         **config_from_env(env, allowed_extra=LOCAL_ENV_KEYS),
     }
     load_config(scenario, env, env_extra=LOCAL_ENV_KEYS)  # fail at start-up, not per request
+    front_door = None
+    if args.backend == "aws":
+        from swegreen.aws.front_door_client import FrontDoorSettings
+
+        if not args.api_url:
+            raise ConfigError("--backend aws needs --api-url (the stack's ApiUrl output)")
+        try:
+            front_door = FrontDoorSettings(
+                url=args.api_url,
+                auth=args.api_auth,
+                region=args.api_region,
+                api_key=env.get("SWEGREEN_API_KEY"),
+                poll_seconds=args.api_poll,
+            )
+        except ValueError as exc:  # pydantic's ValidationError
+            raise ConfigError(f"--api-*: {exc}") from None
+        if front_door.auth == "api_key" and not front_door.api_key:
+            raise ConfigError("--api-auth api_key needs the key in $SWEGREEN_API_KEY")
     agent = AgentSettings(
         local=settings,
         defaults=defaults,
@@ -465,6 +500,7 @@ def _serve(args: argparse.Namespace, settings: LocalSettings, env: dict[str, str
         heartbeat=args.heartbeat,
         llm_mock_response=args.llm_mock_response,
         diagnose=not args.no_diagnoses,
+        front_door=front_door,
     )
     serve(build_app(GreenAgentExecutor(agent), green_card(_card_url(args))), args.host, args.port)
     return 0

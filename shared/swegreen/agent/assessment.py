@@ -18,6 +18,7 @@ from swegreen import __version__
 from swegreen import artifacts as art
 from swegreen.agent.participant_client import A2AParticipant
 from swegreen.agent.request import AssessmentRequest, RequestError
+from swegreen.aws.front_door_client import FrontDoorSettings
 from swegreen.classify import Status
 from swegreen.config import EvalConfig
 from swegreen.dataset import Dataset, Instance, load_dataset, select_instances
@@ -32,9 +33,14 @@ from swegreen.sandbox import Isolation
 Notify = Callable[[str], Awaitable[None]]
 
 
+class AssessmentFailed(SweGreenError):
+    """The assessment could not produce results (the task ends ``failed``)."""
+
+
 @dataclass
 class AgentSettings:
-    """What the green agent's host provides; the assessment's config comes per request."""
+    """What the green agent's host provides; the assessment's config comes per request.
+    With ``front_door`` set (the ``aws`` backend), rows are evaluated by the AWS pipeline."""
 
     local: LocalSettings
     defaults: dict[str, Any] = field(default_factory=dict)
@@ -43,6 +49,7 @@ class AgentSettings:
     llm_mock_response: str | None = None
     heartbeat: float = 30.0
     diagnose: bool = True
+    front_door: FrontDoorSettings | None = None
 
 
 @dataclass
@@ -69,9 +76,20 @@ class Assessment:
         self.done = 0
         self.total = 0
         self.running: set[str] = set()
+        self._plan: tuple[EvalConfig, Dataset, list[Instance]] | None = None
 
-    async def prepare(self) -> tuple[EvalConfig, Dataset, list[Instance]]:
-        """Load and select rows; any problem here is the request's (it is rejected)."""
+    async def prepare(self) -> str:
+        """Load and select rows; any problem here is the request's (it is rejected).
+        Returns what will be done, for the caller."""
+        self._plan = await self._select()
+        config, dataset, instances = self._plan
+        roles = ", ".join(self.request.participants)
+        return (
+            f"evaluating {len(instances)} instance(s) of {dataset.name} for {roles}, "
+            f"{config.max_concurrent_rows} at a time"
+        )
+
+    async def _select(self) -> tuple[EvalConfig, Dataset, list[Instance]]:
         try:
             config = await asyncio.to_thread(
                 resolve_sample, self.config, self.settings.local.cache_dir
@@ -88,9 +106,9 @@ class Assessment:
             )
         return config, dataset, instances
 
-    async def run(
-        self, config: EvalConfig, dataset: Dataset, instances: list[Instance]
-    ) -> AssessmentOutcome:
+    async def run(self) -> AssessmentOutcome:
+        assert self._plan is not None, "prepare() first"
+        config, dataset, instances = self._plan
         self.total = len(instances) * len(self.request.participants)
         rows, lines = [], []
         timeout = httpx.Timeout(30.0, read=300.0)
@@ -150,13 +168,7 @@ class Assessment:
             row["participant"] = role
             if summary:
                 row["summary"] = summary
-            m = outcome.metrics
-            line = (
-                f"{role}: {m.counts['resolved']}/{m.total_instances} resolved "
-                f"({m.share(Status.RESOLVED):.1%}); "
-                + ", ".join(f"{k} {v}" for k, v in m.counts.items() if v and k != "resolved")
-            )
-            return row, line
+            return row, summary_line(row)
         finally:
             engine.close()
 
@@ -213,3 +225,13 @@ class Assessment:
         if diagnoser.unavailable:
             await self.notify(f"note: no diagnoses or summary: {diagnoser.unavailable}")
         return summary, diagnosed
+
+
+def summary_line(row: dict[str, Any]) -> str:
+    """One participant's result row in a line: resolved share, then the other statuses."""
+    counts = row.get("counts", {})
+    rest = ", ".join(f"{k} {v}" for k, v in counts.items() if v and k != "resolved")
+    return (
+        f"{row.get('participant')}: {counts.get('resolved', 0)}/{row.get('total_instances', 0)}"
+        f" resolved ({row.get('resolved_pct', 0.0):.1%}); {rest}"
+    )

@@ -1,5 +1,8 @@
 """The green agent's A2A executor: request in, progress out, one artifact, ``completed``.
 
+Rows are evaluated here (``Assessment``) or by the AWS pipeline (``RemoteAssessment``, the
+``aws`` backend); the A2A side is the same.
+
 The task is enqueued before anything else (the SDK requires it), a bad request is
 ``rejected`` with a message saying what to fix, progress is a ``working`` update at every
 row start and verdict and at least every ``heartbeat`` seconds (AgentBeats' clients and
@@ -19,7 +22,8 @@ from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import Task, TaskState
 
-from swegreen.agent.assessment import AgentSettings, Assessment
+from swegreen.agent.assessment import AgentSettings, Assessment, AssessmentFailed
+from swegreen.agent.remote import RemoteAssessment
 from swegreen.agent.request import RequestError, parse_request
 
 log = logging.getLogger("swegreen.agent")
@@ -42,20 +46,22 @@ class GreenAgentExecutor(AgentExecutor):
 
         try:
             request, config = parse_request(context.get_user_input(), self.settings.defaults)
-            assessment = Assessment(self.settings, request, config, _run_prefix(task), say)
-            config, dataset, instances = await assessment.prepare()
+            assessment: Assessment | RemoteAssessment
+            if self.settings.front_door is not None:
+                assessment = RemoteAssessment(self.settings, request, say)
+            else:
+                assessment = Assessment(self.settings, request, config, _run_prefix(task), say)
+            await say(await assessment.prepare())
         except RequestError as exc:
             await say(f"rejected: {exc}", TaskState.TASK_STATE_REJECTED)
             return
 
-        roles = ", ".join(request.participants)
-        await say(
-            f"evaluating {len(instances)} instance(s) of {dataset.name} for {roles}, "
-            f"{config.max_concurrent_rows} at a time"
-        )
         heartbeat = asyncio.create_task(self._heartbeat(assessment, say))
         try:
-            outcome = await assessment.run(config, dataset, instances)
+            outcome = await assessment.run()
+        except AssessmentFailed as exc:
+            await say(f"failed: {exc}", TaskState.TASK_STATE_FAILED)
+            return
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -72,7 +78,7 @@ class GreenAgentExecutor(AgentExecutor):
             with contextlib.suppress(RuntimeError):
                 await updater.cancel()
 
-    async def _heartbeat(self, assessment: Assessment, say) -> None:  # type: ignore[no-untyped-def]
+    async def _heartbeat(self, assessment: Assessment | RemoteAssessment, say) -> None:  # type: ignore[no-untyped-def]
         while True:
             await asyncio.sleep(self.settings.heartbeat)
             await say(f"still working: {assessment.status_line()}")

@@ -1,0 +1,96 @@
+"""The ``aws`` backend: an assessment evaluated by the AWS pipeline instead of in-process.
+
+One run per participant is started through the front door (``POST /runs``, the same
+request JSON the green agent received), then followed (``GET /runs/{id}``) until it is
+finished or failed; progress is relayed to the A2A caller as rows complete, and the
+finished runs' result rows become the artifact, as a local assessment's would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+
+from swegreen.agent.assessment import (
+    AgentSettings,
+    AssessmentFailed,
+    AssessmentOutcome,
+    Notify,
+    summary_line,
+)
+from swegreen.agent.request import AssessmentRequest
+from swegreen.aws.front_door_client import FrontDoorClient, FrontDoorError
+
+
+class RemoteAssessment:
+    def __init__(self, settings: AgentSettings, request: AssessmentRequest, notify: Notify) -> None:
+        assert settings.front_door is not None
+        self.settings = settings
+        self.front_door = settings.front_door
+        self.request = request
+        self.notify = notify
+        self.done: dict[str, int] = {}
+        self.total: dict[str, int] = {}
+
+    async def prepare(self) -> str:
+        # The pipeline selects the rows (its Resolve step); a bad selection fails the run,
+        # which is reported as the assessment's failure.
+        roles = ", ".join(self.request.participants)
+        return f"evaluating for {roles} on the AWS pipeline at {self.front_door.url}"
+
+    def status_line(self) -> str:
+        parts = [
+            f"{role} {self.done.get(role, 0)}/{self.total.get(role, '?')}"
+            for role in self.request.participants
+        ]
+        return "rows done: " + ", ".join(parts)
+
+    async def run(self) -> AssessmentOutcome:
+        config = {**self.settings.defaults, **self.request.config}
+        timeout = httpx.Timeout(30.0, read=60.0)
+        async with httpx.AsyncClient(timeout=timeout) as http:
+            client = FrontDoorClient(self.front_door, http)
+            try:
+                runs = {}
+                for role, url in self.request.participants.items():
+                    runs[role] = await client.start({"participants": {role: url}, "config": config})
+                    await self.notify(f"{role}: started run {runs[role]}")
+                rows = await asyncio.gather(
+                    *(self._follow(client, role, run_id) for role, run_id in runs.items())
+                )
+            except (FrontDoorError, httpx.HTTPError) as exc:
+                raise AssessmentFailed(f"the AWS pipeline's API: {exc}") from None
+        lines = [summary_line(row) for row in rows]
+        return AssessmentOutcome(list(rows), "\n".join(lines))
+
+    async def _follow(self, client: FrontDoorClient, role: str, run_id: str) -> dict[str, Any]:
+        started = time.monotonic()
+        while True:
+            state = await client.run(run_id)
+            if state is None:
+                if time.monotonic() - started > self.front_door.start_timeout:
+                    raise AssessmentFailed(
+                        f"{role}: run {run_id} did not start within "
+                        f"{self.front_door.start_timeout:g} s"
+                    )
+            elif state["state"] == "failed":
+                raise AssessmentFailed(f"{role}: run {run_id} failed: {state.get('error', '?')}")
+            else:
+                await self._progress(role, state)
+                if state["state"] == "finished":
+                    published = await client.results(run_id)
+                    (row,) = published["results"]
+                    row["participant"] = role
+                    return row
+            await asyncio.sleep(self.front_door.poll_seconds)
+
+    async def _progress(self, role: str, state: dict[str, Any]) -> None:
+        run = state.get("run") or {}
+        self.total[role] = len(run.get("instance_ids", [])) or self.total.get(role, 0)
+        done = int(state.get("done", 0))
+        if done != self.done.get(role, -1):
+            self.done[role] = done
+            await self.notify(f"{role}: {done}/{self.total[role]} rows done on AWS")

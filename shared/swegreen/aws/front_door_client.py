@@ -1,0 +1,125 @@
+"""A client of the pipeline's front door (infra/front_door.py): start a run, read its
+state, fetch its leaderboard. Requests are signed with SigV4 (``iam``, credentials from the
+usual AWS chain) or carry an API key."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from swegreen.errors import SweGreenError
+
+_REGION_IN_HOST = re.compile(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com")
+
+
+class FrontDoorError(SweGreenError):
+    """The API refused a request or answered something unexpected."""
+
+
+class FrontDoorSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    url: str = Field(description="the API's stage URL, e.g. https://abc.execute-api.../v1/")
+    auth: Literal["iam", "api_key"] = "iam"
+    region: str | None = Field(None, description="for SigV4; default: from the URL's host")
+    api_key: str | None = Field(None, repr=False)
+    poll_seconds: float = Field(15.0, gt=0)
+    start_timeout: float = Field(
+        600.0, gt=0, description="how long a run may take to appear before it counts as lost"
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"the API URL must be http(s): {value!r}")
+        return value.rstrip("/") + "/"
+
+    def signing_region(self) -> str:
+        if self.region:
+            return self.region
+        m = _REGION_IN_HOST.search(self.url)
+        if not m:
+            raise FrontDoorError(
+                f"cannot tell the AWS region of {self.url}; give it (--api-region)"
+            )
+        return m.group(1)
+
+
+class FrontDoorClient:
+    def __init__(self, settings: FrontDoorSettings, http: httpx.AsyncClient) -> None:
+        if settings.auth == "api_key" and not settings.api_key:
+            raise FrontDoorError("api_key auth needs a key (SWEGREEN_API_KEY)")
+        self.settings = settings
+        self.http = http
+
+    async def start(self, request: dict[str, Any]) -> str:
+        """POST /runs: the run's id."""
+        body = json.dumps(request)
+        answer = await self._send("POST", "runs", body)
+        if answer.status_code != 202:
+            raise FrontDoorError(f"POST /runs: {answer.status_code} {answer.text[:500]}")
+        return str(answer.json()["run_id"])
+
+    async def run(self, run_id: str) -> dict[str, Any] | None:
+        """GET /runs/{id}: state, rows done, record, leaderboard; None until it exists."""
+        answer = await self._send("GET", f"runs/{run_id}")
+        if answer.status_code == 404:
+            return None
+        if answer.status_code != 200:
+            raise FrontDoorError(f"GET /runs/{run_id}: {answer.status_code} {answer.text[:500]}")
+        state = answer.json()
+        if "error" in state:
+            state["error"] = failure_message(state["error"])
+        return state
+
+    async def results(self, run_id: str) -> dict[str, Any]:
+        """GET /runs/{id}/results: the published results.json."""
+        answer = await self._send("GET", f"runs/{run_id}/results")
+        if answer.status_code != 200:
+            raise FrontDoorError(
+                f"GET /runs/{run_id}/results: {answer.status_code} {answer.text[:500]}"
+            )
+        return answer.json()
+
+    async def _send(self, method: str, path: str, body: str | None = None) -> httpx.Response:
+        url = self.settings.url + path
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.settings.auth == "api_key":
+            assert self.settings.api_key is not None
+            headers["x-api-key"] = self.settings.api_key
+        else:
+            headers = _sigv4(method, url, body, headers, self.settings.signing_region())
+        return await self.http.request(method, url, content=body, headers=headers)
+
+
+def _sigv4(
+    method: str, url: str, body: str | None, headers: dict[str, str], region: str
+) -> dict[str, str]:
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.session import Session
+
+    credentials = Session().get_credentials()
+    if credentials is None:
+        raise FrontDoorError("no AWS credentials to sign API requests with (iam auth)")
+    request = AWSRequest(method=method, url=url, data=body or "", headers=headers)
+    SigV4Auth(credentials.get_frozen_credentials(), "execute-api", region).add_auth(request)
+    return dict(request.headers.items())
+
+
+def failure_message(cause: str) -> str:
+    """A failed run's cause in a line: a Lambda's error document (type, message) becomes
+    ``Type: message``; anything else is kept as it is."""
+    try:
+        doc = json.loads(cause)
+    except ValueError:
+        return cause
+    if isinstance(doc, dict) and "errorMessage" in doc:
+        kind = doc.get("errorType")
+        return f"{kind}: {doc['errorMessage']}" if kind else str(doc["errorMessage"])
+    return cause

@@ -1,0 +1,184 @@
+"""The front door in LocalStack (see localstack.py): the real API Gateway mapping templates
+and request validation, Step Functions started by the API, run state read back from
+DynamoDB and results from S3, and the green agent's ``aws`` backend driving all of it over
+HTTP as an AgentBeats assessment would. Sandbox tasks cannot run here (no ECS in LocalStack
+community), so every row ends ``error``; verdicts are test_pipeline_e2e.py's job."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from swegreen.aws.pipeline import StartEvent
+from swegreen.sample import SampleBenchmark
+from tests.aws.conftest import STACK
+from tests.aws.local_services import FAKE_CREDENTIALS
+from tests.aws.localstack import LocalStack
+from tests.helpers import Server, start
+from tests.test_agent import assess
+
+
+@dataclass
+class Deployed:
+    localstack: LocalStack
+    outputs: dict[str, str]
+    api: str
+    sample: SampleBenchmark
+
+    @property
+    def bucket(self) -> str:
+        return self.outputs["BucketName"]
+
+    def config(self, **extra: Any) -> dict[str, Any]:
+        return {
+            "dataset": f"s3://{self.bucket}/datasets/sample.jsonl",
+            "repo_url_template": self.sample.url_template,
+            "max_rows": 2,
+            **extra,
+        }
+
+    def follow(self, run_id: str, timeout: float = 300.0) -> dict[str, Any]:
+        """GET /runs/{id} until the run is no longer running."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            answer = httpx.get(f"{self.api}runs/{run_id}", timeout=30)
+            if answer.status_code == 200 and answer.json()["state"] != "running":
+                return answer.json()
+            time.sleep(1.0)
+        raise TimeoutError(f"run {run_id} still running after {timeout:g} s")
+
+
+@pytest.fixture(scope="module")
+def deployed(
+    assembly: Path,
+    lambda_python: Path,
+    sample: SampleBenchmark,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Deployed]:
+    with LocalStack(tmp_path_factory.mktemp("localstack"), lambda_python) as localstack:
+        outputs = localstack.deploy(assembly, STACK)
+        deployed = Deployed(localstack, outputs, localstack.api_url(outputs["ApiUrl"]), sample)
+        localstack.client("s3").put_object(
+            Bucket=deployed.bucket, Key="datasets/sample.jsonl", Body=sample.dataset.read_bytes()
+        )
+        yield deployed
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"participants": {"agent": "ftp://example.org"}},
+        {"participants": {"a": "http://a", "b": "http://b"}},
+        {"patches": ""},
+        {"config": {}, "extra": 1},
+        {"config": "max_rows=2"},
+    ],
+)
+def test_bad_requests_are_refused_at_the_gateway(deployed: Deployed, body: dict) -> None:
+    answer = httpx.post(f"{deployed.api}runs", json=body, timeout=30)
+    assert answer.status_code == 400, answer.text
+    assert "Invalid request body" in answer.text
+
+
+def test_an_unknown_run_is_404(deployed: Deployed) -> None:
+    answer = httpx.get(f"{deployed.api}runs/no-such-run", timeout=30)
+    assert answer.status_code == 404
+    assert answer.json() == {"error": "no such run"}
+
+
+def test_a_run_started_through_the_api_reports_progress_and_its_leaderboard(
+    deployed: Deployed,
+) -> None:
+    answer = httpx.post(
+        f"{deployed.api}runs", json={"patches": "gold", "config": deployed.config()}, timeout=30
+    )
+    assert answer.status_code == 202, answer.text
+    run_id = answer.json()["run_id"]
+    # The execution's input is exactly what the pipeline's first step validates.
+    sfn = deployed.localstack.client("stepfunctions")
+    execution = sfn.describe_execution(executionArn=answer.json()["execution_arn"])
+    event = StartEvent.model_validate_json(execution["input"])
+    assert (event.run_id, event.patches) == (run_id, "gold")
+    assert event.config["max_rows"] == 2
+
+    state = deployed.follow(run_id)
+    assert state["state"] == "finished", state
+    assert state["done"] == 2
+    assert state["run"]["instance_ids"] == sorted(deployed.sample.expected)[:2]
+    board = state["leaderboard"]
+    assert board["total_instances"] == 2
+    # No ECS in LocalStack community: the sandbox step fails, Catch records error rows.
+    assert board["counts"]["error"] == 2 and board["error_pct"] == 1.0
+    published = httpx.get(f"{deployed.api}runs/{run_id}/results", timeout=30).json()
+    (row,) = published["results"]
+    assert {k: row[k] for k in board} == board
+    assert {i["status"] for i in row["instances"]} == {"error"}
+    assert all(i["error_kind"] == "infrastructure" for i in row["instances"]), row["instances"]
+    assert sfn.describe_execution(executionArn=execution["executionArn"])["status"] == "SUCCEEDED"
+
+
+def test_a_run_that_cannot_start_is_recorded_as_failed(deployed: Deployed) -> None:
+    config = deployed.config(dataset=f"s3://{deployed.bucket}/datasets/missing.jsonl")
+    answer = httpx.post(
+        f"{deployed.api}runs", json={"patches": "gold", "config": config}, timeout=30
+    )
+    assert answer.status_code == 202, answer.text
+    state = deployed.follow(answer.json()["run_id"])
+    assert state["state"] == "failed"
+    assert "missing.jsonl" in state["error"]
+
+
+@pytest.fixture(scope="module")
+def agents(
+    deployed: Deployed, session_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Server]]:
+    out = tmp_path_factory.mktemp("aws-backend")
+    green_args = ["serve", "--backend", "aws", "--api-url", deployed.api]
+    green_args += ["--api-region", "us-east-1", "--api-poll", "1", "--no-diagnoses"]
+    running: dict[str, Server] = {}
+    try:
+        running["green"] = start(green_args, session_cache, out, "green", FAKE_CREDENTIALS)
+        gold = ["participant", "gold", "--dataset", "swegreen:sample"]
+        running["gold"] = start(gold, session_cache, out, "gold")
+        yield running
+    finally:
+        for server in running.values():
+            server.proc.terminate()
+            with contextlib.suppress(Exception):
+                server.proc.wait(timeout=10)
+
+
+def test_the_green_agent_fans_an_assessment_out_to_the_pipeline(
+    deployed: Deployed, agents: dict[str, Server]
+) -> None:
+    request = {"participants": {"gold": agents["gold"].url}, "config": deployed.config()}
+    outcome = asyncio.run(assess(agents["green"].url, json.dumps(request)))
+    assert outcome.state == "TASK_STATE_COMPLETED", outcome.statuses
+    said = "\n".join(outcome.statuses)
+    assert "gold: started run" in said
+    assert "gold: 2/2 rows done on AWS" in said
+    row = outcome.rows["gold"]
+    assert row["total_instances"] == 2
+    assert row["provenance"]["pipeline"] == "aws"
+    # The participant was asked over A2A by the pipeline's Dispatch step.
+    assert [i["model_name_or_path"] for i in row["instances"]] == ["gold", "gold"]
+    assert any("gold: 0/2 resolved" in text for text in outcome.texts)
+
+
+def test_the_green_agent_reports_a_failed_run_as_a_failed_task(
+    deployed: Deployed, agents: dict[str, Server]
+) -> None:
+    config = deployed.config(dataset=f"s3://{deployed.bucket}/datasets/missing.jsonl")
+    request = {"participants": {"gold": agents["gold"].url}, "config": config}
+    outcome = asyncio.run(assess(agents["green"].url, json.dumps(request)))
+    assert outcome.state == "TASK_STATE_FAILED"
+    assert "missing.jsonl" in outcome.statuses[-1]
