@@ -140,3 +140,27 @@ def test_project_installs_are_recognised_for_locking() -> None:
         python="3.9", test_cmd="t", install="pip install -e .", exclude_newer="2024-08-01"
     )
     assert with_install.env_key("c1") != with_install.env_key("c2")  # locked at the setup commit
+
+
+def test_a_project_requirement_overrides_a_clashing_recipe_pin() -> None:
+    """sphinx 3.x: the recipe pins Jinja2==3.0.3, then setup.py (after pre_install) asks
+    Jinja2<3.0; upstream's install step downgrades it, so the frozen resolve must too,
+    keeping every other pin."""
+    from swegreen.constraints import clashing_pins, yield_pins
+
+    uv_says = (
+        "Because only sphinx[test]==3.2.0 is available and sphinx==3.2.0 depends on "
+        "jinja2<3.0, we can conclude that all versions of sphinx[test] depend on jinja2<3.0.\n"
+        "And because you require jinja2==3.0.3 and sphinx[test], we can conclude that your "
+        "requirements are unsatisfiable."
+    )
+    pins = ["tox==4.16.0", "tox-current-env==0.0.11", "Jinja2==3.0.3"]
+    assert clashing_pins(pins, uv_says) == {"jinja2"}
+    assert clashing_pins(["pluggy==0.11.0", "py"], "you require pluggy==0.11.0 and pytest") == {
+        "pluggy"
+    }
+    assert yield_pins(pins, {"jinja2"}) == ["tox==4.16.0", "tox-current-env==0.0.11", "Jinja2"]
+    assert yield_pins(["a[x]>=1; python_version<'3.8'", "b==2"], {"a"}) == [
+        "a[x]; python_version<'3.8'",
+        "b==2",
+    ]

@@ -9,6 +9,7 @@ those environments back, without touching any pin a recipe states.
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from collections.abc import Iterable
@@ -32,6 +33,32 @@ def merge_requirements(base: Iterable[str], overriding: Iterable[str]) -> list[s
     overriding = list(overriding)
     names = {requirement_name(r) for r in overriding}
     return [r for r in base if requirement_name(r) not in names] + overriding
+
+
+def clashing_pins(pins: Iterable[str], resolver_output: str) -> set[str]:
+    """Names of ``pins`` that the resolver's failure message blames (``you require
+    jinja2==3.0.3 and sphinx[test]``)."""
+    text = resolver_output.lower().replace("_", "-")
+    return {
+        name
+        for name in map(requirement_name, pins)
+        if re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text)
+    }
+
+
+def yield_pins(requirements: Iterable[str], names: set[str]) -> list[str]:
+    """``requirements`` with the version specifiers of ``names`` dropped (extras and markers
+    kept). Upstream installs the project after the recipe's pip packages, so where the
+    project's own requirements disagree with such a pin, pip's install step lets the
+    project win (sphinx 3.x's setup.py asks Jinja2<3.0 after the recipe pinned 3.0.3)."""
+    out = []
+    for req in requirements:
+        if requirement_name(req) in names:
+            spec, _, marker = req.partition(";")
+            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?)", spec)
+            req = (m.group(1) if m else spec.strip()) + (f"; {marker.strip()}" if marker else "")
+        out.append(req)
+    return out
 
 
 def compile_command(

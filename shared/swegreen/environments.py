@@ -26,7 +26,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from swegreen.constraints import compile_command, find_uv, merge_requirements
+from swegreen.constraints import (
+    clashing_pins,
+    compile_command,
+    find_uv,
+    merge_requirements,
+    yield_pins,
+)
 from swegreen.errors import EnvSetupFailed
 from swegreen.interpreters import (
     Interpreter,
@@ -483,12 +489,11 @@ class _Build:
             lines.append(f"-e {project[0]}{project[1]}")
         resolve_in.write_text("\n".join(lines) + "\n")
         out = self.path / "resolved.txt"
-        for attempt in (
-            ([resolve_in], [self.path / "requirements.in"]) if project else ([resolve_in],)
-        ):
+
+        async def resolve(requirements_in: Path) -> tuple[bool, str]:
             argv = compile_command(
                 uv,
-                attempt[0],
+                requirements_in,
                 out,
                 interp.version,
                 recipe.exclude_newer,
@@ -498,14 +503,28 @@ class _Build:
             self.log.append(f"$ {' '.join(argv)}")
             result = await run_process(argv, cwd=self.path, env=self.env, timeout=BUILD_TIMEOUT)
             self.log.append(result.output)
-            if result.ok:
+            return result.ok, result.output
+
+        ok, output = await resolve(resolve_in)
+        yielded: set[str] = set()
+        for _ in range(3):  # a project that disagrees with a recipe pin wins, as upstream
+            clash = clashing_pins(recipe.pip_packages, output) - yielded if project else set()
+            if ok or not clash:
                 break
-            if attempt[0] == resolve_in and project:
-                self.log.append(
-                    "# the project's dependencies could not be resolved: "
-                    "freezing the recipe's requirements only"
-                )
-        else:
+            yielded |= clash
+            self.log.append(
+                f"# the project's own requirements override the recipe's pins of "
+                f"{', '.join(sorted(yielded))}, as its install step does upstream"
+            )
+            resolve_in.write_text("\n".join([*yield_pins(lines, yielded)]) + "\n")
+            ok, output = await resolve(resolve_in)
+        if not ok and project:
+            self.log.append(
+                "# the project's dependencies could not be resolved: "
+                "freezing the recipe's requirements only"
+            )
+            ok, output = await resolve(self.path / "requirements.in")
+        if not ok:
             self.log.append("# could not resolve as of the freeze date: installing unfrozen")
             return None
         locked = self.path / "locked.txt"

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from swegreen.dataset import Instance
 from swegreen.errors import ConfigError, NoRecipe
 
-RECIPE_SCHEMA_VERSION = 2  # 2: environments also lock the project's own dependencies
+RECIPE_SCHEMA_VERSION = 3  # 2: environments also lock the project's own dependencies
+# 3: where the project disagrees with a recipe pin, the project wins (as upstream)
 # Fields that decide what an environment contains; the rest only affect evaluation.
 ENV_FIELDS = (
     "python",
