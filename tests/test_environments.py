@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 from pathlib import Path
 
@@ -164,3 +165,22 @@ def test_a_project_requirement_overrides_a_clashing_recipe_pin() -> None:
         "a[x]; python_version<'3.8'",
         "b==2",
     ]
+
+
+def test_an_exempt_package_is_resolved_past_the_freeze_date(tmp_path: Path) -> None:
+    """xarray's recipes exempt eccodes from the freeze date; uv refused the old far-future
+    cap, which silently dropped the whole lock (sparse 0.17 then broke a P2P test). Runs the
+    real uv against the package index."""
+    from swegreen.constraints import compile_command, find_uv
+
+    uv = find_uv(os.environ["PATH"])
+    assert uv is not None
+    req = tmp_path / "r.in"
+    req.write_text("six\npackaging\n")
+    out = tmp_path / "r.txt"
+    argv = compile_command(uv, req, out, "3.10", "2024-08-01", ["six"], None)
+    result = subprocess.run(argv, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    pins = dict(line.split("==") for line in out.read_text().splitlines() if "==" in line)
+    assert pins["packaging"] == "24.1"  # the latest release before 2024-08-01
+    assert tuple(map(int, pins["six"].split("."))) >= (1, 17)  # 1.17.0 came out in Dec 2024

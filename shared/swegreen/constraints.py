@@ -17,7 +17,7 @@ from pathlib import Path
 
 from swegreen.requirements import requirement_name
 
-NO_CAP = "9999-12-31"
+NO_CAP = "2999-12-31"  # uv rejects 9999-12-31 (its end of day overflows a timestamp)
 
 
 def find_uv(path: str) -> str | None:

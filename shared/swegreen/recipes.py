@@ -20,7 +20,8 @@ from swegreen.dataset import Instance
 from swegreen.errors import ConfigError, NoRecipe
 
 RECIPE_SCHEMA_VERSION = 3  # 2: environments also lock the project's own dependencies
-# 3: where the project disagrees with a recipe pin, the project wins (as upstream)
+# 3: where the project disagrees with a recipe pin, the project wins (as upstream), and
+#    exempt packages really are exempt (schema 2 envs with exemptions were built unfrozen)
 # Fields that decide what an environment contains; the rest only affect evaluation.
 ENV_FIELDS = (
     "python",
