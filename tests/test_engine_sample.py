@@ -312,3 +312,36 @@ def test_an_event_loop_stays_responsive_during_a_run(
         assert asyncio.run(main()) < 1.0
     finally:
         engine.close()
+
+
+def test_base_validation_is_reported_cached_and_tied_to_the_environment(
+    run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, host_env, monkeypatch
+) -> None:
+    """On the base commit with only the test patch, a sound task's F2P tests fail and its
+    P2P tests pass (ok); the result is cached per instance, and a rebuilt environment
+    (here: another recipe schema) is validated again, never served a report from an
+    environment that no longer exists (sphinx 3.x after the schema 3 fix)."""
+    from swegreen import recipes
+
+    ids = ["sample__calculator-1", "sample__textkit-1"]
+    first = run_sample("gold", run_id="bv-1", base_validation=True, instance_ids=ids)
+    for row in first.results:
+        assert row.base_validation is not None
+        assert row.base_validation["ok"] is True, row.base_validation
+        assert row.base_validation["f2p_passing_on_base"] == []
+        assert row.base_validation["p2p_failing_on_base"] == []
+        assert row.base_validation["cached"] is False
+    second = run_sample("empty", run_id="bv-2", base_validation=True, instance_ids=ids)
+    assert all(r.base_validation and r.base_validation["cached"] for r in second.results)
+
+    config = sample_config(sample, base_validation=True, instance_ids=ids[:1])
+    engine = build_engine(settings, config, host_env)
+    try:
+        validator = engine.evaluator.base_validator
+        assert validator is not None
+        (instance,) = select_instances(load_dataset(config.dataset), config.selection())
+        before = validator.key(instance)
+        monkeypatch.setattr(recipes, "RECIPE_SCHEMA_VERSION", recipes.RECIPE_SCHEMA_VERSION + 1)
+        assert validator.key(instance) != before
+    finally:
+        engine.close()

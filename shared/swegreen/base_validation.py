@@ -40,6 +40,8 @@ class BaseValidator:
                 instance.PASS_TO_PASS,
                 instance.eval_script,
                 recipe.digest(),
+                # the environment it ran in (a rebuilt environment may pass other tests)
+                recipe.env_key(instance.environment_setup_commit),
                 grader_version(),
             ]
         )
