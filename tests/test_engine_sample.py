@@ -345,3 +345,31 @@ def test_base_validation_is_reported_cached_and_tied_to_the_environment(
         assert validator.key(instance) != before
     finally:
         engine.close()
+
+
+def test_the_network_is_on_only_for_instances_that_need_it(
+    sample: SampleBenchmark, settings: LocalSettings, host_env, tmp_path: Path
+) -> None:
+    """Upstream's containers have the network; a few Verified tests reach real hosts. Those
+    instances (known ones, plus the config's) keep it; every other test command runs
+    without it."""
+    from swegreen.recipes import known_network_instances
+    from swegreen.testbed import Testbed
+
+    assert "sphinx-doc__sphinx-8269" in known_network_instances()
+    config = sample_config(sample, network_instances="sample__ledger-1, sample__textkit-2")
+    assert config.network_instances == ("sample__ledger-1", "sample__textkit-2")
+    engine = build_engine(settings, config, host_env)
+    try:
+        instances = {i.instance_id: i for i in load_dataset(config.dataset).instances}
+
+        def network(iid: str) -> bool:
+            instance = instances[iid]
+            recipe = engine.testbeds.recipes.for_instance(instance)
+            testbed = Testbed(instance, recipe, tmp_path, None, [])  # type: ignore[arg-type]
+            return engine.testbeds.policy_for(testbed).network
+
+        assert network("sample__ledger-1") and network("sample__textkit-2")
+        assert not network("sample__calculator-1")
+    finally:
+        engine.close()

@@ -61,6 +61,10 @@ def _config_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--green-agent-model")
     g.add_argument("--base-validation", action="store_true", default=None)
+    g.add_argument(
+        "--network-instances",
+        help="instance ids whose test command keeps the network (comma-separated)",
+    )
 
 
 def _local_flags(p: argparse.ArgumentParser) -> None:
@@ -231,6 +235,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "repo_url_template",
         "green_agent_model",
         "base_validation",
+        "network_instances",
     ]
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 

@@ -72,7 +72,13 @@ class EvalConfig(BaseModel):
         "tell environment problems from participant failures.",
     )
 
-    @field_validator("instance_ids", "repos", mode="before")
+    network_instances: tuple[str, ...] = Field(
+        (),
+        description="Instances whose test command keeps the network, beside the known ones "
+        "(swegreen/data/network_instances.json); the rest run with it off.",
+    )
+
+    @field_validator("instance_ids", "repos", "network_instances", mode="before")
     @classmethod
     def _list_from_string(cls, value: Any) -> Any:
         if isinstance(value, str):

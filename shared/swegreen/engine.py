@@ -18,7 +18,7 @@ from swegreen.environments import EnvManager
 from swegreen.evaluate import Evaluator
 from swegreen.interpreters import InterpreterSearch
 from swegreen.ports import ArtifactStore, ProgressCallback
-from swegreen.recipes import RecipeBook, builtin_recipes
+from swegreen.recipes import RecipeBook, builtin_recipes, known_network_instances
 from swegreen.repo_cache import RepoCache
 from swegreen.runner import Runner
 from swegreen.sandbox import Isolation, LocalSandbox
@@ -87,6 +87,7 @@ def build_testbeds(
             memory_mb=settings.memory_mb,
             max_processes=settings.max_processes,
             keep_workspaces=settings.keep_workspaces,
+            network_instances=known_network_instances() | set(config.network_instances),
         ),
         host_env=host_env,
     )

@@ -176,6 +176,14 @@ class RecipeBook:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def known_network_instances() -> frozenset[str]:
+    """Instances whose tests need the internet upstream (data/network_instances.json)."""
+    entry = resources.files("swegreen") / "data" / "network_instances.json"
+    if not entry.is_file():
+        return frozenset()
+    return frozenset(k for k in json.loads(entry.read_text()) if not k.startswith("_"))
+
+
 def builtin_recipes() -> RecipeBook:
     """The recipes shipped with the package: SWE-bench Verified's repos and the sample's."""
     from swegreen.sample import sample_recipes

@@ -42,6 +42,8 @@ class TestbedOptions:
     memory_mb: int | None = 16384
     max_processes: int | None = 4096
     keep_workspaces: bool = False
+    # Instances whose tests reach real hosts upstream (where the container has the network).
+    network_instances: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -147,16 +149,23 @@ class Testbeds:
     def git_env(self, testbed: Testbed) -> dict[str, str]:
         return git_env(testbed.workspace / "home", self.host_env)
 
-    async def run_eval(self, testbed: Testbed) -> TestRun:
-        """Write and run the eval script; its whole log lands in the workspace."""
+    def policy_for(self, testbed: Testbed) -> SandboxPolicy:
+        """The test command's limits: the recipe's, the network on only where the recipe
+        or the instance needs it."""
         recipe = testbed.recipe
-        policy = SandboxPolicy(
+        return SandboxPolicy(
             timeout=self.timeout_for(recipe),
-            network=recipe.network,
+            network=recipe.network
+            or testbed.instance.instance_id in self.options.network_instances,
             cpus=recipe.cpus,
             memory_mb=self.options.memory_mb,
             max_processes=self.options.max_processes,
         )
+
+    async def run_eval(self, testbed: Testbed) -> TestRun:
+        """Write and run the eval script; its whole log lands in the workspace."""
+        recipe = testbed.recipe
+        policy = self.policy_for(testbed)
         services = await self._services(recipe, policy)
         wrapper = self.sandbox.test_wrapper(policy, services)
         script = make_eval_script(testbed.instance, recipe, str(testbed.repo), wrapper)
