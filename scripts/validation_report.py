@@ -1,0 +1,61 @@
+"""Summarise validation runs (gold and empty patches per repository) as markdown tables.
+
+    python scripts/validation_report.py RESULTS_DIR GOLD_RUN[,GOLD_RUN...] EMPTY_RUN[,...]
+
+Later runs override earlier ones for the same instance (a re-run after a fix). Prints, per
+instance: the gold verdict with F2P/P2P counts, base validation, wall time, and the empty
+patch's verdict; then totals.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def load(results: Path, runs: str) -> dict[str, dict]:
+    rows: dict[str, dict] = {}
+    for run in runs.split(","):
+        path = results / run / "instances.jsonl"
+        if path.exists():
+            for line in path.read_text().splitlines():
+                row = json.loads(line)
+                rows[row["instance_id"]] = {**row, "_run": run}
+    return rows
+
+
+def base(row: dict) -> str:
+    bv = row.get("base_validation")
+    if not bv:
+        return "-"
+    if bv.get("ok"):
+        return "ok"
+    bad = len(bv.get("p2p_failing_on_base", []) or bv.get("p2p_failing", []) or [])
+    return f"P2P failing on base: {bad}" if bad else "not ok"
+
+
+def main() -> None:
+    results, gold_runs, empty_runs = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    gold, empty = load(results, gold_runs), load(results, empty_runs)
+    print("| instance | gold | F2P | P2P | base | time | empty |")
+    print("|---|---|---:|---:|---|---:|---|")
+    for iid in sorted(gold):
+        g, e = gold[iid], empty.get(iid, {})
+        seconds = g.get("durations", {}).get("total", 0.0)
+        print(
+            f"| {iid} | {g['status']} | {g['f2p_passed']}/{g['f2p_total']} "
+            f"| {g['p2p_passed']}/{g['p2p_total']} | {base(g)} | {seconds:.0f} s "
+            f"| {e.get('status', 'not run')} |"
+        )
+    resolved = sum(r["status"] == "resolved" for r in gold.values())
+    no_op = sum(r["status"] == "no_op" for r in empty.values())
+    total = sum(r.get("durations", {}).get("total", 0.0) for r in gold.values())
+    print(
+        f"\ngold: {resolved}/{len(gold)} resolved; empty: {no_op}/{len(empty)} no_op; "
+        f"total gold time {total:.0f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()
