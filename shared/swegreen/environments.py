@@ -516,7 +516,7 @@ class _Build:
                 f"# the project's own requirements override the recipe's pins of "
                 f"{', '.join(sorted(yielded))}, as its install step does upstream"
             )
-            resolve_in.write_text("\n".join([*yield_pins(lines, yielded)]) + "\n")
+            resolve_in.write_text("\n".join(yield_pins(lines, yielded)) + "\n")
             ok, output = await resolve(resolve_in)
         if not ok and project:
             self.log.append(
