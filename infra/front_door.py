@@ -94,6 +94,7 @@ class FrontDoor(Construct):
             self, "IntegrationRole", assumed_by=iam.ServicePrincipal("apigateway.amazonaws.com")
         )
         state_machine.grant_start_execution(role)
+        state_machine.grant_execution(role, "states:StopExecution")
         table.grant(role, "dynamodb:GetItem")
         bucket.grant_read(role, f"{runs_prefix}*/results.json")
         auth = (
@@ -169,6 +170,41 @@ class FrontDoor(Construct):
             request_validator=validator,
             method_responses=[
                 apigw.MethodResponse(status_code="200"),
+                apigw.MethodResponse(status_code="404"),
+            ],
+            **method_options,
+        )
+        stop = apigw.AwsIntegration(
+            service="states",
+            action="StopExecution",
+            options=apigw.IntegrationOptions(
+                credentials_role=role,
+                request_templates={
+                    "application/json": template(
+                        "stop_execution", state_machine_arn=state_machine.state_machine_arn
+                    )
+                },
+                integration_responses=[
+                    apigw.IntegrationResponse(
+                        status_code="202",
+                        response_templates={"application/json": template("stopping")},
+                    ),
+                    apigw.IntegrationResponse(
+                        status_code="404",
+                        selection_pattern="4\\d{2}",
+                        response_templates={"application/json": '{"error": "no such run"}'},
+                    ),
+                ],
+                passthrough_behavior=apigw.PassthroughBehavior.NEVER,
+            ),
+        )
+        run.add_method(
+            "DELETE",
+            stop,
+            request_parameters={"method.request.path.id": True},
+            request_validator=validator,
+            method_responses=[
+                apigw.MethodResponse(status_code="202"),
                 apigw.MethodResponse(status_code="404"),
             ],
             **method_options,

@@ -1,4 +1,4 @@
-"""The pipeline: five small Lambdas and the state machine that runs them with the sandbox.
+"""The pipeline: six small Lambdas and the state machine that runs them with the sandbox.
 
 Resolve -> (Map | DistributedMap from S3, MaxConcurrency = max_concurrent_rows)
              per row: Dispatch -> [Wait -> Poll]* -> Sandbox (ecs:runTask.sync) -> Classify
@@ -6,6 +6,7 @@ Resolve -> (Map | DistributedMap from S3, MaxConcurrency = max_concurrent_rows)
                       if that fails too, RowLost, and Aggregate writes the error row)
         -> Aggregate (leaderboard JSON to S3, summary to DynamoDB)
 Resolve or Aggregate failing -> RecordRunFailure (the run's record says "failed", and why)
+An execution stopped, timed out or failed -> EventBridge -> Stopped (the record says so)
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 
 from aws_cdk import AssetHashType, BundlingOptions, Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as ddb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
@@ -105,6 +108,7 @@ class Workflow(Construct):
         self.poll = function("Poll", 180)
         self.classify = function("Classify", 120)
         self.aggregate = function("Aggregate", 300, 1024)
+        self.stopped = function("Stopped", 30)
         # Least privilege, per function: the S3 prefixes and the DynamoDB calls each makes
         # (swegreen.aws.dynamo_store: begin_run, save_result, get_results, update_run).
         bucket.grant_read(self.resolve, f"{datasets_prefix}*")
@@ -121,6 +125,7 @@ class Workflow(Construct):
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
         )
+        table.grant(self.stopped, "dynamodb:UpdateItem")
         idempotency.grant(  # powertools' idempotency records
             self.classify,
             "dynamodb:GetItem",
@@ -209,6 +214,21 @@ class Workflow(Construct):
             timeout=Duration.days(2),
         )
         bucket.grant_read(self.state_machine, f"{runs_prefix}*")  # the distributed map's items
+        # An execution stopped (DELETE /runs/{id}), timed out or failed outside the
+        # definition's catches: the run's record must not stay "running".
+        events.Rule(
+            self,
+            "ExecutionStopped",
+            event_pattern=events.EventPattern(
+                source=["aws.states"],
+                detail_type=["Step Functions Execution Status Change"],
+                detail={
+                    "status": ["ABORTED", "TIMED_OUT", "FAILED"],
+                    "stateMachineArn": [self.state_machine.state_machine_arn],
+                },
+            ),
+            targets=[targets.LambdaFunction(self.stopped, retry_attempts=4)],
+        )
 
     def _invoke(
         self, name: str, fn: lambda_.IFunction, payload: dict, result_path: str, suffix: str = ""

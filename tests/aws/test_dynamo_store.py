@@ -135,3 +135,21 @@ def test_a_finished_run_carries_its_summary_for_the_api(store: DynamoStore) -> N
     store.begin_run(record())  # resumed: running again, no stale leaderboard
     item = store.table.get_item(Key={"pk": "r1", "sk": "RUN"})["Item"]
     assert "summary" not in item and item["finished"] == {"a"}
+
+
+def test_a_stopped_execution_ends_its_run_once_even_before_it_started(store: DynamoStore) -> None:
+    started = store.begin_run(record("r1"))
+    assert store.mark_stopped("r1", "cancelled", "the execution was stopped: by a user") is True
+    item = store.table.get_item(Key={"pk": "r1", "sk": "RUN"})["Item"]
+    assert (item["state"], item["error"]) == ("cancelled", "the execution was stopped: by a user")
+    assert store.get_run("r1") == started  # the record itself is kept
+    assert store.mark_stopped("r1", "failed", "a later event") is False  # never overwritten
+
+    store.update_run(store.begin_run(record("r2")).model_copy(update={"state": "finished"}))
+    assert store.mark_stopped("r2", "failed", "the execution failed") is False
+
+    # Stopped before Resolve wrote the record: the state alone, and the run never starts.
+    assert store.mark_stopped("r3", "cancelled", "stopped early") is True
+    assert store.get_run("r3") is None
+    with pytest.raises(StoreError, match=r"run r3 ended \(cancelled\) before it started"):
+        store.begin_run(record("r3"))

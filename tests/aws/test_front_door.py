@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from swegreen.aws.pipeline import StartEvent
+from swegreen.aws.pipeline import ExecutionStopped, StartEvent
 from swegreen.sample import SampleBenchmark
 from tests.aws.conftest import STACK
 from tests.aws.local_services import FAKE_CREDENTIALS
@@ -123,7 +123,12 @@ def test_a_run_started_through_the_api_reports_progress_and_its_leaderboard(
     assert {k: row[k] for k in board} == board
     assert {i["status"] for i in row["instances"]} == {"error"}
     assert all(i["error_kind"] == "infrastructure" for i in row["instances"]), row["instances"]
-    assert sfn.describe_execution(executionArn=execution["executionArn"])["status"] == "SUCCEEDED"
+    deadline = time.monotonic() + 60  # the record is finished a step before the execution
+    while (status := sfn.describe_execution(executionArn=execution["executionArn"])["status"]) == (
+        "RUNNING"
+    ) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert status == "SUCCEEDED"
 
 
 def test_a_run_that_cannot_start_is_recorded_as_failed(deployed: Deployed) -> None:
@@ -149,6 +154,8 @@ def agents(
         running["green"] = start(green_args, session_cache, out, "green", FAKE_CREDENTIALS)
         gold = ["participant", "gold", "--dataset", "swegreen:sample"]
         running["gold"] = start(gold, session_cache, out, "gold")
+        hang = ["participant", "scripted", "--mode", "hang"]
+        running["hang"] = start(hang, session_cache, out, "hang")
         yield running
     finally:
         for server in running.values():
@@ -182,3 +189,100 @@ def test_the_green_agent_reports_a_failed_run_as_a_failed_task(
     outcome = asyncio.run(assess(agents["green"].url, json.dumps(request)))
     assert outcome.state == "TASK_STATE_FAILED"
     assert "missing.jsonl" in outcome.statuses[-1]
+
+
+def _start_hanging_run(deployed: Deployed, hang: Server) -> dict[str, str]:
+    request = {
+        "participants": {"agent": hang.url},
+        "config": deployed.config(max_rows=1, participant_timeout=600),
+    }
+    started = httpx.post(f"{deployed.api}runs", json=request, timeout=30).json()
+    deadline = time.monotonic() + 120
+    while httpx.get(f"{deployed.api}runs/{started['run_id']}", timeout=30).status_code == 404:
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(1.0)
+    return started
+
+
+def _ended_as_recorded(deployed: Deployed, execution_arn: str, state: dict[str, Any]) -> None:
+    """The execution has ended, and the run's record says how: AWS reports a stopped
+    execution ABORTED (-> "cancelled"); LocalStack 2026.3 fails it with a States.Runtime
+    error when it is stopped inside a Map (-> "failed", with that cause)."""
+    described = deployed.localstack.client("stepfunctions").describe_execution(
+        executionArn=execution_arn
+    )
+    assert described["status"] in ("ABORTED", "FAILED"), described["status"]
+    expected = ExecutionStopped(
+        name=state["run_id"],
+        status=described["status"],
+        error=described.get("error"),
+        cause=described.get("cause"),
+    ).run_state()
+    assert (state["state"], state["error"]) == expected
+
+
+def test_a_run_is_cancelled_through_the_api(deployed: Deployed, agents: dict[str, Server]) -> None:
+    assert httpx.delete(f"{deployed.api}runs/no-such-run", timeout=30).status_code == 404
+    started = _start_hanging_run(deployed, agents["hang"])
+    answer = httpx.delete(f"{deployed.api}runs/{started['run_id']}", timeout=30)
+    assert answer.status_code == 202, answer.text
+    assert answer.json() == {"run_id": started["run_id"], "state": "cancelling"}
+    state = deployed.follow(started["run_id"], timeout=120)
+    _ended_as_recorded(deployed, started["execution_arn"], state)
+
+
+def test_a_stopped_execution_marks_its_run_cancelled_once(
+    deployed: Deployed, agents: dict[str, Server]
+) -> None:
+    """The Stopped function on the event AWS sends for a stopped execution; a later event
+    for the same run (here LocalStack's, after DELETE) never overwrites the first."""
+    started = _start_hanging_run(deployed, agents["hang"])
+    event = {
+        "version": "0",
+        "id": "e1",
+        "detail-type": "Step Functions Execution Status Change",
+        "source": "aws.states",
+        "account": "000000000000",
+        "time": "2026-11-22T00:00:00Z",
+        "region": "us-east-1",
+        "resources": [started["execution_arn"]],
+        "detail": {"name": started["run_id"], "status": "ABORTED", "cause": "by a test"},
+    }
+    lam = deployed.localstack.client("lambda")
+    (name,) = [
+        f["FunctionName"]
+        for f in lam.list_functions()["Functions"]
+        if "Stopped" in f["FunctionName"]
+    ]
+    answer = lam.invoke(FunctionName=name, Payload=json.dumps(event).encode())
+    assert "FunctionError" not in answer, answer["Payload"].read()
+    assert json.loads(answer["Payload"].read())["changed"] is True
+    state = httpx.get(f"{deployed.api}runs/{started['run_id']}", timeout=30).json()
+    assert (state["state"], state["error"]) == ("cancelled", "the execution was stopped: by a test")
+    assert httpx.delete(f"{deployed.api}runs/{started['run_id']}", timeout=30).status_code == 202
+    deadline = time.monotonic() + 60
+    sfn = deployed.localstack.client("stepfunctions")
+    while sfn.describe_execution(executionArn=started["execution_arn"])["status"] == "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(1.0)
+    time.sleep(3.0)  # the execution's own status event reaches the Stopped function
+    again = httpx.get(f"{deployed.api}runs/{started['run_id']}", timeout=30).json()
+    assert (again["state"], again["error"]) == ("cancelled", "the execution was stopped: by a test")
+
+
+def test_cancelling_the_assessment_cancels_its_runs(
+    deployed: Deployed, agents: dict[str, Server]
+) -> None:
+    request = {
+        "participants": {"hang": agents["hang"].url},
+        "config": deployed.config(max_rows=1, participant_timeout=600),
+    }
+    outcome = asyncio.run(assess(agents["green"].url, json.dumps(request), "started run"))
+    assert outcome.state == "TASK_STATE_CANCELED"
+    (said,) = [s for s in outcome.statuses if "started run" in s]
+    run_id = said.rsplit(" ", 1)[-1]
+    state = deployed.follow(run_id, timeout=120)
+    machine = deployed.outputs["StateMachineArn"]
+    _ended_as_recorded(
+        deployed, machine.replace(":stateMachine:", ":execution:") + f":{run_id}", state
+    )

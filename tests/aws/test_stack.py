@@ -226,6 +226,7 @@ def test_iam_is_least_privilege(template: dict[str, Any]) -> None:
     }
     for role, acts in dynamodb.items():
         assert not acts & {"dynamodb:Scan", "dynamodb:DeleteTable", "dynamodb:BatchWriteItem"}, role
+    assert dynamodb["Stopped"] == {"dynamodb:UpdateItem"}
     sandbox = next(acts for role, acts in by_role.items() if role.startswith("SandboxTaskTask"))
     assert not any(a.startswith("dynamodb:") for a in sandbox)
 
@@ -234,7 +235,13 @@ def test_the_api_starts_and_reads_runs_with_authentication_and_validation(
     template: dict[str, Any],
 ) -> None:
     methods = resources(template, "AWS::ApiGateway::Method")
-    assert len(methods) == 3  # POST /runs, GET /runs/{id}, GET /runs/{id}/results
+    # POST /runs, GET and DELETE /runs/{id}, GET /runs/{id}/results
+    assert sorted(m["Properties"]["HttpMethod"] for m in methods.values()) == [
+        "DELETE",
+        "GET",
+        "GET",
+        "POST",
+    ]
     for method in methods.values():
         assert method["Properties"]["AuthorizationType"] == "AWS_IAM"
     (post,) = [m for m in methods.values() if m["Properties"]["HttpMethod"] == "POST"]
@@ -243,6 +250,8 @@ def test_the_api_starts_and_reads_runs_with_authentication_and_validation(
     integration = post["Properties"]["Integration"]
     assert integration["Type"] == "AWS"
     assert ":states:action/StartExecution" in json.dumps(integration["Uri"])
+    (delete,) = [m for m in methods.values() if m["Properties"]["HttpMethod"] == "DELETE"]
+    assert ":states:action/StopExecution" in json.dumps(delete["Properties"]["Integration"]["Uri"])
     (model,) = resources(template, "AWS::ApiGateway::Model").values()
     schema = model["Properties"]["Schema"]
     assert schema["additionalProperties"] is False
@@ -273,7 +282,7 @@ def test_the_lambda_package_is_small_and_imports_without_the_grader(
         assert not (lambda_asset / heavy).exists(), heavy
     probe = (
         "import sys\n"
-        "import resolve, dispatch, poll, classify, aggregate\n"
+        "import resolve, dispatch, poll, classify, aggregate, stopped\n"
         "heavy = {'swebench', 'datasets', 'litellm', 'docker', 'rich', 'yaml'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
         "print(sys.version_info[:2])\n"
@@ -329,3 +338,16 @@ def test_the_api_schema_refuses_what_the_pipeline_refuses(body: dict[str, Any]) 
         jsonschema.validate(body, RUN_REQUEST_SCHEMA)
     with pytest.raises(ValidationError):
         RunRequest.model_validate(body)
+
+
+def test_an_execution_that_ends_unfinished_updates_its_run(template: dict[str, Any]) -> None:
+    """Stopped through the API, timed out or failed: EventBridge tells the Stopped function,
+    so the run's record never stays "running"."""
+    (rule,) = resources(template, "AWS::Events::Rule").values()
+    pattern = rule["Properties"]["EventPattern"]
+    assert pattern["source"] == ["aws.states"]
+    assert pattern["detail-type"] == ["Step Functions Execution Status Change"]
+    assert pattern["detail"]["status"] == ["ABORTED", "TIMED_OUT", "FAILED"]
+    assert "WorkflowPipeline" in json.dumps(pattern["detail"]["stateMachineArn"])
+    (target,) = rule["Properties"]["Targets"]
+    assert "WorkflowStopped" in json.dumps(target["Arn"])

@@ -9,6 +9,8 @@ finished runs' result rows become the artifact, as a local assessment's would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from typing import Any
 
@@ -23,6 +25,10 @@ from swegreen.agent.assessment import (
 )
 from swegreen.agent.request import AssessmentRequest
 from swegreen.aws.front_door_client import FrontDoorClient, FrontDoorError
+
+log = logging.getLogger("swegreen.agent")
+# Stops in flight after their assessment was cancelled (kept referenced until done).
+_STOPPING: set[asyncio.Future[None]] = set()
 
 
 class RemoteAssessment:
@@ -53,8 +59,8 @@ class RemoteAssessment:
         timeout = httpx.Timeout(30.0, read=60.0)
         async with httpx.AsyncClient(timeout=timeout) as http:
             client = FrontDoorClient(self.front_door, http)
+            runs: dict[str, str] = {}
             try:
-                runs = {}
                 for role, url in self.request.participants.items():
                     runs[role] = await client.start({"participants": {role: url}, "config": config})
                     await self.notify(f"{role}: started run {runs[role]}")
@@ -63,8 +69,27 @@ class RemoteAssessment:
                 )
             except (FrontDoorError, httpx.HTTPError) as exc:
                 raise AssessmentFailed(f"the AWS pipeline's API: {exc}") from None
+            except asyncio.CancelledError:
+                # The A2A task was cancelled: so are the runs (and their Fargate tasks). The
+                # stop has its own client and outlives a second cancellation of this task.
+                stopping = asyncio.ensure_future(self._stop(runs))
+                _STOPPING.add(stopping)
+                stopping.add_done_callback(_STOPPING.discard)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(stopping)
+                raise
         lines = [summary_line(row) for row in rows]
         return AssessmentOutcome(list(rows), "\n".join(lines))
+
+    async def _stop(self, runs: dict[str, str]) -> None:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as http:
+            client = FrontDoorClient(self.front_door, http)
+            for run_id in runs.values():
+                try:
+                    stopped = await client.stop(run_id)
+                    log.info("run %s: %s", run_id, "stopping" if stopped else "already ended")
+                except (FrontDoorError, httpx.HTTPError) as exc:
+                    log.warning("could not stop run %s: %s", run_id, exc)
 
     async def _follow(self, client: FrontDoorClient, role: str, run_id: str) -> dict[str, Any]:
         started = time.monotonic()
@@ -76,8 +101,10 @@ class RemoteAssessment:
                         f"{role}: run {run_id} did not start within "
                         f"{self.front_door.start_timeout:g} s"
                     )
-            elif state["state"] == "failed":
-                raise AssessmentFailed(f"{role}: run {run_id} failed: {state.get('error', '?')}")
+            elif state["state"] in ("failed", "cancelled"):
+                raise AssessmentFailed(
+                    f"{role}: run {run_id} {state['state']}: {state.get('error', '?')}"
+                )
             else:
                 await self._progress(role, state)
                 if state["state"] == "finished":

@@ -36,17 +36,25 @@ class DynamoStore:
                 return record
             except self.table.meta.client.exceptions.ConditionalCheckFailedException:
                 stored = self.get_run(record.run_id)  # a concurrent start won the race
-                if stored is None:
-                    raise StoreError(f"run {record.run_id} vanished while starting") from None
+                if stored is None:  # or the execution was stopped before this step ran
+                    item = self._item(record.run_id) or {}
+                    raise StoreError(
+                        f"run {record.run_id} ended ({item.get('state', 'vanished')}) "
+                        "before it started"
+                    ) from None
         resumed = stored.resumed_by(record)
         self._set_run(resumed)
         return resumed
 
+    def _item(self, run_id: str) -> dict[str, Any] | None:
+        key = {"pk": run_id, "sk": RUN_SK}
+        return self.table.get_item(Key=key, ConsistentRead=True).get("Item")
+
     def get_run(self, run_id: str) -> RunRecord | None:
-        item = self.table.get_item(Key={"pk": run_id, "sk": RUN_SK}, ConsistentRead=True).get(
-            "Item"
-        )
-        return RunRecord.model_validate_json(item["record"]) if item else None
+        """The run's record; None also for a run that ended before it started (its item
+        holds only a state and an error)."""
+        item = self._item(run_id)
+        return RunRecord.model_validate_json(item["record"]) if item and "record" in item else None
 
     def update_run(self, record: RunRecord) -> None:
         self._set_run(record.model_copy(update={"updated_at": utcnow()}))
@@ -64,6 +72,41 @@ class DynamoStore:
             ExpressionAttributeNames={f"#{n}": n for n in names},
             ExpressionAttributeValues={f":{n}": item[n] for n in names},
         )
+
+    def mark_stopped(self, run_id: str, state: str, error: str) -> bool:
+        """Record that a run's execution ended without finishing (cancelled, timed out,
+        failed); False when the run has finished or failed already."""
+        try:
+            self.table.update_item(
+                Key={"pk": run_id, "sk": RUN_SK},
+                UpdateExpression="SET #state = :state, #error = :error, updated_at = :now",
+                ConditionExpression="#state = :running",
+                ExpressionAttributeNames={"#state": "state", "#error": "error"},
+                ExpressionAttributeValues={
+                    ":state": state,
+                    ":error": error,
+                    ":now": utcnow(),
+                    ":running": "running",
+                },
+            )
+        except self.table.meta.client.exceptions.ConditionalCheckFailedException:
+            pass
+        else:
+            return True
+        try:  # stopped before its record was written: the state alone, so it never starts
+            self.table.put_item(
+                Item={
+                    "pk": run_id,
+                    "sk": RUN_SK,
+                    "state": state,
+                    "error": error,
+                    "updated_at": utcnow(),
+                },
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+        except self.table.meta.client.exceptions.ConditionalCheckFailedException:
+            return False  # finished or failed already
+        return True
 
     def list_runs(self) -> list[RunRecord]:
         items: list[dict[str, Any]] = []

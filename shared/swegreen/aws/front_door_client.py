@@ -77,6 +77,16 @@ class FrontDoorClient:
             state["error"] = failure_message(state["error"])
         return state
 
+    async def stop(self, run_id: str) -> bool:
+        """DELETE /runs/{id}: stop the run's execution (and its sandbox tasks); False when
+        there is no such execution, or it has ended already."""
+        answer = await self._send("DELETE", f"runs/{run_id}")
+        if answer.status_code == 404:
+            return False
+        if answer.status_code != 202:
+            raise FrontDoorError(f"DELETE /runs/{run_id}: {answer.status_code} {answer.text[:500]}")
+        return True
+
     async def results(self, run_id: str) -> dict[str, Any]:
         """GET /runs/{id}/results: the published results.json."""
         answer = await self._send("GET", f"runs/{run_id}/results")

@@ -449,6 +449,24 @@ class Pipeline:
         }
 
 
+class ExecutionStopped(BaseModel):
+    """EventBridge's "Step Functions Execution Status Change" for an execution that ended
+    without finishing (its ``detail``: the execution's name is the run id)."""
+
+    name: str
+    status: Literal["ABORTED", "TIMED_OUT", "FAILED"]
+    error: str | None = None
+    cause: str | None = None
+
+    def run_state(self) -> tuple[str, str]:
+        """The run's state and error, as GET /runs/{id} reports them."""
+        if self.status == "ABORTED":
+            return "cancelled", f"the execution was stopped: {self.cause or 'no reason given'}"
+        if self.status == "TIMED_OUT":
+            return "failed", "the execution timed out"
+        return "failed", self.cause or self.error or "the execution failed"
+
+
 def _checked(row: InstanceResult, state: PatchState) -> InstanceResult:
     """The sandbox's graded row, re-classified here: the decision tree is this step's job."""
     if row.status is not Status.ERROR and row.tests_ran:
