@@ -2,7 +2,8 @@
 
     python scripts/validation_report.py RESULTS_DIR GOLD_RUN[,GOLD_RUN...] EMPTY_RUN[,...]
 
-Later runs override earlier ones for the same instance (a re-run after a fix). Prints, per
+Later runs override earlier ones for the same instance (a re-run after a fix); a run may
+also be given as an absolute directory. Prints, per
 instance: the gold verdict with F2P/P2P counts, base validation, wall time, and the empty
 patch's verdict; then totals.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 def load(results: Path, runs: str) -> dict[str, dict]:
     rows: dict[str, dict] = {}
     for run in runs.split(","):
-        path = results / run / "instances.jsonl"
+        path = results / run / "instances.jsonl"  # an absolute run directory works too
         if path.exists():
             for line in path.read_text().splitlines():
                 row = json.loads(line)
