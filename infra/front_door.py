@@ -39,6 +39,7 @@ RUN_REQUEST_SCHEMA = {
 }
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+JSON = "application/json"
 
 
 def template(name: str, **values: str) -> str:
@@ -115,25 +116,15 @@ class FrontDoor(Construct):
             "Body", validate_request_body=True, validate_request_parameters=True
         )
         runs = self.api.root.add_resource("runs")
-        start = apigw.AwsIntegration(
-            service="states",
-            action="StartExecution",
-            options=apigw.IntegrationOptions(
-                credentials_role=role,
-                request_templates={
-                    "application/json": template(
-                        "start_execution", state_machine_arn=state_machine.state_machine_arn
-                    )
-                },
-                integration_responses=[
-                    apigw.IntegrationResponse(
-                        status_code="202",
-                        response_templates={"application/json": template("started")},
-                    ),
-                    apigw.IntegrationResponse(status_code="400", selection_pattern="4\\d{2}"),
-                ],
-                passthrough_behavior=apigw.PassthroughBehavior.NEVER,
+        start = _service_call(
+            role,
+            "states",
+            "StartExecution",
+            template("start_execution", state_machine_arn=state_machine.state_machine_arn),
+            apigw.IntegrationResponse(
+                status_code="202", response_templates={JSON: template("started")}
             ),
+            apigw.IntegrationResponse(status_code="400", selection_pattern="4\\d{2}"),
         )
         runs.add_method(
             "POST",
@@ -147,20 +138,13 @@ class FrontDoor(Construct):
             **method_options,
         )
         run = runs.add_resource("{id}")
-        get = apigw.AwsIntegration(
-            service="dynamodb",
-            action="GetItem",
-            options=apigw.IntegrationOptions(
-                credentials_role=role,
-                request_templates={
-                    "application/json": template("get_run", table_name=table.table_name)
-                },
-                integration_responses=[
-                    apigw.IntegrationResponse(
-                        status_code="200", response_templates={"application/json": template("run")}
-                    )
-                ],
-                passthrough_behavior=apigw.PassthroughBehavior.NEVER,
+        get = _service_call(
+            role,
+            "dynamodb",
+            "GetItem",
+            template("get_run", table_name=table.table_name),
+            apigw.IntegrationResponse(
+                status_code="200", response_templates={JSON: template("run")}
             ),
         )
         run.add_method(
@@ -174,28 +158,18 @@ class FrontDoor(Construct):
             ],
             **method_options,
         )
-        stop = apigw.AwsIntegration(
-            service="states",
-            action="StopExecution",
-            options=apigw.IntegrationOptions(
-                credentials_role=role,
-                request_templates={
-                    "application/json": template(
-                        "stop_execution", state_machine_arn=state_machine.state_machine_arn
-                    )
-                },
-                integration_responses=[
-                    apigw.IntegrationResponse(
-                        status_code="202",
-                        response_templates={"application/json": template("stopping")},
-                    ),
-                    apigw.IntegrationResponse(
-                        status_code="404",
-                        selection_pattern="4\\d{2}",
-                        response_templates={"application/json": '{"error": "no such run"}'},
-                    ),
-                ],
-                passthrough_behavior=apigw.PassthroughBehavior.NEVER,
+        stop = _service_call(
+            role,
+            "states",
+            "StopExecution",
+            template("stop_execution", state_machine_arn=state_machine.state_machine_arn),
+            apigw.IntegrationResponse(
+                status_code="202", response_templates={JSON: template("stopping")}
+            ),
+            apigw.IntegrationResponse(
+                status_code="404",
+                selection_pattern="4\\d{2}",
+                response_templates={JSON: '{"error": "no such run"}'},
             ),
         )
         run.add_method(
@@ -240,6 +214,27 @@ class FrontDoor(Construct):
             )
             plan.add_api_key(key)
             plan.add_api_stage(stage=self.api.deployment_stage)
+
+
+def _service_call(
+    role: iam.IRole,
+    service: str,
+    action: str,
+    request_template: str,
+    *responses: apigw.IntegrationResponse,
+) -> apigw.AwsIntegration:
+    """A direct AWS service integration: the request mapped by a VTL template, the answers
+    by ``responses``; anything unmapped is refused rather than passed through."""
+    return apigw.AwsIntegration(
+        service=service,
+        action=action,
+        options=apigw.IntegrationOptions(
+            credentials_role=role,
+            request_templates={JSON: request_template},
+            integration_responses=list(responses),
+            passthrough_behavior=apigw.PassthroughBehavior.NEVER,
+        ),
+    )
 
 
 def _cdk_schema(schema: dict) -> dict:
