@@ -64,9 +64,15 @@ class RemoteAssessment:
                 for role, url in self.request.participants.items():
                     runs[role] = await client.start({"participants": {role: url}, "config": config})
                     await self.notify(f"{role}: started run {runs[role]}")
-                rows = await asyncio.gather(
-                    *(self._follow(client, role, run_id) for role, run_id in runs.items())
-                )
+                follows = [
+                    asyncio.ensure_future(self._follow(client, role, run_id))
+                    for role, run_id in runs.items()
+                ]
+                try:
+                    rows = await asyncio.gather(*follows)
+                finally:  # one run failed: stop following the others (they go on on AWS)
+                    for follow in follows:
+                        follow.cancel()
             except (FrontDoorError, httpx.HTTPError) as exc:
                 raise AssessmentFailed(f"the AWS pipeline's API: {exc}") from None
             except asyncio.CancelledError:
