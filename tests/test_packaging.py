@@ -1,5 +1,5 @@
 """The built wheel carries the package's data: a non-editable install (the container
-images) without the recipes would fail every real row with "no recipe"."""
+images) without the recipes or the sample would fail every row."""
 
 from __future__ import annotations
 
@@ -10,24 +10,29 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "shared" / "swegreen"
 
 
-def test_the_wheel_holds_the_recipes_and_the_sample(tmp_path: Path) -> None:
+def test_the_wheel_holds_every_data_file_of_the_package(tmp_path: Path) -> None:
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
     assert uv is not None, "uv is a dependency of the project (make setup)"
-    subprocess.run(
-        [uv, "build", "--wheel", "--quiet", "--out-dir", str(tmp_path), str(ROOT)], check=True
-    )
-    (wheel,) = tmp_path.glob("*.whl")
+    # Build from the tracked files alone, as CI's clean checkout would: a stale egg-info
+    # in a developer's tree can add files the packaging config forgets.
+    tracked = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    src = tmp_path / "src"
+    for name in tracked:
+        if (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
+    out = tmp_path / "dist"
+    subprocess.run([uv, "build", "--wheel", "--quiet", "--out-dir", str(out), str(src)], check=True)
+    (wheel,) = out.glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    wanted = [
-        p for p in PACKAGE.rglob("*") if p.is_file() and p.suffix in {".json", ".diff", ".typed"}
+    data = [
+        n.removeprefix("shared/")
+        for n in tracked
+        if n.startswith("shared/swegreen/") and not n.endswith(".py")
     ]
-    assert any(p.name == "swebench_recipes.json" for p in wanted)
-    missing = [
-        str(p.relative_to(PACKAGE))
-        for p in wanted
-        if f"swegreen/{p.relative_to(PACKAGE)}" not in names
-    ]
-    assert missing == []
+    assert "swegreen/data/swebench_recipes.json" in data
+    assert [n for n in data if n not in names] == []
