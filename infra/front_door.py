@@ -147,17 +147,22 @@ class FrontDoor(Construct):
                 status_code="200", response_templates={JSON: template("run")}
             ),
         )
-        run.add_method(
-            "GET",
-            get,
-            request_parameters={"method.request.path.id": True},
-            request_validator=validator,
-            method_responses=[
-                apigw.MethodResponse(status_code="200"),
-                apigw.MethodResponse(status_code="404"),
-            ],
-            **method_options,
-        )
+
+        def on_run(verb: str, integration: apigw.AwsIntegration, ok: str) -> None:
+            """A method on /runs/{id}: the id required, the run found or 404."""
+            run.add_method(
+                verb,
+                integration,
+                request_parameters={"method.request.path.id": True},
+                request_validator=validator,
+                method_responses=[
+                    apigw.MethodResponse(status_code=ok),
+                    apigw.MethodResponse(status_code="404"),
+                ],
+                **method_options,
+            )
+
+        on_run("GET", get, "200")
         stop = _service_call(
             role,
             "states",
@@ -172,17 +177,7 @@ class FrontDoor(Construct):
                 response_templates={JSON: '{"error": "no such run"}'},
             ),
         )
-        run.add_method(
-            "DELETE",
-            stop,
-            request_parameters={"method.request.path.id": True},
-            request_validator=validator,
-            method_responses=[
-                apigw.MethodResponse(status_code="202"),
-                apigw.MethodResponse(status_code="404"),
-            ],
-            **method_options,
-        )
+        on_run("DELETE", stop, "202")
         results = run.add_resource("results")
         get_results = apigw.AwsIntegration(
             service="s3",

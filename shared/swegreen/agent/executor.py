@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 
-from a2a.helpers import new_data_part, new_task_from_user_message, new_text_part
+from a2a.helpers import new_data_part, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
@@ -25,6 +25,7 @@ from a2a.types import Task, TaskState
 from swegreen.agent.assessment import AgentSettings, Assessment, AssessmentFailed
 from swegreen.agent.remote import RemoteAssessment
 from swegreen.agent.request import RequestError, parse_request
+from swegreen.agent.server import open_task
 
 log = logging.getLogger("swegreen.agent")
 
@@ -34,12 +35,7 @@ class GreenAgentExecutor(AgentExecutor):
         self.settings = settings
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        task = context.current_task
-        if task is None:
-            assert context.message is not None
-            task = new_task_from_user_message(context.message)
-            await event_queue.enqueue_event(task)
-        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        task, updater = await open_task(context, event_queue)
 
         async def say(text: str, state: int = TaskState.TASK_STATE_WORKING) -> None:
             await updater.update_status(state, updater.new_agent_message([new_text_part(text)]))

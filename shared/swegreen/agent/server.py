@@ -7,11 +7,13 @@ Both are always on here. Runners call the URL the card advertises (``--card-url`
 
 from __future__ import annotations
 
-from a2a.server.agent_execution import AgentExecutor
+from a2a.helpers import new_task_from_user_message
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Task
 from starlette.applications import Starlette
 
 from swegreen import __version__
@@ -33,6 +35,17 @@ def agent_card(name: str, description: str, url: str, skills: list[AgentSkill]) 
         default_output_modes=["text/plain", "application/json"],
         skills=skills,
     )
+
+
+async def open_task(context: RequestContext, event_queue: EventQueue) -> tuple[Task, TaskUpdater]:
+    """The request's task, enqueued first when it is new (the SDK requires that before any
+    status update), and an updater for it."""
+    task = context.current_task
+    if task is None:
+        assert context.message is not None
+        task = new_task_from_user_message(context.message)
+        await event_queue.enqueue_event(task)
+    return task, TaskUpdater(event_queue, task.id, task.context_id)
 
 
 def build_app(executor: AgentExecutor, card: AgentCard) -> Starlette:

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from a2a.helpers import new_data_part, new_task_from_user_message, new_text_part
+from a2a.helpers import new_data_part, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from swegreen.agent.server import agent_card, build_app
+from swegreen.agent.server import agent_card, build_app, open_task
 
 
 @dataclass
@@ -62,12 +62,7 @@ class SolverExecutor(AgentExecutor):
         self.solver = solver
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        task = context.current_task
-        if task is None:
-            assert context.message is not None
-            task = new_task_from_user_message(context.message)
-            await event_queue.enqueue_event(task)
-        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        _, updater = await open_task(context, event_queue)
         await updater.start_work(updater.new_agent_message([new_text_part("working on it")]))
         data, text = task_facts(context)
         reply = await self.solver(data, text)
