@@ -6,6 +6,7 @@ made with an interpreter found on this machine, real subprocesses and SQLite fil
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,20 @@ from swegreen.sample import SampleBenchmark, build_sample
 from swegreen.sandbox import Isolation
 
 
+def open_to_sandbox(path: Path) -> Path:
+    """Let the sandbox's uid pass through pytest's 0700 temp roots to reach ``path`` (as a
+    user's cache dir must be reachable; Isolation.check_reachable)."""
+    for parent in [path, *path.parents]:
+        if parent.exists() and parent.stat().st_uid == os.geteuid():
+            mode = parent.stat().st_mode
+            if not mode & 0o001:
+                parent.chmod((mode & 0o7777) | 0o011)
+    return path
+
+
 @pytest.fixture(scope="session")
 def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
+    return open_to_sandbox(tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,12 @@ import json
 import subprocess
 from pathlib import Path
 
+from swebench.harness.constants import START_TEST_OUTPUT
+
 from swegreen.dataset import parse_rows
 from swegreen.eval_script import (
     adapt_eval_script,
+    eval_phases,
     get_test_directives,
     make_eval_script,
     modified_test_files,
@@ -54,8 +57,29 @@ def test_script_follows_the_official_order() -> None:
     ]
     positions = [lines.index(item) for item in order]
     assert positions == sorted(positions)
-    assert lines[-1] == f"git checkout {'c' * 40} tests/test_x.py tests/data.json"
+    assert lines[-2:] == [
+        f"git checkout {'c' * 40} tests/test_x.py tests/data.json",
+        'exit "$SWEBENCH_TEST_EXIT_CODE"',  # the phase's status is the test command's
+    ]
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)  # valid bash
+
+
+def test_the_script_splits_where_the_test_files_are_reset() -> None:
+    """The install runs in a sandbox of its own; the test phase starts with the reset, from
+    the workspace and with the exports made before (django's LANG)."""
+    recipe = RECIPE.model_copy(update={"eval_commands": ("export LANG=en_US.UTF-8",)})
+    phases = eval_phases(instance(), recipe, "/ws/repo")
+    assert "python -m pip install -e ." in phases.prepare
+    assert "git apply" not in phases.prepare and START_TEST_OUTPUT not in phases.prepare
+    test_lines = phases.test.splitlines()
+    assert test_lines[2:5] == [
+        "cd /ws/repo",
+        "export LANG=en_US.UTF-8",
+        f"git checkout {'c' * 40} tests/test_x.py tests/data.json",
+    ]
+    assert "pip install" not in phases.test
+    for part in (phases.prepare, phases.test, phases.script):
+        subprocess.run(["bash", "-n"], input=part, text=True, check=True)
 
 
 def test_a_sandbox_wrapper_only_wraps_the_test_command() -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 PATCH = "patch.diff"
 EVAL_SCRIPT = "eval.sh"
 TEST_OUTPUT = "test_output.txt"
+TEST_RECORD = "test_record.jsonl"  # what pytest itself recorded (recorder.py)
 INSTANCE_LOG = "run_instance.log"
 REPORT = "report.json"
 RESULT = "result.json"

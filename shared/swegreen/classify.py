@@ -48,6 +48,7 @@ class Reason(StrEnum):
     TEST_TIMEOUT = "test_timeout"
     SANDBOX_CRASHED = "sandbox_crashed"
     ENVIRONMENT_FAULT = "environment_fault"
+    LOG_TAMPERING = "log_tampering"
     INTERNAL_ERROR = "internal_error"
 
 

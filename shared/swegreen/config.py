@@ -11,7 +11,7 @@ import json
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -72,6 +72,13 @@ class EvalConfig(BaseModel):
         "tell environment problems from participant failures.",
     )
 
+    isolation: Literal["bwrap", "process"] = Field(
+        "bwrap",
+        description="How participant code is sandboxed: 'bwrap' (bubblewrap: own user, PID, "
+        "mount, IPC and network namespaces, unprivileged, host read-only; the run refuses to "
+        "start where it cannot run) or 'process' (an explicit opt-in to the weaker mode: "
+        "process group, limits and a clean environment only). See docs/security.md.",
+    )
     network_instances: tuple[str, ...] = Field(
         (),
         description="Instances whose test command keeps the network, beside the known ones "

@@ -27,6 +27,10 @@ from swegreen.testbed import TestbedOptions, Testbeds
 
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:
+    """~/.cache/swegreen; for root /var/cache/swegreen, which the sandbox's uid can reach
+    (root's home is closed to others)."""
+    if os.geteuid() == 0 and not env.get("XDG_CACHE_HOME"):
+        return Path("/var/cache/swegreen")
     base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".cache")
     return Path(base) / "swegreen"
 
@@ -72,6 +76,9 @@ def build_testbeds(
 ) -> Testbeds:
     """Git cache, environment cache and sandbox under ``settings.cache_dir``."""
     cache = settings.cache_dir
+    isolation = isolation or Isolation.probe(config.isolation)
+    cache.mkdir(parents=True, exist_ok=True)
+    isolation.check_reachable(cache)
     return Testbeds(
         repos=RepoCache(cache / "repos", config.repo_url_template, host_env),
         recipes=recipes or builtin_recipes(),
@@ -80,7 +87,7 @@ def build_testbeds(
             InterpreterSearch.from_environ(host_env, allow_install=settings.allow_python_install),
             host_env,
         ),
-        sandbox=LocalSandbox(isolation or Isolation.probe()),
+        sandbox=LocalSandbox(isolation),
         options=TestbedOptions(
             work_root=cache / "work",
             eval_timeout=config.eval_timeout,
@@ -118,7 +125,7 @@ def build_engine(
     recipes: RecipeBook | None = None,
     isolation: Isolation | None = None,
 ) -> Engine:
-    isolation = isolation or Isolation.probe()
+    isolation = isolation or Isolation.probe(config.isolation)
     artifacts = LocalArtifacts(settings.output_dir)
     store = SqliteStore(settings.store_path)
     evaluator = build_evaluator(settings, config, host_env, artifacts, recipes, isolation)

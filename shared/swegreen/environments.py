@@ -537,6 +537,18 @@ class _Build:
         return locked
 
 
+def relocate_runpath(binary: bytes, libdir: bytes) -> bytes:
+    """An interpreter built with a shared libpython (pyenv's) finds it through an absolute
+    RUNPATH into its original tree, which a sandbox does not show: point it at
+    ``$ORIGIN/../lib``, the copy's own, as conda does when it relocates binaries (the new
+    string, NUL-padded, takes the old one's place in the string table)."""
+    target = b"$ORIGIN/../lib"
+    old = libdir + b"\0"
+    if len(target) >= len(old) or old not in binary:
+        return binary
+    return binary.replace(old, target + b"\0" * (len(old) - len(target)))
+
+
 def _copy_interpreter(interp: Interpreter, dest: Path) -> None:
     """Copy an interpreter tree like a fresh conda env: stdlib and binaries, no
     site-packages (whatever the host installed there stays out), scripts re-pointed."""
@@ -556,6 +568,10 @@ def _copy_interpreter(interp: Interpreter, dest: Path) -> None:
             data = path.read_bytes()
             if old in data[:65536] and b"\0" not in data[:1024]:  # text scripts only
                 path.write_bytes(data.replace(old, new))
+            elif data.startswith(b"\x7fELF"):
+                relocated = relocate_runpath(data, old + b"/lib")
+                if relocated != data:
+                    path.write_bytes(relocated)
     python = dest / "bin" / "python"
     if not python.exists():
         python.symlink_to(f"python{interp.version}")

@@ -86,3 +86,15 @@ class EnvironmentFault(EvaluationFailure):
     """The test log shows an environment fault (out of memory, no network, ...)."""
 
     reason = "environment_fault"
+
+
+class SandboxUnavailable(SweGreenError):
+    """The requested isolation cannot run on this host; the run does not start."""
+
+
+class LogTampering(EvaluationFailure):
+    """The test log contradicts what the test runner itself recorded: the row is an error,
+    never a silent pass. Not retried: the same patch would do the same again."""
+
+    reason = "log_tampering"
+    infrastructure = False

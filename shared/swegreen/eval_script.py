@@ -5,14 +5,26 @@ apply the test patch, ``: '>>>>> Start Test Output'``, the test command, the rec
 exit code, ``: '>>>>> End Test Output'``, reset again), with conda activation replaced by
 the environment on PATH and ``/testbed`` by the workspace. Rows that carry their own
 ``eval_script`` (the newer hub revision) are run as given, with the same substitutions.
+
+The script runs in two phases (``EvalPhases``), each in a sandbox of its own: *prepare*
+(everything before the test files are reset: the eval-time install, which may need the
+package index) and *test* (reset, test patch, markers, test command). Between the two the
+engine puts back any test file or test configuration that the install step, which runs
+the participant's code, changed. Their logs, concatenated, are the official log.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
 
-from swebench.harness.constants import END_TEST_OUTPUT, NON_TEST_EXTS, START_TEST_OUTPUT
+from swebench.harness.constants import (
+    END_TEST_OUTPUT,
+    NON_TEST_EXTS,
+    START_TEST_OUTPUT,
+    TEST_EXIT_CODE_VAR,
+)
 from swebench.harness.utils import parse_eval_script, record_test_exit_code
 
 from swegreen.dataset import Instance
@@ -51,11 +63,52 @@ def sandboxed(command: str, wrapper: str | None) -> str:
     return f"{wrapper} bash -c {shlex.quote(command)}"
 
 
+@dataclass(frozen=True)
+class EvalPhases:
+    prepare: str
+    test: str
+
+    @property
+    def script(self) -> str:
+        """Both phases as one script: what is stored as the row's eval.sh."""
+        return f"{self.prepare}{PHASE_BREAK}\n{self.test}"
+
+
+PHASE_BREAK = "# ---- the test phase runs in a sandbox of its own from here ----"
+_KEEP_FOR_TESTS = re.compile(r"^\s*(export|source|\.)\s")
+
+
+def split_phases(lines: list[str], workdir: str) -> EvalPhases:
+    """Split an eval script's commands where the test files are reset (the last
+    ``git checkout`` before the start marker, else the test patch's ``git apply``). The
+    test phase starts again from the working directory and the exports made before."""
+    start = next((i for i, ln in enumerate(lines) if START_TEST_OUTPUT in ln), len(lines))
+    cut = next(
+        (i for i in range(start - 1, -1, -1) if lines[i].startswith("git checkout ")),
+        None,
+    )
+    if cut is None:
+        cut = next((i for i in range(start) if lines[i].startswith("git apply")), start)
+    prelude = [f"cd {workdir}"] + [ln for ln in lines[:cut] if _KEEP_FOR_TESTS.match(ln)]
+    test = record_test_exit_code([*prelude, *lines[cut:]])
+    if any(ln.startswith(f"{TEST_EXIT_CODE_VAR}=") for ln in test):
+        # The phase's exit status is the test command's: the engine reads it from the
+        # process, where nothing the tests print can reach it.
+        test.append(f'exit "${TEST_EXIT_CODE_VAR}"')
+    return EvalPhases(prepare=_script(lines[:cut]), test=_script(test))
+
+
 def make_eval_script(
     instance: Instance, recipe: Recipe, workdir: str, test_wrapper: str | None = None
 ) -> str:
+    return eval_phases(instance, recipe, workdir, test_wrapper).script
+
+
+def eval_phases(
+    instance: Instance, recipe: Recipe, workdir: str, test_wrapper: str | None = None
+) -> EvalPhases:
     if instance.eval_script:
-        return adapt_eval_script(instance.eval_script, workdir, test_wrapper)
+        return adapt_eval_phases(instance.eval_script, workdir, test_wrapper)
     files = modified_test_files(instance.test_patch)
     reset_tests = f"git checkout {instance.base_commit} {' '.join(files)}" if files else ":"
     apply_test_patch = f"git apply -v - <<'{HEREDOC}'\n{instance.test_patch}\n{HEREDOC}"
@@ -80,10 +133,14 @@ def make_eval_script(
         f": '{END_TEST_OUTPUT}'",
         reset_tests,
     ]
-    return _script(record_test_exit_code(lines))
+    return split_phases(lines, workdir)
 
 
 def adapt_eval_script(script: str, workdir: str, test_wrapper: str | None = None) -> str:
+    return adapt_eval_phases(script, workdir, test_wrapper).script
+
+
+def adapt_eval_phases(script: str, workdir: str, test_wrapper: str | None = None) -> EvalPhases:
     """An official eval script, made to run outside its image."""
     lines = [ln for ln in parse_eval_script(script) if not _CONDA_LINES.match(ln)]
     lines = [ln.replace("/testbed", workdir) for ln in lines]
@@ -91,7 +148,7 @@ def adapt_eval_script(script: str, workdir: str, test_wrapper: str | None = None
         if START_TEST_OUTPUT in line and i + 1 < len(lines):
             lines[i + 1] = sandboxed(lines[i + 1], test_wrapper)
             break
-    return _script(record_test_exit_code(lines))
+    return split_phases(lines, workdir)
 
 
 def _script(lines: list[str]) -> str:

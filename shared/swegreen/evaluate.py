@@ -19,10 +19,10 @@ from typing import Any
 from swegreen import artifacts as art
 from swegreen.apply import apply_patch
 from swegreen.base_validation import BaseValidator
-from swegreen.classify import Reason, Status, classify
+from swegreen.classify import Reason, Status, TestCounts, classify
 from swegreen.dataset import Instance
 from swegreen.errors import EnvironmentFault, EvaluationFailure, TestTimeout
-from swegreen.grading import FULL, PARTIAL, grade_log, unapplied_report
+from swegreen.grading import FULL, PARTIAL, Grade, grade_log, unapplied_report
 from swegreen.patches import (
     PatchRejected,
     check_against_tree,
@@ -32,6 +32,7 @@ from swegreen.patches import (
 )
 from swegreen.ports import ArtifactStore, PatchResult
 from swegreen.recipes import Recipe
+from swegreen.recorder import Recorded, contradictions
 from swegreen.results import InstanceResult, utcnow
 from swegreen.rows import RowBuilder
 from swegreen.testbed import Testbeds
@@ -113,17 +114,31 @@ class Evaluator:
                         unapplied_report(instance, text),
                     )
                 row.apply_method = applied.method
+                # Test files and test configuration are the benchmark's: what the patch
+                # changed of them is put back (tamper.py); so is what its code changes
+                # during the eval-time install (run_eval, between the two phases).
+                guard = self.testbeds.guard(testbed)
+                row.tampered_files += await guard.revert(row.info.paths)
+                if row.tampered_files:
+                    notes.append("put back before the tests: " + ", ".join(row.tampered_files))
+                row.isolation = self.testbeds.sandbox.isolation.mode
                 t_tests = time.monotonic()
-                run = await self.testbeds.run_eval(testbed)
+                run = await self.testbeds.run_eval(testbed, guard)
+                row.tampered_files += run.reverted
+                row.test_exit_code = run.exit_code
                 row.durations.tests = time.monotonic() - t_tests
                 row.test_command_seconds = run.test_seconds()
                 self.artifacts.write_text(key(art.EVAL_SCRIPT), run.script)
                 self.artifacts.write_text(
                     key(art.TEST_OUTPUT), run.log_path.read_text(errors="replace")
                 )
+                if run.recorded is not None:
+                    self.artifacts.write_text(key(art.TEST_RECORD), run.recorded.text)
                 if run.timed_out:
                     raise TestTimeout(f"the eval script ran past its {run.timeout:g} s time limit")
-                return self._grade(key, row, testbed.recipe, run.log_path, text)
+                return self._grade(
+                    key, row, testbed.recipe, run.log_path, text, run.recorded, run.exit_code
+                )
         except EvaluationFailure as exc:
             notes.append(f"FAILED: {exc}\n{exc.log_tail}")
             raise
@@ -151,9 +166,19 @@ class Evaluator:
                 info=inspect_patch(patch),
                 apply_method=stored.apply_method,
                 base_validation=stored.base_validation,
+                tampered_files=list(stored.tampered_files),
+                isolation=stored.isolation,
+                test_exit_code=stored.test_exit_code,
             )
+            record = self.artifacts.read_text(key(art.TEST_RECORD))
             fresh = self._grade(
-                key, row, self.testbeds.recipes.for_instance(instance), scratch, patch
+                key,
+                row,
+                self.testbeds.recipes.for_instance(instance),
+                scratch,
+                patch,
+                Recorded.parse(record) if record is not None else None,
+                stored.test_exit_code,
             )
         finally:
             scratch.unlink(missing_ok=True)
@@ -167,7 +192,14 @@ class Evaluator:
         )
 
     def _grade(
-        self, key: Key, row: RowBuilder, recipe: Recipe, log_path: Path, patch: str
+        self,
+        key: Key,
+        row: RowBuilder,
+        recipe: Recipe,
+        log_path: Path,
+        patch: str,
+        recorded: Recorded | None = None,
+        exit_code: int | None = None,
     ) -> InstanceResult:
         grade = grade_log(
             row.instance,
@@ -181,6 +213,10 @@ class Evaluator:
             raise EnvironmentFault(
                 f"the test log shows an environment fault: {grade.environment_fault}"
             )
+        if recorded is not None:
+            found = contradictions(recorded, grade.status_map, exit_code)
+            if found:
+                return self._tampered_log(key, row, grade, found)
         status, reason = classify(True, grade.counts)
         # The tree refines the official verdict; it must never contradict it.
         assert (status is Status.RESOLVED) == (grade.resolution == FULL), (status, grade.resolution)
@@ -204,6 +240,26 @@ class Evaluator:
             p2p_failing=grade.p2p_failing,
         )
         return self._finish(key, result, grade.report)
+
+    def _tampered_log(
+        self, key: Key, row: RowBuilder, grade: Grade, found: list[str]
+    ) -> InstanceResult:
+        """The log says what pytest did not see: an error row, never a silent pass."""
+        shown = found[:20] + ([f"... and {len(found) - 20} more"] if len(found) > 20 else [])
+        result = row.result(
+            Status.ERROR,
+            Reason.LOG_TAMPERING,
+            "the test log contradicts what pytest itself recorded (something in the test "
+            "process printed results or forced its exit code):\n" + "\n".join(shown),
+            counts=TestCounts(0, 0, 0, 0),
+            applied=True,
+            tests_ran=True,
+        )
+        report = {
+            iid: {**entry, "resolved": False, "log_tampering": found}
+            for iid, entry in grade.report.items()
+        }
+        return self._finish(key, result.model_copy(update={"error_kind": "evaluation"}), report)
 
     def _finish(self, key: Key, result: InstanceResult, report: dict[str, Any]) -> InstanceResult:
         self.artifacts.write_text(key(art.REPORT), json.dumps(report, indent=4))

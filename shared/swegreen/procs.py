@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 _PR_SET_PDEATHSIG = 1
+PIPE_GRACE = 10.0  # seconds a piped copy may run on after its command exited
 
 
 @dataclass(frozen=True)
@@ -76,20 +77,31 @@ async def run_process(
     max_output: int = 2_000_000,
     rlimits: Mapping[int, tuple[int, int]] | None = None,
     death_signal: int = signal.SIGKILL,
+    through_pipe: bool = False,
+    append: bool = False,
 ) -> ProcResult:
     """Run ``argv`` to completion (or its time limit) and return its merged output.
 
-    With ``output_file`` the child writes straight to that file and ``output`` is all of
-    it; otherwise the output goes to an anonymous temporary file and ``output`` is its last
-    ``max_output`` bytes. ``death_signal`` reaches the child if the engine dies
-    (SIGTERM lets a supervising ``timeout`` take its whole tree down). Must be awaited on
-    the event loop's thread: the parent-death signal is tied to the thread that forked.
+    With ``output_file`` the output lands in that file (appended to with ``append``) and
+    ``output`` is what this run added; otherwise the output goes to an anonymous temporary
+    file and ``output`` is its last ``max_output`` bytes. ``death_signal`` reaches the child
+    if the engine dies (SIGTERM lets a supervising ``timeout`` take its whole tree down).
+    Must be awaited on the event loop's thread: the parent-death signal is tied to the
+    thread that forked.
+
+    By default the child writes to the file itself. ``through_pipe`` gives it a pipe that
+    this process copies into the file instead, so that the child can neither truncate nor
+    rewrite what it printed before (the log that grades a sandboxed run); use it only for
+    commands whose every descendant dies with them (a PID namespace), since a background
+    grandchild holding the pipe would keep the copy going until ``PIPE_GRACE`` runs out.
     """
     libc = _libc()
     limits = dict(rlimits or {})
-    # Output always goes to a file, never a pipe: a background grandchild that keeps a pipe
-    # open would otherwise hold up Python 3.11's proc.wait() until it exits.
-    sink = open(output_file, "w+b") if output_file else tempfile.TemporaryFile()  # noqa: SIM115
+    # Output goes to a file, not a pipe, unless asked: a background grandchild that keeps a
+    # pipe open would otherwise hold up Python 3.11's proc.wait() until it exits.
+    mode = "a+b" if append else "w+b"
+    sink = open(output_file, mode) if output_file else tempfile.TemporaryFile()  # noqa: SIM115
+    offset = sink.seek(0, os.SEEK_END)
     start = time.monotonic()
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -97,7 +109,7 @@ async def run_process(
             cwd=str(cwd) if cwd else None,
             env=dict(env) if env is not None else None,
             stdin=asyncio.subprocess.PIPE if stdin_data is not None else asyncio.subprocess.DEVNULL,
-            stdout=sink,
+            stdout=asyncio.subprocess.PIPE if through_pipe else sink,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=functools.partial(_child_setup, limits, libc, death_signal),
@@ -105,6 +117,11 @@ async def run_process(
     except BaseException:
         sink.close()
         raise
+    copier = (
+        asyncio.create_task(_copy(proc.stdout, sink))
+        if through_pipe and proc.stdout is not None
+        else None
+    )
     timed_out = False
     try:
         if stdin_data is not None and proc.stdin is not None:
@@ -120,14 +137,20 @@ async def run_process(
         kill_group(proc.pid)
         with contextlib.suppress(Exception):
             await asyncio.shield(proc.wait())
+        if copier is not None:
+            copier.cancel()
         sink.close()
         raise
     # Leftovers (servers a test started, a timed-out tree) die with the evaluation, as
     # they would with its container.
     kill_group(proc.pid)
     await proc.wait()
+    if copier is not None:
+        # A writer that outlived the command: what it printed so far is kept.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(copier, PIPE_GRACE)
     duration = time.monotonic() - start
-    output = _tail(sink, None if output_file else max_output)
+    output = _tail(sink, None if output_file else max_output, offset)
     sink.close()
     return ProcResult(
         returncode=proc.returncode if proc.returncode is not None else -1,
@@ -137,10 +160,16 @@ async def run_process(
     )
 
 
-def _tail(sink: BinaryIO, limit: int | None) -> str:
+def _tail(sink: BinaryIO, limit: int | None, offset: int = 0) -> str:
     size = sink.seek(0, os.SEEK_END)
-    sink.seek(0 if limit is None else max(0, size - limit))
+    sink.seek(offset if limit is None else max(offset, size - limit))
     return sink.read().decode("utf-8", "replace")
+
+
+async def _copy(stream: asyncio.StreamReader, sink: BinaryIO) -> None:
+    while chunk := await stream.read(65536):
+        sink.write(chunk)
+    sink.flush()
 
 
 async def run_checked(

@@ -19,7 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from swegreen.dataset import Instance
 from swegreen.errors import ConfigError, NoRecipe
 
-RECIPE_SCHEMA_VERSION = 3  # 2: environments also lock the project's own dependencies
+# 2: environments also lock the project's own dependencies; 4: interpreter copies find
+# their libpython relative to themselves (they run where the original tree is out of sight)
+RECIPE_SCHEMA_VERSION = 4
 # 3: where the project disagrees with a recipe pin, the project wins (as upstream), and
 #    exempt packages really are exempt (schema 2 envs with exemptions were built unfrozen)
 # Fields that decide what an environment contains; the rest only affect evaluation.

@@ -115,6 +115,7 @@ class RepoCache:
     async def _clone(self, repo: str, url: str, mirror: Path) -> None:
         mirror.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{mirror.name}.", dir=mirror.parent))
+        tmp.chmod(0o755)  # sandboxed checkouts read its objects (their git alternates)
         try:
             result = await run_process(
                 ["git", "clone", "--quiet", "--bare", url, str(tmp)],

@@ -54,6 +54,12 @@ class InstanceResult(BaseModel):
     patch_sha256: str | None = None
     patch_bytes: int = 0
     patch_files: list[str] = Field(default_factory=list)
+    # Test files and test configuration the participant changed, put back before the tests
+    # ran (by its patch, or by its code during the eval-time install): tamper.py.
+    tampered: bool = False
+    tampered_files: list[str] = Field(default_factory=list)
+    isolation: str | None = None  # the sandbox the participant's code ran in (sandbox.py)
+    test_exit_code: int | None = None  # the test command's, as the engine saw it
     attempts: int = 1
     durations: Durations = Field(default_factory=Durations)
     test_command_seconds: float = 0.0  # inside the eval script (the benchmark's denominator)

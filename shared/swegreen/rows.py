@@ -31,6 +31,9 @@ class RowBuilder:
     base_validation: dict[str, Any] | None = None
     test_command_seconds: float = 0.0
     durations: Durations = field(default_factory=Durations)
+    tampered_files: list[str] = field(default_factory=list)
+    isolation: str | None = None
+    test_exit_code: int | None = None
 
     def __post_init__(self) -> None:
         self.durations.participant = self.patch.duration
@@ -68,6 +71,10 @@ class RowBuilder:
             patch_sha256=self.info.sha256 if self.info else None,
             patch_bytes=len(text.encode("utf-8", "surrogateescape")),
             patch_files=self.info.paths if self.info else [],
+            tampered=bool(self.tampered_files),
+            tampered_files=list(dict.fromkeys(self.tampered_files)),
+            isolation=self.isolation,
+            test_exit_code=self.test_exit_code,
             durations=self.durations.model_copy(),
             participant_usage=self.patch.usage,
             base_validation=self.base_validation,

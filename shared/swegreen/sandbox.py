@@ -1,15 +1,22 @@
 """The local sandbox that runs an eval script.
 
-What it guarantees, whatever the host allows:
-  * its own process group, killed as a whole at the time limit or on cancellation, and
-    an outer ``timeout`` that still ends the tree if the engine itself is killed;
-  * a clean environment built from scratch: HOME and temp dirs inside the workspace,
-    TZ and PYTHONHASHSEED pinned, none of the host's variables (so no cloud keys or API
-    tokens);
-  * an address-space limit per process (RLIMIT_AS).
-What it adds where the host allows it (``Isolation.probe``):
-  * no network for the test command (a network namespace with loopback up);
-  * a process-count limit (a pids cgroup; RLIMIT_NPROC when not root).
+Two modes (``EvalConfig.isolation``):
+
+``bwrap`` (the default) runs every process that could execute participant code under
+bubblewrap: an unprivileged host uid, its own user, PID, mount, IPC, UTS and (for the
+tests) network namespaces, a fresh /proc, the host's system directories and the
+environment caches read-only, only the workspace and its temp dirs writable, and none of
+the host's other files (home directories, the results, the engine's own process) in
+sight. Inside, processes see uid 0 as in the official containers, with Docker's default
+capabilities, which reach nothing but what the sandbox owns.
+
+``process`` is the weaker mode a user must ask for where bubblewrap cannot run
+(Fargate): a process group, a clean environment and resource limits, the test command
+in a network namespace where the host allows one.
+
+Both modes: a time limit enforced twice (the engine, and an outer ``timeout`` that still
+ends the tree if the engine itself is killed), a clean environment built from scratch
+(no cloud keys or API tokens), an address-space limit per process, a process limit.
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
+from swegreen.errors import SandboxUnavailable
 from swegreen.procs import ProcResult, run_process
 
 OUTER_GRACE = 30  # seconds the outer `timeout` waits beyond the engine's own limit
@@ -76,20 +85,88 @@ NETNS_INIT = (
 )
 
 
+IsolationMode = Literal["bwrap", "process"]
+# The host uid sandboxed processes run as when the engine is root (any unused uid will do:
+# it owns nothing on the host but the workspaces it is lent).
+DEFAULT_SANDBOX_UID = 2_000_000
+# Docker's default capabilities that mean something in a user namespace: they act only on
+# what the namespace owns (its own files, processes and network), never on the host's.
+CONTAINER_CAPS = (
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_NET_RAW",
+    "CAP_SYS_CHROOT",
+)
+# Host directories every sandbox sees, read-only (symlinks, as on merged-/usr systems, are
+# recreated as symlinks).
+SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; `make setup` does it) "
+    'on a host that allows unprivileged user namespaces, or set isolation = "process" '
+    "(scenario.toml [config], SWEGREEN_ISOLATION or --isolation) to run participant code "
+    "without namespaces, knowing that it can then read the host's files and processes"
+)
+
+
 @dataclass(frozen=True)
 class Isolation:
     """What this host lets the sandbox do, found once at start-up."""
 
-    netns_cmd: tuple[str, ...] | None = None  # prefix that runs a command without network
-    mountns: bool = False  # unshare --mount works (for the CPU quota view)
+    mode: IsolationMode = "process"
+    bwrap: str | None = None  # the bubblewrap binary (mode "bwrap")
+    sandbox_uid: int | None = None  # host uid to switch to before bwrap (the engine is root)
+    netns_cmd: tuple[str, ...] | None = None  # "process" mode: prefix that cuts the network
+    mountns: bool = False  # "process" mode: unshare --mount works (for the CPU quota view)
     pids_cgroup: Path | None = None  # a writable pids cgroup hierarchy (v1) or v2 root
     cgroup_v2: bool = False
     is_root: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @classmethod
-    def probe(cls) -> Isolation:
-        notes = []
+    def probe(
+        cls, mode: IsolationMode = "bwrap", sandbox_uid: int = DEFAULT_SANDBOX_UID
+    ) -> Isolation:
+        """The isolation ``mode`` on this host. ``bwrap`` that cannot run raises
+        ``SandboxUnavailable``: the weaker mode is never chosen silently."""
+        is_root = os.geteuid() == 0
+        pids, v2 = _find_pids_cgroup()
+        if mode == "bwrap":
+            bwrap = shutil.which("bwrap")
+            if bwrap is None:
+                raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed: {INSTALL_HINT}")
+            uid = sandbox_uid if is_root else None
+            iso = cls(
+                mode="bwrap",
+                bwrap=bwrap,
+                sandbox_uid=uid,
+                pids_cgroup=pids,
+                cgroup_v2=v2,
+                is_root=is_root,
+            )
+            probe = subprocess.run(
+                [
+                    *iso._bwrap_prefix(Mounts(), Path("/"), network=False, caps=CONTAINER_CAPS),
+                    "true",
+                ],
+                capture_output=True,
+                timeout=60,
+                check=False,
+                env={"PATH": "/usr/bin:/bin"},
+            )
+            if probe.returncode != 0:
+                why = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
+                raise SandboxUnavailable(f"bubblewrap cannot run here ({why}): {INSTALL_HINT}")
+            return iso
+        notes = [
+            "isolation = process: participant code runs without namespaces (see docs/security.md)"
+        ]
         netns = None
         for cmd in (("unshare", "--net"), ("unshare", "--net", "--map-current-user")):
             if shutil.which(cmd[0]) is None:
@@ -112,24 +189,115 @@ class Isolation:
         )
         if not mountns:
             notes.append("mount namespaces unavailable: recipes' CPU limits are not shown to tests")
-        pids, v2 = _find_pids_cgroup()
-        if pids is None and os.geteuid() == 0:
+        if pids is None and is_root:
             notes.append("no writable pids cgroup: the process limit is not enforced for root")
         return cls(
+            mode="process",
             netns_cmd=netns,
             mountns=mountns,
             pids_cgroup=pids,
             cgroup_v2=v2,
-            is_root=os.geteuid() == 0,
+            is_root=is_root,
             notes=tuple(notes),
         )
 
+    def check_reachable(self, path: Path) -> None:
+        """bubblewrap binds paths as the sandbox's uid: every directory above ``path`` must
+        let that uid pass (a root engine's default ~/.cache sits under a 0700 /root)."""
+        if self.mode != "bwrap" or self.sandbox_uid is None:
+            return
+        path = path.resolve()
+        for parent in [path, *path.parents]:
+            if not parent.exists():
+                continue
+            st = parent.stat()
+            if st.st_uid != self.sandbox_uid and not st.st_mode & 0o001:
+                raise SandboxUnavailable(
+                    f"the sandbox (host uid {self.sandbox_uid}) cannot reach {path}: "
+                    f"{parent} has mode {st.st_mode & 0o777:o}. Put the cache elsewhere "
+                    "(--cache-dir or SWEGREEN_CACHE_DIR, e.g. /var/cache/swegreen) or let "
+                    f"others pass through it (chmod o+x {parent})"
+                )
+
+    @property
+    def runs_as_root(self) -> bool:
+        """Whether sandboxed processes hold the host's root (only in ``process`` mode)."""
+        return self.mode == "process" and self.is_root
+
     def describe(self) -> dict[str, object]:
         return {
-            "network_isolation": self.netns_cmd is not None,
-            "process_limit": self.pids_cgroup is not None or not self.is_root,
+            "isolation": self.mode,
+            "namespaces": (
+                ["user", "pid", "mount", "ipc", "uts", "net (tests)"]
+                if self.mode == "bwrap"
+                else (["net (tests)"] if self.netns_cmd else [])
+            ),
+            "host_uid": (
+                self.sandbox_uid
+                if self.sandbox_uid is not None
+                else (os.geteuid() if self.mode == "bwrap" else "engine's")
+            ),
+            "network_isolation": self.mode == "bwrap" or self.netns_cmd is not None,
+            "process_limit": self.pids_cgroup is not None or not self.runs_as_root,
             "notes": list(self.notes),
         }
+
+    def _bwrap_prefix(
+        self, mounts: Mounts, cwd: Path, *, network: bool, caps: tuple[str, ...]
+    ) -> list[str]:
+        assert self.bwrap is not None
+        argv: list[str] = []
+        if self.sandbox_uid is not None:
+            uid = str(self.sandbox_uid)
+            argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+        argv += [
+            self.bwrap,
+            "--unshare-user",
+            "--uid",
+            "0",
+            "--gid",
+            "0",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+        ]
+        if not network:
+            argv.append("--unshare-net")
+        for cap in caps:
+            argv += ["--cap-add", cap]
+        for name in SYSTEM_DIRS:
+            path = Path(name)
+            if path.is_symlink():
+                argv += ["--symlink", os.readlink(path), name]
+            elif path.is_dir():
+                argv += ["--ro-bind", name, name]
+        argv += ["--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev"]
+        for tmp in ("/tmp", "/var/tmp", "/run", "/dev/shm"):
+            argv += ["--tmpfs", tmp]
+        for src, dest in sorted(mounts.binds(), key=lambda b: len(Path(b[1]).parts)):
+            argv += [src[0], src[1], dest]
+        argv += ["--chdir", str(cwd)]
+        return argv
+
+
+@dataclass(frozen=True)
+class Mounts:
+    """What a sandboxed run sees besides the system directories: ``writable`` and
+    ``readonly`` host paths at the same place, and ``files``: host paths shown read-only at
+    another place (the eval script, the record channel, the CPU quota view)."""
+
+    writable: tuple[Path, ...] = ()
+    readonly: tuple[Path, ...] = ()
+    files: tuple[tuple[Path, str], ...] = ()
+
+    def binds(self) -> list[tuple[tuple[str, str], str]]:
+        out = [(("--ro-bind", str(p)), str(p)) for p in dict.fromkeys(self.readonly)]
+        out += [(("--bind", str(p)), str(p)) for p in dict.fromkeys(self.writable)]
+        out += [(("--ro-bind", str(src)), dest) for src, dest in self.files]
+        return out
 
 
 def _find_pids_cgroup() -> tuple[Path | None, bool]:
@@ -145,9 +313,8 @@ def _find_pids_cgroup() -> tuple[Path | None, bool]:
 
 
 def cpu_quota_view(cpus: float) -> str:
-    """Shell that makes /sys/fs/cgroup show a CFS quota of ``cpus``, as Docker's --cpus does
-    (tools such as pylint size their worker pools, and skip tests, by it). Runs inside a
-    private mount namespace, so nothing outside sees it."""
+    """``process`` mode: shell that makes /sys/fs/cgroup show a CFS quota of ``cpus``, as
+    Docker's --cpus does. Runs inside a private mount namespace, so nothing outside sees it."""
     quota = int(cpus * 100000)
     return (
         "mount -t tmpfs swegreen-cgroup /sys/fs/cgroup 2>/dev/null && mkdir -p /sys/fs/cgroup/cpu"
@@ -222,24 +389,43 @@ def sandbox_env(
     return env
 
 
+SCRIPT_INSIDE = "/run/swegreen/eval.sh"
+
+
 class LocalSandbox:
-    """Runs eval scripts on this machine under a ``SandboxPolicy``."""
+    """Runs eval scripts on this machine under a ``SandboxPolicy`` and an ``Isolation``."""
 
     def __init__(self, isolation: Isolation) -> None:
         self.isolation = isolation
 
+    @property
+    def bwrap(self) -> bool:
+        return self.isolation.mode == "bwrap"
+
     def isolates(self, policy: SandboxPolicy) -> bool:
         """Whether the test command runs in its own network namespace."""
+        if self.bwrap:
+            return not policy.network
         return not policy.network and self.isolation.netns_cmd is not None
 
     def shows_cpu_quota(self, policy: SandboxPolicy) -> bool:
-        return policy.cpus is not None and self.isolation.mountns
+        return policy.cpus is not None and (self.bwrap or self.isolation.mountns)
 
     def test_wrapper(self, policy: SandboxPolicy, services: tuple[str, ...] = ()) -> str | None:
-        """Shell prefix for the test command in eval.sh (the network is cut only there:
-        the eval-time install before it may need the package index). ``services`` are
-        shell snippets that start local stand-ins before the tests (see services.py)."""
+        """Shell prefix for the test command in eval.sh. ``services`` are shell snippets
+        that start local stand-ins before the tests (see services.py). Under bubblewrap
+        the run that holds the test command already has its own network namespace (see
+        ``run_script``); the prefix only shapes it, with a capability dropped again before
+        the tests start. Otherwise the network is cut here, where the host allows it."""
         isolate = self.isolates(policy)
+        if self.bwrap:
+            steps = [NETNS_INIT] if isolate else []
+            steps += [s.rstrip(";") for s in services]
+            if not steps:
+                return None
+            drop = "setpriv --bounding-set=-net_admin --inh-caps=-net_admin -- " if isolate else ""
+            init = shlex.quote("; ".join(steps) + f'; exec {drop}"$0" "$@"')
+            return f"bash -c {init}"
         cpu_view = self.shows_cpu_quota(policy)
         if not isolate and not cpu_view and not services:
             return None
@@ -258,6 +444,41 @@ class LocalSandbox:
             prefix = " ".join([unshare, *flags, "--"]) + " "
         return f"{prefix}bash -c {init}"
 
+    def cpu_view(self, policy: SandboxPolicy, host_dir: Path) -> tuple[tuple[Path, str], ...]:
+        """Under bubblewrap: files that make /sys/fs/cgroup show the recipe's CPU quota, as
+        Docker's --cpus does (pylint sizes its pools, and skips tests, by it)."""
+        if not (self.bwrap and policy.cpus is not None):
+            return ()
+        cpu = host_dir / "cgroup" / "cpu"
+        cpu.mkdir(parents=True, exist_ok=True)
+        (cpu / "cpu.cfs_quota_us").write_text(f"{int(policy.cpus * 100000)}\n")
+        (cpu / "cpu.cfs_period_us").write_text("100000\n")
+        (cpu / "cpu.shares").write_text("1024\n")
+        return ((cpu.parent, "/sys/fs/cgroup"),)
+
+    def lend(self, paths: list[Path], shared: tuple[Path, ...] = ()) -> None:
+        """Hand ``paths`` (trees the sandbox may write) to the sandbox's host uid. Files with
+        more than one link are shared with an environment (hardlinked views): they stay
+        the engine's, so the sandbox can replace them in its view but never write into
+        them. ``shared`` trees are left alone entirely."""
+        uid = self.isolation.sandbox_uid
+        if not self.bwrap or uid is None:
+            return
+        for root in paths:
+            if not root.exists():
+                continue
+            os.lchown(root, uid, uid)
+            for dirpath, dirnames, filenames in os.walk(root):
+                here = Path(dirpath)
+                dirnames[:] = [d for d in dirnames if here / d not in shared]
+                for name in dirnames:
+                    os.lchown(here / name, uid, uid)
+                for name in filenames:
+                    path = here / name
+                    st = path.lstat()
+                    if st.st_nlink == 1 or path.is_symlink():
+                        os.lchown(path, uid, uid)
+
     async def run_script(
         self,
         script: Path,
@@ -266,7 +487,16 @@ class LocalSandbox:
         env: Mapping[str, str],
         policy: SandboxPolicy,
         log_path: Path,
+        mounts: Mounts | None = None,
+        network: bool | None = None,
+        append: bool = False,
+        timeout: float | None = None,
     ) -> ProcResult:
+        """Run ``script`` with bash. Under bubblewrap it sees only ``mounts`` besides the
+        system directories and has the host's network only if ``network`` (default: the
+        policy's); its output reaches ``log_path`` through a pipe, so nothing inside can
+        rewrite what was logged."""
+        timeout = timeout or policy.timeout
         rlimits: dict[int, tuple[int, int]] = {}
         if policy.memory_mb:
             limit = policy.memory_mb * 1024 * 1024
@@ -275,10 +505,21 @@ class LocalSandbox:
         if policy.max_processes:
             if self.isolation.pids_cgroup is not None:
                 cgroup = _make_pids_cgroup(self.isolation, policy.max_processes)
-            elif not self.isolation.is_root:
+            elif not self.isolation.runs_as_root:
                 rlimits[resource.RLIMIT_NPROC] = (policy.max_processes, policy.max_processes)
-        outer = int(policy.timeout) + OUTER_GRACE
-        argv = ["timeout", "--signal=TERM", "--kill-after=5", str(outer), "bash", str(script)]
+        outer = int(timeout) + OUTER_GRACE
+        argv = ["timeout", "--signal=TERM", "--kill-after=5", str(outer)]
+        if self.bwrap:
+            mounts = mounts or Mounts()
+            net = policy.network if network is None else network
+            caps = CONTAINER_CAPS if net else (*CONTAINER_CAPS, "CAP_NET_ADMIN")
+            mounts = Mounts(
+                mounts.writable, mounts.readonly, (*mounts.files, (script, SCRIPT_INSIDE))
+            )
+            argv += self.isolation._bwrap_prefix(mounts, cwd, network=net, caps=caps)
+            argv += ["bash", SCRIPT_INSIDE]
+        else:
+            argv += ["bash", str(script)]
         if cgroup is not None:
             # Join the cgroup before exec'ing: every descendant is then counted.
             argv = ["sh", "-c", f'echo $$ > "{cgroup / "cgroup.procs"}" && exec "$@"', "sh", *argv]
@@ -287,10 +528,12 @@ class LocalSandbox:
                 argv,
                 cwd=cwd,
                 env=env,
-                timeout=policy.timeout,
+                timeout=timeout,
                 output_file=log_path,
                 rlimits=rlimits,
                 death_signal=signal.SIGTERM,
+                through_pipe=self.bwrap,
+                append=append,
             )
         finally:
             if cgroup is not None:

@@ -4,7 +4,9 @@ image is, and the eval script run inside them under the sandbox.
 Preparing: clone from the git cache at the base commit, build (or reuse) the
 environment and take a private view of it, run the recipe's pre-install and install
 steps, commit the result so that ``git diff`` shows only what comes after. Running: the
-eval script, stdout and stderr merged into one log, under the sandbox's limits.
+eval script's two phases (eval_script.EvalPhases), each in a sandbox that sees only the
+workspace (writable), the environment caches (read-only) and the system; stdout and
+stderr merged into one log that lives outside the sandbox's reach, beside the scripts.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import shutil
+import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -20,14 +24,30 @@ from pathlib import Path
 
 from swegreen import artifacts as art
 from swegreen.dataset import Instance
-from swegreen.environments import Environment, EnvManager
+from swegreen.environments import ENV_INFO, Environment, EnvManager
 from swegreen.errors import EnvSetupFailed
-from swegreen.eval_script import make_eval_script, test_command_seconds
+from swegreen.eval_script import eval_phases, test_command_seconds
 from swegreen.procs import ProcResult, run_process
 from swegreen.recipes import Recipe, RecipeBook
+from swegreen.recorder import (
+    INSIDE_PATH,
+    RecordChannel,
+    Recorded,
+    covers,
+    install_plugin,
+    pytest_addopts,
+)
 from swegreen.repo_cache import RepoCache, git_env
-from swegreen.sandbox import LocalSandbox, SandboxPolicy, free_port, sandbox_env, scratch_dir
+from swegreen.sandbox import (
+    LocalSandbox,
+    Mounts,
+    SandboxPolicy,
+    free_port,
+    sandbox_env,
+    scratch_dir,
+)
 from swegreen.services import SERVICES, start_script
+from swegreen.tamper import Guard, runner_files
 
 DEFAULT_EVAL_TIMEOUT = 1800.0  # the official harness's
 SETUP_TIMEOUT = 3600.0
@@ -67,6 +87,16 @@ class Testbed:
         """HOME and TMPDIR of the test run (outside the workspace's top-level directory)."""
         return scratch_dir(self.repo, f"swegreen-{self.workspace.name}")
 
+    @property
+    def host_dir(self) -> Path:
+        """Beside the workspace, never shown to the sandbox: scripts, log, record channel."""
+        return self.workspace.with_name(self.workspace.name + ".host")
+
+    @property
+    def site_packages(self) -> Path | None:
+        found = sorted(self.env.prefix.glob("lib/python*/site-packages"))
+        return found[0] if found else None
+
 
 @dataclass(frozen=True)
 class TestRun:
@@ -76,6 +106,10 @@ class TestRun:
     log_path: Path
     result: ProcResult
     timeout: float
+    # Files the participant's code changed while the install ran, put back before the tests.
+    reverted: list[str] = field(default_factory=list)
+    recorded: Recorded | None = None  # what pytest itself recorded (recipes it covers)
+    exit_code: int | None = None  # the test command's, as the engine saw it
 
     @property
     def timed_out(self) -> bool:
@@ -116,6 +150,9 @@ class Testbeds:
             self.options.work_root / scope / f"{instance.instance_id}.{uuid.uuid4().hex[:8]}"
         )
         workspace.mkdir(parents=True)
+        host_dir = workspace.with_name(workspace.name + ".host")
+        host_dir.mkdir()
+        host_dir.chmod(0o711)  # the sandbox's uid may open the files it is given by name
         try:
             notes: list[str] = []
             # The checkout first: an unreachable repository should not cost an env build.
@@ -145,6 +182,7 @@ class Testbeds:
                 scratch = scratch_dir(workspace / "repo", f"swegreen-{workspace.name}")
                 await asyncio.to_thread(shutil.rmtree, scratch, True)
                 await asyncio.to_thread(shutil.rmtree, workspace, True)
+                await asyncio.to_thread(shutil.rmtree, host_dir, True)
 
     def git_env(self, testbed: Testbed) -> dict[str, str]:
         return git_env(testbed.workspace / "home", self.host_env)
@@ -162,27 +200,119 @@ class Testbeds:
             max_processes=self.options.max_processes,
         )
 
-    async def run_eval(self, testbed: Testbed) -> TestRun:
-        """Write and run the eval script; its whole log lands in the workspace."""
+    def guard(self, testbed: Testbed) -> Guard:
+        """The keeper of the testbed's test files and test configuration (tamper.py)."""
+        return Guard(
+            testbed.repo,
+            self.git_env(testbed),
+            runner_files(testbed.recipe.test_cmd, testbed.repo),
+        )
+
+    def mounts(self, testbed: Testbed) -> Mounts:
+        """What a sandboxed phase sees besides the system: the workspace and its temp dirs
+        (writable), the environment and git caches (read-only), and the interpreter a
+        virtualenv-layout environment is based on."""
+        readonly = [self.envs.root, self.repos.root]
+        info = testbed.env.root / ENV_INFO
+        if info.exists():
+            data = json.loads(info.read_text())
+            if data.get("layout") == "virtualenv" and data.get("interpreter"):
+                readonly.append(Path(data["interpreter"]).resolve().parents[1])
+        return Mounts(writable=(testbed.workspace, testbed.scratch), readonly=tuple(readonly))
+
+    async def run_eval(self, testbed: Testbed, guard: Guard | None = None) -> TestRun:
+        """Run the eval script's two phases, each in a fresh sandbox. Between them,
+        ``guard`` puts back what the install step changed of the tests."""
         recipe = testbed.recipe
         policy = self.policy_for(testbed)
         services = await self._services(recipe, policy)
         wrapper = self.sandbox.test_wrapper(policy, services)
-        script = make_eval_script(testbed.instance, recipe, str(testbed.repo), wrapper)
-        script_path = testbed.workspace / art.EVAL_SCRIPT
-        script_path.write_text(script)
-        log_path = testbed.workspace / art.TEST_OUTPUT
+        phases = eval_phases(testbed.instance, recipe, str(testbed.repo), wrapper)
+        host = testbed.host_dir
+        log_path = host / art.TEST_OUTPUT
+        log_path.unlink(missing_ok=True)
+        env = self._test_env(testbed)
+        mounts = self.mounts(testbed)
+        deadline = time.monotonic() + policy.timeout
+        prepare = host / "prepare.sh"
+        prepare.write_text(phases.prepare)
+        guard = guard or self.guard(testbed)
+        await guard.snapshot()
+        self.sandbox.lend([testbed.workspace, testbed.scratch])
+        # The install may need the package index (as in upstream's containers); the
+        # tests never get the network unless the recipe or the instance needs it.
         result = await self.sandbox.run_script(
-            script_path,
+            prepare,
             cwd=testbed.repo,
-            env=self._test_env(testbed),
+            env=env,
             policy=policy,
             log_path=log_path,
+            mounts=mounts,
+            network=policy.network or bool(recipe.install),
         )
+        reverted: list[str] = []
+        recorded = None
+        if not result.timed_out:
+            reverted = await guard.revert_after_run()
+            self.sandbox.lend([testbed.repo / ".git", *(testbed.repo / p for p in reverted)])
+            result, recorded = await self._run_tests(
+                testbed, phases.test, env, mounts, policy, log_path, deadline
+            )
         if result.timed_out:
             with log_path.open("a") as fh:  # the official harness's timeout line
                 fh.write(f"\n\nTimeout error: {policy.timeout:g} seconds exceeded.")
-        return TestRun(script, log_path, result, policy.timeout)
+        return TestRun(
+            phases.script,
+            log_path,
+            result,
+            policy.timeout,
+            reverted=reverted,
+            recorded=recorded,
+            exit_code=None if result.timed_out else result.returncode,
+        )
+
+    async def _run_tests(
+        self,
+        testbed: Testbed,
+        script: str,
+        env: dict[str, str],
+        mounts: Mounts,
+        policy: SandboxPolicy,
+        log_path: Path,
+        deadline: float,
+    ) -> tuple[ProcResult, Recorded | None]:
+        recipe, host = testbed.recipe, testbed.host_dir
+        path = host / "test.sh"
+        path.write_text(script)
+        files = list(self.sandbox.cpu_view(policy, host))
+        env = dict(env)
+        site = testbed.site_packages
+        record = covers(recipe.log_parser, recipe.test_cmd) and site is not None
+        channel = RecordChannel(host / "record")
+        if record:
+            assert site is not None
+            install_plugin(site)
+            env["PYTEST_ADDOPTS"] = pytest_addopts(env.get("PYTEST_ADDOPTS"))
+            if self.sandbox.bwrap:
+                env["SWEGREEN_RECORD"] = INSIDE_PATH
+                files.append((channel.path, INSIDE_PATH))
+            else:
+                env["SWEGREEN_RECORD"] = str(channel.path)
+            await channel.__aenter__()
+        try:
+            result = await self.sandbox.run_script(
+                path,
+                cwd=testbed.repo,
+                env=env,
+                policy=policy,
+                log_path=log_path,
+                mounts=Mounts(mounts.writable, mounts.readonly, tuple(files)),
+                append=True,
+                timeout=max(1.0, deadline - time.monotonic()),
+            )
+        finally:
+            recorded = await channel.close() if record else None
+        return result, recorded
 
     def _test_env(self, testbed: Testbed) -> dict[str, str]:
         env = testbed.env
@@ -197,7 +327,7 @@ class Testbeds:
             virtual_env=venv,
             scratch=testbed.scratch,
             host_env=self.host_env,
-            pip_cache=self.envs.root / ".pip-cache",
+            pip_cache=testbed.scratch / "pip-cache",  # private: a shared one could be poisoned
             extra=extra,
         )
 

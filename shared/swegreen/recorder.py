@@ -1,0 +1,167 @@
+"""A second witness for the test log: what pytest itself recorded, against what was printed.
+
+The official parsers read the test command's output, and a patch's code runs inside that
+process: it can print ``PASSED`` lines for tests that failed and force exit code 0. The
+pytest recorder (``data/swegreen_pytest_recorder.py``) writes each test's outcome into a
+FIFO that the engine reads from outside the sandbox, so the record cannot be rewritten or
+truncated once written. ``contradictions`` compares the two; any contradiction makes the
+row an ``error`` with reason ``log_tampering``. Only positive contradictions count (a
+test pytest saw fail that the log calls passed; a failing session that exited 0; a
+session that never finished yet exited 0): a runner the recorder does not cover, or a
+test id the parser truncated, never flags an honest run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+MODULE = "_swegreen_recorder"
+INSIDE_PATH = "/run/swegreen/record"
+# Log parsers whose test command is pytest (directly or through tox); the others (django,
+# sympy) run their own runners, which the recorder does not cover yet.
+NOT_PYTEST = frozenset({"parse_log_django", "parse_log_sympy"})
+FAILED_CALL = frozenset({"failed", "error"})
+PASSED_IN_LOG = frozenset({"PASSED", "XFAIL"})
+FAILING_SESSION = frozenset({1, 2, 3, 4})  # tests failed, interrupted, internal/usage error
+
+
+def covers(log_parser: str, test_cmd: str) -> bool:
+    return log_parser not in NOT_PYTEST and ("pytest" in test_cmd or "tox" in test_cmd)
+
+
+def plugin_source() -> str:
+    return (resources.files("swegreen") / "data" / "swegreen_pytest_recorder.py").read_text()
+
+
+def install_plugin(site_packages: Path) -> None:
+    """(Re)write the plugin into an environment view, owned by the engine: whatever the
+    participant's code left there under that name is replaced."""
+    target = site_packages / f"{MODULE}.py"
+    target.unlink(missing_ok=True)
+    cache = site_packages / "__pycache__"
+    if cache.is_dir():
+        for stale in cache.glob(f"{MODULE}.*"):
+            stale.unlink(missing_ok=True)
+    target.write_text(plugin_source())
+    target.chmod(0o644)
+
+
+def pytest_addopts(existing: str | None) -> str:
+    return " ".join(filter(None, [existing, f"-p {MODULE}"]))
+
+
+@dataclass
+class Recorded:
+    """What the recorder saw: sessions (pid -> exit status, None while unfinished) and the
+    final call-phase outcome of each test ("error" for a failed setup)."""
+
+    sessions: dict[int, int | None] = field(default_factory=dict)
+    outcomes: dict[str, str] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, text: str) -> Recorded:
+        rec = cls()
+        for line in text.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            rec.lines.append(line)
+            kind, pid = event.get("event"), event.get("pid")
+            if kind == "start" and isinstance(pid, int):
+                rec.sessions.setdefault(pid, None)
+            elif kind == "finish" and isinstance(pid, int) and pid in rec.sessions:
+                status = event.get("status")
+                rec.sessions[pid] = status if isinstance(status, int) else -1
+            elif kind == "test" and isinstance(event.get("nodeid"), str):
+                when, outcome = event.get("when"), event.get("outcome")
+                if when == "call":
+                    rec.outcomes[event["nodeid"]] = str(outcome)
+                elif when == "setup" and outcome == "failed":
+                    rec.outcomes[event["nodeid"]] = "error"
+        return rec
+
+    @property
+    def text(self) -> str:
+        return "".join(line + "\n" for line in self.lines)
+
+
+def contradictions(rec: Recorded, status_map: dict[str, str], code: int | None) -> list[str]:
+    """Where the test log says something pytest did not see (empty: no contradiction).
+    ``code`` is the test command's exit code as the engine saw it: the test phase's own
+    exit status (its script ends with ``exit $SWEBENCH_TEST_EXIT_CODE``), which nothing
+    the test prints can change."""
+    found = []
+    for nodeid, outcome in sorted(rec.outcomes.items()):
+        logged = status_map.get(nodeid)
+        if outcome in FAILED_CALL and logged in PASSED_IN_LOG:
+            found.append(f"{nodeid}: pytest recorded {outcome}, the log says {logged}")
+    if len(rec.sessions) == 1 and code == 0:
+        (status,) = rec.sessions.values()
+        if status in FAILING_SESSION:
+            found.append(f"pytest ended with exit status {status}, the test command with 0")
+        elif status is None and any(s in PASSED_IN_LOG for s in status_map.values()):
+            found.append("pytest never finished its session, yet the test command exited 0")
+    return found
+
+
+class RecordChannel:
+    """The FIFO the recorder writes to, read from outside the sandbox while tests run."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._read_fd: int | None = None
+        self._keep_fd: int | None = None
+        self._reader: asyncio.Task[bytes] | None = None
+        self._result: Recorded | None = None
+
+    async def __aenter__(self) -> RecordChannel:
+        self.path.unlink(missing_ok=True)
+        os.mkfifo(self.path, 0o622)
+        self.path.chmod(0o622)  # writable by the sandbox's uid, readable only here
+        self._read_fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        self._keep_fd = os.open(self.path, os.O_WRONLY)  # no EOF until we close it
+        flags = fcntl.fcntl(self._read_fd, fcntl.F_GETFL)
+        fcntl.fcntl(self._read_fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+        self._reader = asyncio.create_task(asyncio.to_thread(_read_all, self._read_fd))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self, grace: float = 10.0) -> Recorded:
+        """Stop reading (every writer is gone once the sandbox has exited)."""
+        if self._result is not None:
+            return self._result
+        if self._keep_fd is not None:
+            os.close(self._keep_fd)
+            self._keep_fd = None
+        data = b""
+        if self._reader is not None:
+            with contextlib.suppress(TimeoutError):
+                data = await asyncio.wait_for(asyncio.shield(self._reader), grace)
+        if self._read_fd is not None and (self._reader is None or self._reader.done()):
+            os.close(self._read_fd)
+            self._read_fd = None
+        self.path.unlink(missing_ok=True)
+        self._result = Recorded.parse(data.decode("utf-8", "replace"))
+        return self._result
+
+
+def _read_all(fd: int, limit: int = 64 * 1024 * 1024) -> bytes:
+    chunks, size = [], 0
+    while chunk := os.read(fd, 65536):
+        if size < limit:
+            chunks.append(chunk)
+            size += len(chunk)
+    return b"".join(chunks)
