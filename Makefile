@@ -6,7 +6,9 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup demo test lint clean
 
-$(STAMP): pyproject.toml package.json package-lock.json
+$(STAMP): pyproject.toml package.json package-lock.json scripts/install-system-deps.sh
+	# bubblewrap, iproute2, setpriv: the sandbox (docs/security.md)
+	bash scripts/install-system-deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -7,6 +7,8 @@ made with an interpreter found on this machine, real subprocesses and SQLite fil
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,32 @@ from swegreen.ports import PatchSource
 from swegreen.runner import RunOutcome
 from swegreen.sample import SampleBenchmark, build_sample
 from swegreen.sandbox import Isolation
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A temp root of this session's own, outside pytest-of-<user>: pytest keeps that one
+    at mode 0700 (and every concurrent session resets it), while the sandbox's uid must
+    pass through to the caches and workspaces the tests make (Isolation.check_reachable)."""
+    if not config.option.basetemp:
+        root = Path(tempfile.mkdtemp(prefix="swegreen-tests-"))
+        config.option.basetemp = str(root / "t")
+        config.stash[_TEMP_ROOT] = root
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    root = config.stash.get(_TEMP_ROOT, None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+_TEMP_ROOT = pytest.StashKey[Path]()
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_can_reach_tmp_path(request: pytest.FixtureRequest) -> None:
+    """Test-made caches live under tmp_path (mode 0700): open the way for the sandbox."""
+    if "tmp_path" in request.fixturenames:
+        open_to_sandbox(request.getfixturevalue("tmp_path"))
 
 
 def open_to_sandbox(path: Path) -> Path:

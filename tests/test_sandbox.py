@@ -1,8 +1,10 @@
-"""The sandbox: time, memory and process limits, no network, no host secrets."""
+"""The sandbox: time, memory and process limits, no network, no host secrets, and under
+bubblewrap no sight of the host's processes or files and no way to rewrite the log."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.sandbox import Isolation, LocalSandbox, SandboxPolicy, sandbox_env
+from swegreen.sandbox import Isolation, LocalSandbox, Mounts, SandboxPolicy, sandbox_env
 
-ISO = Isolation.probe()
-NEEDS_NETNS = pytest.mark.skipif(ISO.netns_cmd is None, reason="no network namespaces here")
+ISO = Isolation.probe()  # bubblewrap: the default, and what the suite's setup installs
+NEEDS_NETNS = pytest.mark.skipif(
+    ISO.mode != "bwrap" and ISO.netns_cmd is None, reason="no network namespaces here"
+)
 
 
 def run(
@@ -25,19 +29,35 @@ def run(
     policy: SandboxPolicy,
     env_extra: dict[str, str] | None = None,
     host_env: dict[str, str] | None = None,
+    iso: Isolation = ISO,
+    files: tuple[tuple[Path, str], ...] = (),
 ):
+    """``script`` in a sandbox that may write ``tmp_path`` (its workspace) and runs the
+    system's Python 3 as ``python`` (the test's own interpreter lives out of its sight)."""
+    work = tmp_path / "work"
+    bin_dir = work / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    if not (bin_dir / "python").exists():
+        (bin_dir / "python").symlink_to("/usr/bin/python3")
     path = tmp_path / "script.sh"
     path.write_text("set -u\n" + script)
     env = sandbox_env(
-        bin_dirs=[Path(sys.executable).parent],
+        bin_dirs=[bin_dir],
         virtual_env=None,
-        scratch=tmp_path,
+        scratch=work,
         host_env=host_env or {},
         extra=env_extra,
     )
+    sandbox = LocalSandbox(iso)
+    sandbox.lend([work])
     return asyncio.run(
-        LocalSandbox(ISO).run_script(
-            path, cwd=tmp_path, env=env, policy=policy, log_path=tmp_path / "log.txt"
+        sandbox.run_script(
+            path,
+            cwd=work,
+            env=env,
+            policy=policy,
+            log_path=tmp_path / "log.txt",
+            mounts=Mounts(writable=(work,), files=files),
         )
     )
 
@@ -78,7 +98,8 @@ def test_no_host_secrets_and_private_home(tmp_path: Path) -> None:
     out = result.output
     for secret in ("aws-secret", "sk-secret", "ghp", "tok@"):
         assert secret not in out
-    assert f"HOME={tmp_path / 'home'}" in out and f"TMPDIR={tmp_path / 'tmp'}" in out
+    assert f"HOME={tmp_path / 'work' / 'home'}" in out
+    assert f"TMPDIR={tmp_path / 'work' / 'tmp'}" in out
     assert "TZ=Etc/UTC" in out and "PYTHONHASHSEED=0" in out
     assert "PIP_INDEX_URL=https://index.example/simple" in out  # kept, credentials stripped
 
@@ -107,7 +128,8 @@ NET_PROBE = textwrap.dedent("""
 
 @NEEDS_NETNS
 def test_the_test_command_has_no_network_but_loopback_works(tmp_path: Path) -> None:
-    (tmp_path / "probe.py").write_text(NET_PROBE)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "probe.py").write_text(NET_PROBE)
     wrapper = LocalSandbox(ISO).test_wrapper(SandboxPolicy(timeout=30))
     assert wrapper is not None
     result = run(tmp_path, f"{wrapper} python probe.py\n", SandboxPolicy(timeout=30))
@@ -118,6 +140,7 @@ def test_the_test_command_has_no_network_but_loopback_works(tmp_path: Path) -> N
 
 def test_a_recipe_can_leave_the_network_on() -> None:
     assert LocalSandbox(ISO).test_wrapper(SandboxPolicy(timeout=30, network=True)) is None
+    assert not LocalSandbox(ISO).isolates(SandboxPolicy(timeout=30, network=True))
 
 
 def test_a_killed_engine_takes_its_sandbox_down(tmp_path: Path) -> None:
@@ -154,7 +177,7 @@ def test_a_killed_engine_takes_its_sandbox_down(tmp_path: Path) -> None:
         pytest.fail("the test process outlived the killed engine")
 
 
-@pytest.mark.skipif(not ISO.mountns, reason="no mount namespaces here")
+@pytest.mark.skipif(ISO.mode != "bwrap" and not ISO.mountns, reason="no mount namespaces")
 def test_a_recipe_cpu_limit_is_shown_like_docker_does(tmp_path: Path) -> None:
     """pylint sizes its job pool (and skips needs_two_cores tests) by the cgroup CPU quota."""
     probe = (
@@ -163,9 +186,10 @@ def test_a_recipe_cpu_limit_is_shown_like_docker_does(tmp_path: Path) -> None:
         " d.joinpath('cpu.cfs_period_us').read_text().strip())\""
     )
     policy = SandboxPolicy(timeout=30, cpus=2)
-    wrapper = LocalSandbox(ISO).test_wrapper(policy)
-    assert wrapper is not None
-    result = run(tmp_path, f"{wrapper} {probe}\n", policy)
+    sandbox = LocalSandbox(ISO)
+    wrapper = sandbox.test_wrapper(policy) or ""
+    files = sandbox.cpu_view(policy, tmp_path / "host")
+    result = run(tmp_path, f"{wrapper} {probe}\n", policy, files=files)
     assert "200000 100000" in result.output
     host_quota = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
     if host_quota.exists():
@@ -185,3 +209,127 @@ def test_temp_dirs_share_no_top_level_directory_with_the_checkout(tmp_path: Path
     ):
         scratch = scratch_dir(checkout, "s")
         assert scratch.parts[:2] != checkout.resolve().parts[:2]
+
+
+BWRAP_ONLY = pytest.mark.skipif(ISO.mode != "bwrap", reason="bubblewrap cannot run here")
+
+
+@BWRAP_ONLY
+def test_the_host_is_out_of_sight_and_read_only(tmp_path: Path) -> None:
+    """No host process (the engine's /proc/<pid>/environ held the secrets), no home
+    directories, no writes outside the workspace, no way into another namespace."""
+    outside = tmp_path / "outside.txt"
+    probe = textwrap.dedent(f"""
+        import ctypes, glob, os
+        pids = [p for p in glob.glob("/proc/[0-9]*")]
+        print("pids", len(pids), "engine visible", os.path.exists("/proc/{os.getpid()}/environ")
+              and open("/proc/{os.getpid()}/environ", "rb").read().count(b"=") > 0)
+        print("home visible", os.path.exists("/root") and bool(os.listdir("/root")))
+        print("uid", os.getuid())
+        libc = ctypes.CDLL(None, use_errno=True)
+        joined = 0
+        for ns in glob.glob("/proc/*/ns/*"):
+            try:
+                fd = os.open(ns, os.O_RDONLY)
+                joined += libc.setns(fd, 0) == 0
+                os.close(fd)
+            except OSError:
+                pass
+        print("joined", joined)
+        for target in ({str(outside)!r}, "/usr/pwned", "/etc/pwned"):
+            try:
+                open(target, "w").write("x")
+                print("wrote", target)
+            except OSError as exc:
+                print("refused", target, exc.errno)
+        open("inside.txt", "w").write("ok")
+    """)
+    (tmp_path / "work").mkdir(exist_ok=True)
+    (tmp_path / "work" / "probe.py").write_text(probe)
+    result = run(tmp_path, "python probe.py\n", SandboxPolicy(timeout=60))
+    out = result.output
+    assert result.ok, out
+    assert "engine visible False" in out and "home visible False" in out
+    assert int(out.split("pids ", 1)[1].split()[0]) < 10
+    assert "joined 0" in out and "wrote /usr" not in out and "wrote /etc" not in out
+    assert not outside.exists()  # written, if at all, into the sandbox's own /tmp
+    inside = tmp_path / "work" / "inside.txt"
+    assert inside.read_text() == "ok"
+    if ISO.sandbox_uid is not None:  # an unprivileged uid on the host, whatever it sees
+        assert inside.stat().st_uid == ISO.sandbox_uid
+
+
+@BWRAP_ONLY
+def test_the_log_cannot_be_rewritten_from_inside(tmp_path: Path) -> None:
+    """The official grader reads the log; a test that truncates or seeks its own stdout
+    must not be able to erase or overwrite what was printed before."""
+    script = (
+        "echo FIRST-LINE\n"
+        'python -c "import contextlib as c, os\n'
+        "with c.suppress(OSError): os.ftruncate(1, 0)\n"
+        "with c.suppress(OSError): os.lseek(1, 0, 0)\n"
+        "print('FORGED')\"\n"
+    )
+    run(tmp_path, script, SandboxPolicy(timeout=60))
+    log = (tmp_path / "log.txt").read_text()
+    assert log.index("FIRST-LINE") < log.index("FORGED")
+
+
+@BWRAP_ONLY
+def test_a_killed_engine_takes_its_bubblewrap_sandbox_down(tmp_path: Path) -> None:
+    marker = f"3000.{os.getpid()}{int(time.time()) % 1000}"
+    work = tmp_path / "work"
+    work.mkdir()
+    driver = textwrap.dedent(f"""
+        import asyncio
+        from pathlib import Path
+        from swegreen.sandbox import Isolation, LocalSandbox, Mounts, SandboxPolicy
+        work = Path({str(work)!r})
+        script = Path({str(tmp_path / "long.sh")!r})
+        script.write_text("sleep {marker} & echo started > {work / "started"}; wait")
+        sandbox = LocalSandbox(Isolation.probe())
+        sandbox.lend([work])
+        asyncio.run(sandbox.run_script(
+            script, cwd=work, env={{"PATH": "/usr/bin:/bin"}}, mounts=Mounts(writable=(work,)),
+            policy=SandboxPolicy(timeout=600), log_path=script.with_suffix(".log")))
+    """)
+    engine = subprocess.Popen([sys.executable, "-c", driver])
+    for _ in range(600):
+        if (work / "started").exists():
+            break
+        time.sleep(0.05)
+    assert _pids_running(marker), "the sandboxed sleep never started"
+    os.kill(engine.pid, signal.SIGKILL)
+    engine.wait()
+    for _ in range(600):
+        if not _pids_running(marker):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the sandboxed process outlived the killed engine")
+
+
+def _pids_running(marker: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            if marker.encode() in cmd and (proc / "stat").read_text().split()[2] != "Z":
+                found.append(int(proc.name))
+    return found
+
+
+def test_bubblewrap_that_cannot_run_stops_the_run_with_what_to_do(tmp_path: Path) -> None:
+    from swegreen.errors import SandboxUnavailable
+
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    old = os.environ["PATH"]
+    os.environ["PATH"] = str(empty)
+    try:
+        with pytest.raises(SandboxUnavailable, match=r"apt-get install bubblewrap.*process"):
+            Isolation.probe("bwrap")
+    finally:
+        os.environ["PATH"] = old
+    weak = Isolation.probe("process")
+    assert weak.describe()["isolation"] == "process"

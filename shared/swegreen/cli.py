@@ -152,7 +152,7 @@ def parser() -> argparse.ArgumentParser:
     _local_flags(serve)
 
     part = sub.add_parser("participant", help="run a reference participant (A2A server)")
-    part.add_argument("kind", choices=["gold", "empty", "llm", "scripted"])
+    part.add_argument("kind", choices=["gold", "empty", "llm", "scripted", "predictions"])
     _server_flags(part, 9019)
     part.add_argument(
         "--dataset",
@@ -160,6 +160,9 @@ def parser() -> argparse.ArgumentParser:
         help="where gold patches come from (gold, scripted fenced); swegreen:sample works",
     )
     part.add_argument("--mode", default="prose", help="scripted: hang, prose, fenced or http500")
+    part.add_argument(
+        "--predictions", type=Path, help="predictions: a SWE-bench predictions file to replay"
+    )
     part.add_argument("--model", default="ollama/qwen2.5-coder:7b", help="llm: a litellm model")
     part.add_argument("--llm-mock-response", help="llm: answer every model call with this text")
     part.add_argument(
@@ -524,6 +527,12 @@ def _participant(args: argparse.Namespace, settings: LocalSettings) -> int:
         from swegreen.participants.solvers import empty_solver
 
         solver = empty_solver
+    elif args.kind == "predictions":
+        from swegreen.participants.solvers import PredictionsSolver
+
+        if args.predictions is None:
+            raise ConfigError("participant predictions needs --predictions FILE")
+        solver = PredictionsSolver(args.predictions)
     elif args.kind == "llm":
         from swegreen.participants.llm import LlmSolver
 

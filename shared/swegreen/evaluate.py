@@ -26,6 +26,7 @@ from swegreen.grading import FULL, PARTIAL, Grade, grade_log, unapplied_report
 from swegreen.patches import (
     PatchRejected,
     check_against_tree,
+    check_applied,
     check_patch,
     inspect_patch,
     is_blank,
@@ -114,6 +115,12 @@ class Evaluator:
                         unapplied_report(instance, text),
                     )
                 row.apply_method = applied.method
+                try:
+                    check_applied(row.info, testbed.repo)
+                except PatchRejected as exc:
+                    return self._finish(
+                        key, row.unapplied(exc.reason, str(exc)), unapplied_report(instance, text)
+                    )
                 # Test files and test configuration are the benchmark's: what the patch
                 # changed of them is put back (tamper.py); so is what its code changes
                 # during the eval-time install (run_eval, between the two phases).

@@ -263,6 +263,25 @@ def check_against_tree(info: PatchInfo, root: Path) -> None:
                     )
 
 
+def check_applied(info: PatchInfo, root: Path) -> None:
+    """After applying: every path the patch touched, and every directory above it, must
+    resolve inside the checkout. Symlinks are judged by where they lead in the tree as it
+    now is, so chains that only escape together (``y -> .``, ``x -> y/..``) are caught."""
+    root = root.resolve()
+    for path in info.paths:
+        for part in [*_parents(path), path]:
+            candidate = root / part
+            if not candidate.is_symlink():
+                continue
+            resolved = Path(os.path.realpath(candidate))
+            if not resolved.is_relative_to(root):
+                raise PatchRejected(
+                    Reason.PATCH_OUTSIDE_REPO,
+                    f"after applying, {part!r} is a symlink that leads outside the "
+                    f"repository ({os.readlink(candidate)!r})",
+                )
+
+
 def unsafe_path(path: str) -> str | None:
     """Why a repository-relative path is not allowed, or None when it is fine."""
     if not path or path.startswith("/") or re.match(r"^[A-Za-z]:[\\/]", path):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from swegreen.dataset import Dataset
 from swegreen.participants.server import Reply
+from swegreen.sources import load_predictions
 
 
 class GoldSolver:
@@ -20,6 +22,20 @@ class GoldSolver:
         if patch is None:
             return Reply(None, f"unknown instance {data.get('instance_id')!r}")
         return Reply(patch, "the gold patch", usage={"prompt_tokens": 0, "completion_tokens": 0})
+
+
+class PredictionsSolver:
+    """Answers with the patches of a SWE-bench predictions file: replays another system's
+    predictions over A2A (and lets tests stand up an adversarial participant)."""
+
+    def __init__(self, path: Path) -> None:
+        self.predictions = load_predictions(path)
+
+    async def __call__(self, data: dict[str, Any], text: str) -> Reply:
+        pred = self.predictions.get(str(data.get("instance_id")))
+        if pred is None:
+            return Reply(None, f"no prediction for {data.get('instance_id')!r}")
+        return Reply(pred.model_patch, f"the prediction of {pred.model_name_or_path}")
 
 
 async def empty_solver(data: dict[str, Any], text: str) -> Reply:
