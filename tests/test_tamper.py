@@ -1,0 +1,168 @@
+"""Test infrastructure belongs to the benchmark: which files are protected, on real gold
+patches and on a real git checkout, and the recorder's contradiction rules."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from swegreen.patches import inspect_patch
+from swegreen.recorder import Recorded, contradictions
+from swegreen.repo_cache import git_env
+from swegreen.tamper import Guard, protected_reason, runner_files, sections_changed
+from tests.helpers import git, make_repo
+
+VERIFIED = Path(__file__).resolve().parents[2] / "shared" / "data" / "swebench_verified.jsonl"
+
+
+@pytest.mark.skipif(not VERIFIED.exists(), reason="../shared/data is not beside the repo")
+def test_no_gold_patch_of_verified_touches_what_is_protected() -> None:
+    """SWE-bench built gold patches that never touch tests: putting a participant's test
+    changes back can therefore never cost an honest fix its verdict."""
+    rows = [json.loads(line) for line in VERIFIED.read_text().splitlines()]
+    assert len(rows) == 500
+    touched = {
+        (row["instance_id"], path): protected_reason(path)
+        for row in rows
+        for path in inspect_patch(row["patch"]).paths
+    }
+    assert {k: v for k, v in touched.items() if v} == {}
+    # the one gold patch that edits a sectioned config file leaves its test sections alone
+    sectioned = [k for k in touched if k[1].rsplit("/", 1)[-1] in ("setup.cfg", "pyproject.toml")]
+    assert sectioned == [("pylint-dev__pylint-4661", "setup.cfg")]
+
+
+@pytest.mark.parametrize(
+    ("path", "protected"),
+    [
+        ("tests/test_x.py", True),
+        ("astropy/io/tests/data/t.fits", True),
+        ("testing/python/approx.py", True),
+        ("sympy/testing/runtests.py", True),
+        ("src/conftest.py", True),
+        ("pkg/test_thing.py", True),
+        ("pkg/thing_test.py", True),
+        ("tox.ini", True),
+        ("pytest.ini", True),
+        ("sitecustomize.py", True),
+        ("evil.pth", True),
+        ("src/_pytest/python.py", False),
+        ("django/test/utils.py", True),
+        ("pkg/contest.py", False),
+        ("setup.cfg", False),
+        ("README.rst", False),
+    ],
+)
+def test_protected_paths(path: str, protected: bool) -> None:
+    assert (protected_reason(path) is not None) is protected
+
+
+def test_the_test_runner_itself_is_protected(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "test").write_text("#!/usr/bin/env python\n")
+    files = runner_files("bin/test -C --verbose", tmp_path)
+    assert files == frozenset({"bin/test"})
+    assert protected_reason("bin/test", files) == "the test command runs it"
+
+
+def test_sectioned_configs_are_protected_only_where_tests_are_configured() -> None:
+    cfg = "[metadata]\nname = x\n[tool:pytest]\naddopts = -rA\n"
+    assert not sections_changed("setup.cfg", cfg, cfg.replace("name = x", "name = y"))
+    assert sections_changed("setup.cfg", cfg, cfg.replace("-rA", "-p evil"))
+    toml = '[project]\nname = "x"\n[tool.pytest.ini_options]\naddopts = "-rA"\n'
+    assert not sections_changed("pyproject.toml", toml, toml.replace('"x"', '"y"'))
+    assert sections_changed("pyproject.toml", toml, toml.replace("-rA", "-p evil"))
+    assert sections_changed("pyproject.toml", None, '[tool.pytest.ini_options]\naddopts="-p e"\n')
+
+
+def test_the_guard_puts_back_what_participant_code_changed(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_repo(
+        repo,
+        {
+            "pkg/mod.py": "x = 1\n",
+            "tests/test_mod.py": "def test(): pass\n",
+            "setup.cfg": "[metadata]\nname = x\n[tool:pytest]\naddopts = -rA\n",
+            ".gitignore": "build/\n*.pth\n",
+        },
+    )
+    guard = Guard(repo, git_env(tmp_path / "home"), frozenset())
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        await guard.snapshot()
+        (repo / "pkg" / "mod.py").write_text("x = 2\n")  # honest: kept
+        (repo / "tests" / "test_mod.py").write_text("def test(): assert True\n")
+        (repo / "setup.cfg").write_text("[metadata]\nname = x\n[tool:pytest]\naddopts = -p evil\n")
+        (repo / "tests" / "conftest.py").write_text("# hook\n")
+        (repo / "hook.pth").write_text("import evil\n")  # ignored by .gitignore, still seen
+        (repo / "build").mkdir()
+        (repo / "build" / "conftest.py").write_text("# a build copy: not loaded\n")
+        after_run = await guard.revert_after_run()
+        patch_paths = ["pkg/mod.py", "tests/new_test.py"]
+        (repo / "tests" / "new_test.py").write_text("x\n")
+        return after_run, await guard.revert(patch_paths)
+
+    after_run, after_patch = asyncio.run(scenario())
+    assert sorted(after_run) == ["hook.pth", "setup.cfg", "tests/conftest.py", "tests/test_mod.py"]
+    assert after_patch == ["tests/new_test.py"]
+    assert (repo / "pkg" / "mod.py").read_text() == "x = 2\n"
+    assert (repo / "tests" / "test_mod.py").read_text() == "def test(): pass\n"
+    assert "-rA" in (repo / "setup.cfg").read_text()
+    assert not (repo / "tests" / "conftest.py").exists() and not (repo / "hook.pth").exists()
+    assert (repo / "build" / "conftest.py").exists()
+    assert not (repo / "tests" / "new_test.py").exists()
+    # what is left for git to see is the honest change alone
+    assert git(repo, "status", "--porcelain").stdout.strip() == "M pkg/mod.py"
+
+
+def rec(*events: dict[str, object]) -> Recorded:
+    return Recorded.parse("\n".join(json.dumps(e) for e in events))
+
+
+START = {"event": "start", "pid": 7}
+
+
+def call(nodeid: str, outcome: str, when: str = "call") -> dict[str, object]:
+    return {"event": "test", "pid": 7, "nodeid": nodeid, "when": when, "outcome": outcome}
+
+
+def finish(status: int) -> dict[str, object]:
+    return {"event": "finish", "pid": 7, "status": status}
+
+
+def test_an_honest_run_has_no_contradiction() -> None:
+    honest = rec(START, call("t.py::a", "passed"), call("t.py::b", "failed"), finish(1))
+    assert contradictions(honest, {"t.py::a": "PASSED", "t.py::b": "FAILED"}, 1) == []
+
+
+def test_truncated_ids_and_teardown_errors_never_count() -> None:
+    """The parser truncates parametrized ids at spaces; a teardown error follows a passed
+    call. Neither is a contradiction, whatever the log shows for the truncated id."""
+    run = rec(
+        START,
+        call("t.py::p[a b]", "failed"),
+        call("t.py::c", "passed"),
+        call("t.py::c", "failed", when="teardown"),
+        finish(1),
+    )
+    assert contradictions(run, {"t.py::p[a": "PASSED", "t.py::c": "PASSED"}, 1) == []
+
+
+def test_forged_lines_and_exit_codes_are_contradictions() -> None:
+    forged = rec(START, call("t.py::a", "failed"), finish(1))
+    found = contradictions(forged, {"t.py::a": "PASSED"}, 0)
+    assert len(found) == 2
+    unfinished = rec(START)  # killed itself mid-session after printing its own results
+    assert contradictions(unfinished, {"t.py::a": "PASSED"}, 0)
+    assert contradictions(unfinished, {"t.py::a": "PASSED"}, 1) == []  # a crash, honestly
+    setup_error = rec(START, call("t.py::a", "failed", when="setup"), finish(1))
+    assert contradictions(setup_error, {"t.py::a": "PASSED"}, 1)
+
+
+def test_a_runner_the_recorder_does_not_cover_is_not_judged() -> None:
+    assert contradictions(Recorded(), {"t.py::a": "PASSED"}, 0) == []
+    no_collection = rec(START, finish(5))  # exit 5 (nothing collected) may be mapped to 0
+    assert contradictions(no_collection, {}, 0) == []
