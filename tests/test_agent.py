@@ -246,6 +246,10 @@ def test_an_assessment_over_a2a_0_3_as_agentbeats_runs_it(servers, a2a03_python:
             ),
             "unknown instance id",
         ),
+        (
+            json.dumps({"participants": {"a": "http://x"}, "config": {"isolation": "process"}}),
+            "a request cannot change it",
+        ),
     ],
 )
 def test_bad_requests_are_rejected_with_what_to_fix(

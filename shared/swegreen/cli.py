@@ -65,6 +65,12 @@ def _config_flags(p: argparse.ArgumentParser) -> None:
         "--network-instances",
         help="instance ids whose test command keeps the network (comma-separated)",
     )
+    g.add_argument(
+        "--isolation",
+        choices=["bwrap", "process"],
+        help="sandbox for participant code: bwrap (default) or the weaker process mode, "
+        "an explicit opt-in where bubblewrap cannot run (docs/security.md)",
+    )
 
 
 def _local_flags(p: argparse.ArgumentParser) -> None:
@@ -72,7 +78,11 @@ def _local_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--output-dir", type=Path, help="results, artifacts and store (default ./results)"
     )
-    g.add_argument("--cache-dir", type=Path, help="repo/env caches (default ~/.cache/swegreen)")
+    g.add_argument(
+        "--cache-dir",
+        type=Path,
+        help="repo/env caches (default ~/.cache/swegreen; /var/cache/swegreen for root)",
+    )
     g.add_argument("--keep-workspaces", action="store_true", help="keep each instance's checkout")
     g.add_argument(
         "--allow-python-install", action="store_true", help="install missing interpreters with uv"
@@ -239,6 +249,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "green_agent_model",
         "base_validation",
         "network_instances",
+        "isolation",
     ]
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 

@@ -58,4 +58,12 @@ def parse_request(text: str, defaults: Mapping[str, Any]) -> tuple[AssessmentReq
         config = build_config(("server defaults", defaults), ("request config", request.config))
     except ConfigError as exc:
         raise RequestError(str(exc)) from None
+    server_isolation = build_config(("server defaults", defaults)).isolation
+    if config.isolation != server_isolation:
+        # Who runs the green agent decides how participant code is sandboxed, not a request.
+        raise RequestError(
+            f"config key 'isolation' is the green agent host's setting ({server_isolation!r}); "
+            "a request cannot change it (set it where the server starts: its scenario.toml or "
+            "SWEGREEN_ISOLATION instead)"
+        )
     return request, config
