@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -10,10 +11,12 @@ import pytest
 from pydantic import ValidationError
 
 from swegreen import artifacts as art
+from swegreen.agent.assessment import AgentSettings, Assessment
 from swegreen.agent.request import RequestError, parse_request
 from swegreen.aws.pipeline import RunRequest, StartEvent
 from swegreen.cli import main
 from swegreen.dataset import load_dataset, parse_rows
+from swegreen.engine import LocalSettings
 from swegreen.errors import DatasetError, PredictionsError
 from swegreen.ids import check_id, id_problem
 from swegreen.sources import parse_predictions
@@ -119,3 +122,18 @@ def test_artifact_keys_refuse_unsafe_ids_as_a_last_line() -> None:
         art.instance_key("run-1", "../../x", art.PATCH)
     with pytest.raises(ValueError, match="run id"):
         art.run_key("a/../../b", art.RUN_INFO)
+
+
+def test_an_assessment_whose_run_id_would_be_unsafe_is_rejected(tmp_path: Path) -> None:
+    role = "r" * 100  # a valid role, but with the task's id the run id is too long
+    request, config = parse_request(json.dumps({"participants": {role: "http://127.0.0.1:1/"}}), {})
+    settings = AgentSettings(local=LocalSettings(output_dir=tmp_path, cache_dir=tmp_path))
+
+    async def nothing(_: str) -> None:
+        return None
+
+    assessment = Assessment(settings, request, config, "a2a-" + "0" * 36, nothing)
+    with pytest.raises(RequestError) as info:
+        asyncio.run(assessment.prepare())
+    assert f"the run id of participant {role!r} (task id + role)" in str(info.value)
+    assert "is 141 characters long" in str(info.value)

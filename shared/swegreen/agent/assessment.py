@@ -86,7 +86,7 @@ class Assessment:
         Returns what will be done, for the caller."""
         for role in self.request.participants:
             try:
-                check_id(self.run_id(role), f"run id of participant {role!r}")
+                check_id(self.run_id(role), f"the run id of participant {role!r} (task id + role)")
             except ValueError as exc:
                 raise RequestError(str(exc)) from None
         self._plan = await self._select()
