@@ -137,3 +137,9 @@ def test_an_assessment_whose_run_id_would_be_unsafe_is_rejected(tmp_path: Path) 
         asyncio.run(assessment.prepare())
     assert f"the run id of participant {role!r} (task id + role)" in str(info.value)
     assert "is 141 characters long" in str(info.value)
+
+
+@pytest.mark.parametrize("repo", ["astropy", "../../etc/x", "o/r/../x", "o/..", "o/a b"])
+def test_dataset_repos_must_be_a_safe_owner_and_name(repo: str) -> None:
+    with pytest.raises(DatasetError, match="repo"):
+        parse_rows([raw_row(1, repo="o/r") | {"repo": repo}], source="data.jsonl")

@@ -65,6 +65,17 @@ class Instance(BaseModel):
     def _safe_id(cls, value: str) -> str:
         return check_id(value, "instance id")  # it names directories and S3 keys
 
+    @field_validator("repo")
+    @classmethod
+    def _owner_and_name(cls, value: str) -> str:
+        # Both parts fill the clone URL template and name the git cache's directories.
+        owner, slash, name = value.partition("/")
+        if not slash:
+            raise ValueError(f"repo {value!r} must be owner/name, e.g. astropy/astropy")
+        check_id(owner, f"the owner of repo {value!r}")
+        check_id(name, f"the name of repo {value!r}")
+        return value
+
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod
     def _json_list(cls, value: Any) -> Any:
