@@ -21,7 +21,7 @@ from swegreen.dataset import DEFAULT_DATASET, Selection, public_dataset_name
 from swegreen.errors import ConfigError
 
 ENV_PREFIX = "SWEGREEN_"
-# 5 MB: the largest gold patch of SWE-bench Verified is under 40 kB; nothing an agent
+# 5 MB: the largest gold patch of SWE-bench Verified is 17 kB; nothing an agent
 # writes to fix an issue comes near, while a 50 MB "patch" is an attack on the grader.
 DEFAULT_MAX_PATCH_BYTES = 5_000_000
 # Tables AgentBeats' scenario.toml may carry besides [config]; they are not ours to check.
