@@ -19,6 +19,10 @@ import os
 import tempfile
 from pathlib import Path
 
+from swegreen.ids import check_id
+from swegreen.ports import ArtifactStore
+from swegreen.scrub import Scrub
+
 PATCH = "patch.diff"
 EVAL_SCRIPT = "eval.sh"
 TEST_OUTPUT = "test_output.txt"
@@ -32,10 +36,14 @@ INSTANCES = "instances.jsonl"
 
 
 def instance_key(run_id: str, instance_id: str, name: str) -> str:
+    # Checked where they enter too (flags, requests, files): this is the last line.
+    check_id(run_id, "run id")
+    check_id(instance_id, "instance id")
     return f"{run_id}/instances/{instance_id}/{name}"
 
 
 def run_key(run_id: str, name: str) -> str:
+    check_id(run_id, "run id")
     return f"{run_id}/{name}"
 
 
@@ -80,3 +88,24 @@ class LocalArtifacts:
 
     def location(self, key: str) -> str:
         return str(self._path(key))
+
+
+class ScrubbedArtifacts:
+    """An ``ArtifactStore`` that redacts the host's secrets from every text it writes
+    (test output, logs, scripts, rows): whatever a test or a build printed of them."""
+
+    def __init__(self, inner: ArtifactStore, scrub: Scrub) -> None:
+        self.inner = inner
+        self.scrub = scrub
+
+    def write_text(self, key: str, text: str) -> None:
+        self.inner.write_text(key, self.scrub(text))
+
+    def read_text(self, key: str) -> str | None:
+        return self.inner.read_text(key)
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(key)
+
+    def location(self, key: str) -> str:
+        return self.inner.location(key)

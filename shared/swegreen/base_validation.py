@@ -48,13 +48,14 @@ class BaseValidator:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     async def validate(self, instance: Instance) -> dict[str, Any]:
-        """The base run's report for ``instance``, from the cache when it has one."""
+        """The base run's report for ``instance``, from the cache when it has one. Rows
+        publish it, so its ``log`` is the file's name in the cache, not a host path."""
         path = self.cache_dir / f"{instance.instance_id}-{self.key(instance)}.json"
         if path.exists():
-            return {**json.loads(path.read_text()), "cached": True}
+            return _cached(path)
         async with file_lock(self.cache_dir / ".locks" / f"{path.stem}.lock"):
             if path.exists():
-                return {**json.loads(path.read_text()), "cached": True}
+                return _cached(path)
             try:
                 report = await self._run(instance, path.with_suffix(".log"))
             except EvaluationFailure as exc:
@@ -70,7 +71,7 @@ class BaseValidator:
                 return {
                     "ok": False,
                     "timed_out": True,
-                    "log": str(log_copy),
+                    "log": log_copy.name,
                     "f2p_passing_on_base": [],
                     "p2p_failing_on_base": [],
                 }
@@ -88,5 +89,12 @@ class BaseValidator:
             "log_ok": grade.log_ok,
             "f2p_passing_on_base": f2p_passing,
             "p2p_failing_on_base": grade.p2p_failing,
-            "log": str(log_copy),
+            "log": log_copy.name,
         }
+
+
+def _cached(path: Path) -> dict[str, Any]:
+    report = json.loads(path.read_text())
+    if isinstance(report.get("log"), str):  # older cached reports held the full path
+        report["log"] = Path(report["log"]).name
+    return {**report, "cached": True}

@@ -36,6 +36,7 @@ class Reason(StrEnum):
     NO_PATCH = "no_patch"
     PATCH_MALFORMED = "patch_malformed"
     PATCH_OUTSIDE_REPO = "patch_outside_repo"
+    PATCH_TOO_LARGE = "patch_too_large"
     PATCH_DOES_NOT_APPLY = "patch_does_not_apply"
     PARTICIPANT_ERROR = "participant_error"
     PARTICIPANT_TIMEOUT = "participant_timeout"

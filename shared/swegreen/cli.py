@@ -23,9 +23,11 @@ from swegreen.console import ProgressView, leaderboard_table, reasons_line
 from swegreen.dataset import load_dataset, select_instances
 from swegreen.engine import LocalSettings, build_engine, default_cache_dir, host_environment
 from swegreen.errors import ConfigError, SweGreenError
+from swegreen.ids import check_id, safe_id_suggestion
 from swegreen.metrics import RunMetrics
 from swegreen.runner import RunOutcome
 from swegreen.sample import build_sample
+from swegreen.scrub import Scrubber
 from swegreen.sources import PredictionsSource, source_for
 
 LOCAL_ENV_KEYS = frozenset({"output_dir", "cache_dir"})
@@ -194,18 +196,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = Console(stderr=False, highlight=False)
     env = host_environment()
+    scrubber = Scrubber.from_env(env)  # the host's secrets, kept out of everything stored
     try:
         settings = _settings(args, env)
         if args.command == "run":
-            return _run_command(args, settings, env, console)
+            return _run_command(args, settings, env, console, scrubber)
         if args.command == "demo":
-            return _demo(args, settings, env, console)
+            return _demo(args, settings, env, console, scrubber)
         if args.command == "regrade":
-            return asyncio.run(_regrade(args.run_id, settings, env, console))
+            return asyncio.run(_regrade(_run_id(args.run_id), settings, env, console, scrubber))
         if args.command == "report":
-            return _report(args.run_id, settings, env, console)
+            run_id = _run_id(args.run_id) if args.run_id else None
+            return _report(run_id, settings, env, console)
         if args.command == "serve":
-            return _serve(args, settings, env)
+            return _serve(args, settings, env, scrubber)
         if args.command == "participant":
             return _participant(args, settings)
         if args.command == "sample":
@@ -262,15 +266,19 @@ def _scenario(args: argparse.Namespace) -> Path | None:
 
 
 def _run_command(
-    args: argparse.Namespace, settings: LocalSettings, env: dict[str, str], console: Console
+    args: argparse.Namespace,
+    settings: LocalSettings,
+    env: dict[str, str],
+    console: Console,
+    scrubber: Scrubber,
 ) -> int:
+    run_id = _run_id(args.run_id) if args.run_id else _new_run_id(args.patches)
     overrides = _overrides(args)
     if args.sample:
         sample = build_sample(settings.cache_dir / "sample")
         overrides.setdefault("dataset", str(sample.dataset))
         overrides.setdefault("repo_url_template", sample.url_template)
     config = load_config(_scenario(args), env, overrides, env_extra=LOCAL_ENV_KEYS)
-    run_id = args.run_id or _new_run_id(args.patches)
     outcome = _evaluate(
         config,
         args.patches,
@@ -280,12 +288,17 @@ def _run_command(
         console,
         args.retry_errors,
         live=not args.no_progress,
+        scrubber=scrubber,
     )
     return 0 if outcome is not None else 130
 
 
 def _demo(
-    args: argparse.Namespace, settings: LocalSettings, env: dict[str, str], console: Console
+    args: argparse.Namespace,
+    settings: LocalSettings,
+    env: dict[str, str],
+    console: Console,
+    scrubber: Scrubber,
 ) -> int:
     sample = build_sample(settings.cache_dir / "sample")
     console.print(f"[bold]Sample benchmark[/] built in {sample.root}")
@@ -308,6 +321,7 @@ def _demo(
             console,
             False,
             live=not args.no_progress,
+            scrubber=scrubber,
         )
         if outcome is None:
             return 130
@@ -338,6 +352,7 @@ def _evaluate(
     console: Console,
     retry_errors: bool,
     live: bool,
+    scrubber: Scrubber,
 ) -> RunOutcome | None:
     dataset = load_dataset(config.dataset, config.split, config.dataset_revision)
     instances = select_instances(dataset, config.selection())
@@ -353,7 +368,7 @@ def _evaluate(
         f"{source.name} patches, {config.max_concurrent_rows} at a time"
     )
     view = ProgressView(console, len(instances), run_id, live)
-    engine = build_engine(settings, config, env, progress=view)
+    engine = build_engine(settings, config, env, progress=view, scrubber=scrubber)
     for note in engine.isolation.notes:
         console.print(f"[yellow]note:[/] {note}")
     try:
@@ -413,9 +428,9 @@ def _print_outcome(console: Console, outcome: RunOutcome, settings: LocalSetting
 
 
 async def _regrade(
-    run_id: str, settings: LocalSettings, env: dict[str, str], console: Console
+    run_id: str, settings: LocalSettings, env: dict[str, str], console: Console, scrubber: Scrubber
 ) -> int:
-    engine = build_engine(settings, EvalConfig(), env)
+    engine = build_engine(settings, EvalConfig(), env, scrubber=scrubber)
     try:
         record = engine.store.get_run(run_id)
         if record is None:
@@ -482,7 +497,9 @@ def _card_url(args: argparse.Namespace) -> str:
     return args.card_url or f"http://{args.host}:{args.port}/"
 
 
-def _serve(args: argparse.Namespace, settings: LocalSettings, env: dict[str, str]) -> int:
+def _serve(
+    args: argparse.Namespace, settings: LocalSettings, env: dict[str, str], scrubber: Scrubber
+) -> int:
     from swegreen.agent.assessment import AgentSettings
     from swegreen.agent.executor import GreenAgentExecutor
     from swegreen.agent.server import build_app, green_card, serve
@@ -516,6 +533,7 @@ def _serve(args: argparse.Namespace, settings: LocalSettings, env: dict[str, str
         local=settings,
         defaults=defaults,
         host_env=env,
+        scrubber=scrubber,
         heartbeat=args.heartbeat,
         llm_mock_response=args.llm_mock_response,
         diagnose=not args.no_diagnoses,
@@ -572,7 +590,16 @@ def _participant(args: argparse.Namespace, settings: LocalSettings) -> int:
 
 def _new_run_id(patches: str) -> str:
     label = Path(patches).stem if patches not in ("gold", "empty") else patches
+    label = safe_id_suggestion(label)[:100]  # a file's name may hold anything
     return f"{label}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
+
+
+def _run_id(value: str) -> str:
+    """``--run-id``, which names directories: checked before anything is written."""
+    try:
+        return check_id(value, "--run-id")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def entry() -> None:

@@ -8,17 +8,22 @@ Core code receives the validated model and never reads the environment itself.
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from swegreen.dataset import DEFAULT_DATASET, Selection
+from swegreen.dataset import DEFAULT_DATASET, Selection, public_dataset_name
 from swegreen.errors import ConfigError
 
 ENV_PREFIX = "SWEGREEN_"
+# 5 MB: the largest gold patch of SWE-bench Verified is 17 kB; nothing an agent
+# writes to fix an issue comes near, while a 50 MB "patch" is an attack on the grader.
+DEFAULT_MAX_PATCH_BYTES = 5_000_000
 # Tables AgentBeats' scenario.toml may carry besides [config]; they are not ours to check.
 AGENTBEATS_TABLES = frozenset({"green_agent", "participants"})
 
@@ -79,6 +84,13 @@ class EvalConfig(BaseModel):
         "start where it cannot run) or 'process' (an explicit opt-in to the weaker mode: "
         "process group, limits and a clean environment only). See docs/security.md.",
     )
+    max_patch_bytes: int = Field(
+        DEFAULT_MAX_PATCH_BYTES,
+        ge=1,
+        description="Largest patch evaluated, in bytes (UTF-8); a larger one is never applied: "
+        "its row is no_op (patch_too_large).",
+    )
+
     network_instances: tuple[str, ...] = Field(
         (),
         description="Instances whose test command keeps the network, beside the known ones "
@@ -134,8 +146,12 @@ class EvalConfig(BaseModel):
         )
 
     def public(self) -> dict[str, Any]:
-        """The config as recorded in provenance and results."""
-        return self.model_dump(mode="json")
+        """The config as recorded in provenance and results: without the host's paths (a
+        local dataset file by its name only, a local repository template as ``local``)."""
+        values = self.model_dump(mode="json")
+        values["dataset"] = public_dataset_name(self.dataset)
+        values["repo_url_template"] = public_url_template(self.repo_url_template)
+        return values
 
 
 def read_scenario(path: Path) -> dict[str, Any]:
@@ -226,3 +242,17 @@ def _explain(exc: ValidationError, origin: Mapping[str, str]) -> str:
         else:
             lines.append(msg)
     return "invalid configuration: " + "; ".join(lines)
+
+
+def public_url_template(template: str) -> str:
+    """A repository URL template as published: a network URL without credentials, else
+    ``local`` (a directory or ``file://`` mirror on this host says nothing to a reader)."""
+    parts = urlsplit(template)
+    if parts.scheme in ("http", "https", "git", "ssh") and parts.hostname:
+        netloc = parts.netloc.rpartition("@")[2]  # no user:password@
+        if parts.scheme == "ssh" and parts.username:
+            netloc = f"{parts.username}@{netloc}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    if re.fullmatch(r"[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:.+", template):
+        return template  # scp-like ssh: git@github.com:{repo}.git
+    return "local"

@@ -13,12 +13,13 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from swegreen.errors import DatasetError
+from swegreen.ids import check_id
 
 DEFAULT_DATASET = "SWE-bench/SWE-bench_Verified"
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -58,6 +59,22 @@ class Instance(BaseModel):
     log_parser: str | None = None
     eval_type: str | None = None
     image: str | None = None
+
+    @field_validator("instance_id")
+    @classmethod
+    def _safe_id(cls, value: str) -> str:
+        return check_id(value, "instance id")  # it names directories and S3 keys
+
+    @field_validator("repo")
+    @classmethod
+    def _owner_and_name(cls, value: str) -> str:
+        # Both parts fill the clone URL template and name the git cache's directories.
+        owner, slash, name = value.partition("/")
+        if not slash:
+            raise ValueError(f"repo {value!r} must be owner/name, e.g. astropy/astropy")
+        check_id(owner, f"the owner of repo {value!r}")
+        check_id(name, f"the name of repo {value!r}")
+        return value
 
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod
@@ -113,13 +130,36 @@ class Dataset:
     revision: str | None
     instances: tuple[Instance, ...]
     digest: str
+    file_sha256: str | None = None  # of the file, when the rows came from a local one
 
     def by_id(self) -> dict[str, Instance]:
         return {i.instance_id: i for i in self.instances}
 
+    def provenance(self) -> dict[str, object]:
+        """What identifies the rows in a published run, without the host's paths."""
+        found: dict[str, object] = {
+            "dataset": public_dataset_name(self.name),
+            "split": self.split,
+            "dataset_revision": self.revision,
+            "dataset_digest": self.digest,
+        }
+        if self.file_sha256 is not None:
+            found["dataset_file_sha256"] = self.file_sha256
+        return found
+
 
 def is_local_source(name: str) -> bool:
     return name.endswith(LOCAL_SUFFIXES) or Path(name).exists()
+
+
+def public_dataset_name(name: str) -> str:
+    """A dataset as published: a hub id or remote URL as given, a local file by its name
+    alone (``local:tasks.jsonl``): where it lies on this host is nobody else's business."""
+    if "://" in name and not name.startswith("file://"):
+        return name
+    if name.startswith("file://") or is_local_source(name):
+        return "local:" + PurePosixPath(name.replace("\\", "/")).name
+    return name
 
 
 def load_dataset(
@@ -127,7 +167,11 @@ def load_dataset(
 ) -> Dataset:
     """Load and validate every row of a dataset (hub id or local file)."""
     local = is_local_source(name)
-    rows = _read_local(Path(name)) if local else _read_hub(name, split, revision)
+    file_sha256 = None
+    if local:
+        rows, file_sha256 = _read_local(Path(name))
+    else:
+        rows = _read_hub(name, split, revision)
     instances = parse_rows(rows, source=name)
     return Dataset(
         name=name,
@@ -135,6 +179,7 @@ def load_dataset(
         revision=revision,
         instances=instances,
         digest=dataset_digest(instances),
+        file_sha256=file_sha256,
     )
 
 
@@ -193,17 +238,24 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _read_local(path: Path) -> list[Mapping[str, Any]]:
+def _read_local(path: Path) -> tuple[list[Mapping[str, Any]], str]:
+    """The file's rows and its sha256."""
     if not path.exists():
         raise DatasetError(f"dataset file {path} does not exist")
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq  # datasets depends on pyarrow
+        import pyarrow as pa  # datasets depends on pyarrow
+        import pyarrow.parquet as pq
 
         try:
-            return pq.read_table(path).to_pylist()
+            return pq.read_table(pa.BufferReader(data)).to_pylist(), digest
         except Exception as exc:  # pyarrow raises several unrelated types
             raise DatasetError(f"{path}: not a readable parquet file: {exc}") from exc
-    text = path.read_text(encoding="utf-8")
+    return _parse_local_text(path, data.decode("utf-8")), digest
+
+
+def _parse_local_text(path: Path, text: str) -> list[Mapping[str, Any]]:
     if path.suffix == ".jsonl":
         rows = []
         for lineno, line in enumerate(text.splitlines(), 1):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swegreen.results import InstanceResult
+from swegreen.scrub import NO_SCRUBBING, Scrub
 
 DIAGNOSIS_PROMPT = """\
 You review an automated evaluation of a coding agent's patch for the SWE-bench instance
@@ -41,6 +42,7 @@ class Diagnoser:
     model: str
     timeout: float = 90.0
     mock_response: str | None = None  # litellm's own mock, for offline demos and tests
+    scrub: Scrub = NO_SCRUBBING  # the host's secrets never reach the model
     unavailable: str | None = None
     calls: int = field(default=0)
 
@@ -73,7 +75,7 @@ class Diagnoser:
             response = await asyncio.wait_for(
                 litellm.acompletion(
                     model=self.model,
-                    messages=[{"role": "user", "content": prompt}],
+                    messages=[{"role": "user", "content": self.scrub(prompt)}],
                     mock_response=self.mock_response,
                     timeout=self.timeout,
                     max_tokens=300,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from swegreen.artifacts import LocalArtifacts
+from swegreen.artifacts import LocalArtifacts, ScrubbedArtifacts
 from swegreen.base_validation import BaseValidator
 from swegreen.config import EvalConfig
 from swegreen.environments import EnvManager
@@ -22,6 +22,7 @@ from swegreen.recipes import RecipeBook, builtin_recipes, known_network_instance
 from swegreen.repo_cache import RepoCache
 from swegreen.runner import Runner
 from swegreen.sandbox import Isolation, LocalSandbox
+from swegreen.scrub import Scrubber
 from swegreen.store_sqlite import SqliteStore
 from swegreen.testbed import TestbedOptions, Testbeds
 
@@ -60,8 +61,9 @@ class Engine:
     evaluator: Evaluator
     testbeds: Testbeds
     store: SqliteStore
-    artifacts: LocalArtifacts
+    artifacts: ScrubbedArtifacts
     isolation: Isolation
+    scrubber: Scrubber
 
     def close(self) -> None:
         self.store.close()
@@ -107,14 +109,26 @@ def build_evaluator(
     artifacts: ArtifactStore,
     recipes: RecipeBook | None = None,
     isolation: Isolation | None = None,
+    scrubber: Scrubber | None = None,
 ) -> Evaluator:
+    """``artifacts`` is wrapped to redact ``scrubber``'s secrets (by default: those of
+    ``host_env``), unless it already is a ``ScrubbedArtifacts``."""
+    scrubber = Scrubber.from_env(host_env) if scrubber is None else scrubber
+    if not isinstance(artifacts, ScrubbedArtifacts):
+        artifacts = ScrubbedArtifacts(artifacts, scrubber)
     testbeds = build_testbeds(settings, config, host_env, recipes, isolation)
     base = (
         BaseValidator(testbeds, settings.cache_dir / "base-validation")
         if config.base_validation
         else None
     )
-    return Evaluator(testbeds=testbeds, artifacts=artifacts, base_validator=base)
+    return Evaluator(
+        testbeds=testbeds,
+        artifacts=artifacts,
+        base_validator=base,
+        max_patch_bytes=config.max_patch_bytes,
+        scrub=scrubber,
+    )
 
 
 def build_engine(
@@ -124,13 +138,17 @@ def build_engine(
     progress: ProgressCallback | None = None,
     recipes: RecipeBook | None = None,
     isolation: Isolation | None = None,
+    scrubber: Scrubber | None = None,
 ) -> Engine:
+    """``scrubber`` (by default built from ``host_env``) redacts the host's secrets from
+    every artifact and error detail the engine stores."""
     isolation = isolation or Isolation.probe(config.isolation)
-    artifacts = LocalArtifacts(settings.output_dir)
+    scrubber = Scrubber.from_env(host_env) if scrubber is None else scrubber
+    artifacts = ScrubbedArtifacts(LocalArtifacts(settings.output_dir), scrubber)
     store = SqliteStore(settings.store_path)
-    evaluator = build_evaluator(settings, config, host_env, artifacts, recipes, isolation)
+    evaluator = build_evaluator(settings, config, host_env, artifacts, recipes, isolation, scrubber)
     runner = Runner(evaluator=evaluator, store=store, artifacts=artifacts, progress=progress)
-    return Engine(runner, evaluator, evaluator.testbeds, store, artifacts, isolation)
+    return Engine(runner, evaluator, evaluator.testbeds, store, artifacts, isolation, scrubber)
 
 
 def host_environment() -> dict[str, str]:

@@ -20,22 +20,26 @@ from swegreen import artifacts as art
 from swegreen.apply import apply_patch
 from swegreen.base_validation import BaseValidator
 from swegreen.classify import Reason, Status, TestCounts, classify
+from swegreen.config import DEFAULT_MAX_PATCH_BYTES
 from swegreen.dataset import Instance
 from swegreen.errors import EnvironmentFault, EvaluationFailure, TestTimeout
 from swegreen.grading import FULL, PARTIAL, Grade, grade_log, unapplied_report
 from swegreen.patches import (
+    OversizedPatch,
     PatchRejected,
     check_against_tree,
     check_applied,
     check_patch,
     inspect_patch,
     is_blank,
+    oversized_patch,
 )
 from swegreen.ports import ArtifactStore, PatchResult
 from swegreen.recipes import Recipe
 from swegreen.recorder import Recorded, contradictions
 from swegreen.results import InstanceResult, utcnow
 from swegreen.rows import RowBuilder
+from swegreen.scrub import NO_SCRUBBING, Scrub
 from swegreen.testbed import Testbeds
 
 Key = Callable[[str], str]
@@ -48,14 +52,20 @@ class Evaluator:
         testbeds: Testbeds,
         artifacts: ArtifactStore,
         base_validator: BaseValidator | None = None,
+        max_patch_bytes: int = DEFAULT_MAX_PATCH_BYTES,
+        scrub: Scrub = NO_SCRUBBING,
     ) -> None:
         self.testbeds = testbeds
         self.artifacts = artifacts
         self.base_validator = base_validator
+        self.max_patch_bytes = max_patch_bytes
+        self.scrub = scrub  # host secrets out of failure details (artifacts scrub themselves)
 
     async def evaluate(self, run_id: str, instance: Instance, patch: PatchResult) -> InstanceResult:
         key: Key = functools.partial(art.instance_key, run_id, instance.instance_id)
         row = RowBuilder(instance, patch, utcnow(), time.monotonic())
+        if (oversized := oversized_patch(patch.patch, self.max_patch_bytes)) is not None:
+            return self._too_large(key, row, oversized)
         self.artifacts.write_text(key(art.PATCH), patch.patch or "")
         if self.base_validator is not None:
             row.base_validation = await self.base_validator.validate(instance)
@@ -148,9 +158,17 @@ class Evaluator:
                 )
         except EvaluationFailure as exc:
             notes.append(f"FAILED: {exc}\n{exc.log_tail}")
+            exc.args, exc.log_tail = (self.scrub(str(exc)),), self.scrub(exc.log_tail)
             raise
         finally:
             self.artifacts.write_text(key(art.INSTANCE_LOG), "\n".join(notes))
+
+    def _too_large(self, key: Key, row: RowBuilder, oversized: OversizedPatch) -> InstanceResult:
+        """Never applied, parsed or stored whole: the row keeps its size and hash."""
+        row.info = oversized.info
+        self.artifacts.write_text(key(art.PATCH), oversized.stub)
+        result = row.unapplied(Reason.PATCH_TOO_LARGE, oversized.detail)
+        return self._finish(key, result, unapplied_report(row.instance, ""))
 
     def regrade(
         self, run_id: str, instance: Instance, stored: InstanceResult, work: Path

@@ -10,17 +10,19 @@ patch: the green agent never writes or repairs a patch for a participant.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from swegreen.patches import inspect_patch
 
 DATA_KEYS = ("patch", "model_patch", "diff")
+# How much of a candidate is parsed to tell a diff from prose (not a limit on the patch).
+LOOKS_LIKE_DIFF_WINDOW = 256_000
 DIFF_SUFFIXES = (".diff", ".patch")
 DIFF_MEDIA_TYPES = ("text/x-diff", "text/x-patch", "text/diff", "application/x-patch")
-_FENCE = re.compile(r"```[ \t]*(?:diff|patch|udiff)?[ \t]*\n(.*?)```", re.S)
-_PATCH_TAG = re.compile(r"<patch>\s*\n?(.*?)</patch>", re.S)
+_FENCE_OPEN = re.compile(r"([^\n`]*)\n")  # ``` and an info string, to the end of the line
+DIFF_INFO = ("", "diff", "patch", "udiff")
 _DIFF_START = re.compile(r"^(diff --git |--- (?:a/|/dev/null))", re.M)
 
 
@@ -69,22 +71,59 @@ def extract_patch(parts: Iterable[ReplyPart]) -> Extraction:
 
 
 def diff_in_text(text: str) -> tuple[str, str] | None:
-    """A diff inside prose: fenced, tagged, or bare. Only text that parses as one counts."""
-    for match in _FENCE.finditer(text):
-        body = match.group(1)
+    """A diff inside prose: fenced, tagged, or bare. Only text that parses as one counts.
+
+    Linear in the reply's length whatever it holds (fences and tags are paired by scanning
+    forward, never searched for again from each opening), so a huge or hostile reply costs
+    a pass or two over it; how large a patch may be is the evaluator's decision."""
+    for body in _fenced(text):
         if _looks_like_diff(body):
             return _with_newline(body), "fenced diff block"
-    for match in _PATCH_TAG.finditer(text):
-        if _looks_like_diff(match.group(1)):
-            return _with_newline(match.group(1)), "<patch> tag"
+    for body in _between(text, "<patch>", "</patch>"):
+        body = body.lstrip()
+        if _looks_like_diff(body):
+            return _with_newline(body), "<patch> tag"
     start = _DIFF_START.search(text)
     if start and _looks_like_diff(text[start.start() :]):
         return _with_newline(text[start.start() :]), "bare diff"
     return None
 
 
+def _fenced(text: str) -> Iterator[str]:
+    """Bodies of ``` blocks whose info string is empty or diff/patch/udiff, in order; other
+    blocks (```python) are skipped whole, so their closing fence never opens a block."""
+    pos = 0
+    while (open_at := text.find("```", pos)) >= 0:
+        opening = _FENCE_OPEN.match(text, open_at + 3)
+        if opening is None:  # ``` inside a line
+            pos = open_at + 3
+            continue
+        close_at = text.find("```", opening.end())
+        if close_at < 0:
+            return
+        if opening.group(1).strip() in DIFF_INFO:
+            yield text[opening.end() : close_at]
+        pos = close_at + 3
+
+
+def _between(text: str, opening: str, closing: str) -> Iterator[str]:
+    pos = 0
+    while (open_at := text.find(opening, pos)) >= 0:
+        close_at = text.find(closing, open_at + len(opening))
+        if close_at < 0:
+            return
+        yield text[open_at + len(opening) : close_at]
+        pos = close_at + len(closing)
+
+
 def _looks_like_diff(text: str) -> bool:
-    return bool(_DIFF_START.search(text)) and bool(inspect_patch(text).files)
+    """Whether ``text`` holds a file change, judged on a bounded window from its first
+    diff header (a diff's first section says so; the rest is the evaluator's to check)."""
+    start = _DIFF_START.search(text)
+    if start is None:
+        return False
+    window = text[start.start() : start.start() + LOOKS_LIKE_DIFF_WINDOW]
+    return bool(inspect_patch(window).files)
 
 
 def _with_newline(text: str) -> str:

@@ -83,6 +83,37 @@ def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
+@dataclass(frozen=True)
+class OversizedPatch:
+    """A patch over the size limit: what the row records of it, never its text."""
+
+    info: PatchInfo  # size and sha256, no files (it is never parsed)
+    detail: str
+    stub: str  # what is stored instead of the patch: its size, hash and first lines
+
+
+def oversized_patch(text: str | None, limit: int, head: int = 2000) -> OversizedPatch | None:
+    """None when ``text`` is within ``limit`` bytes (UTF-8); else the row's account of it.
+    Checked before anything else reads the patch, so a huge one costs one encode and hash."""
+    if text is None or len(text) * 4 < limit:  # a character is at most four bytes
+        return None
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size <= limit:
+        return None
+    digest = sha256(text)
+    detail = (
+        f"the patch is {size} bytes; the limit is {limit} (config key max_patch_bytes): "
+        "it was not applied"
+    )
+    first = text[:head].rsplit("\n", 1)[0] if "\n" in text[:head] else text[:head]
+    stub = (
+        f"# not stored: {detail}\n# sha256 {digest}\n# its first {len(first)} characters:\n"
+        + first
+        + "\n"
+    )
+    return OversizedPatch(PatchInfo(files=(), size=size, sha256=digest), detail, stub)
+
+
 def is_blank(patch: str | None) -> bool:
     return patch is None or not patch.strip()
 
@@ -165,12 +196,14 @@ def _git_header_paths(rest: str) -> tuple[str | None, str | None]:
     m = _GIT_HEADER.match("diff --git " + rest)
     if m and not (rest.startswith("a/") and rest.count(" b/") > 1):
         return _strip(_unquote(m.group(1))), _strip(_unquote(m.group(2)))
-    splits = [i for i in range(len(rest)) if rest.startswith(" b/", i)]
-    for i in splits:
-        if rest[2:i] == rest[i + 3 :]:
-            return rest[2:i], rest[i + 3 :]
-    if splits:
-        return _strip(rest[: splits[0]]), _strip(rest[splits[0] + 1 :])
+    # Both sides are equally long only when " b/" sits in the middle: one comparison, not
+    # one per " b/" (a crafted header full of them would make this quadratic).
+    middle = (len(rest) - 1) // 2
+    if rest.startswith(" b/", middle) and rest[2:middle] == rest[middle + 3 :]:
+        return rest[2:middle], rest[middle + 3 :]
+    first = rest.find(" b/")
+    if first >= 0:
+        return _strip(rest[:first]), _strip(rest[first + 1 :])
     return None, None
 
 

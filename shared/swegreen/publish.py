@@ -42,11 +42,10 @@ PUBLIC_FIELDS = frozenset(
 
 
 def base_provenance(dataset: Dataset, config: EvalConfig, grader: str) -> dict[str, Any]:
+    """What a published run says of its making; no host paths (see ``Dataset.provenance``
+    and ``EvalConfig.public``)."""
     return {
-        "dataset": dataset.name,
-        "split": dataset.split,
-        "dataset_revision": dataset.revision,
-        "dataset_digest": dataset.digest,
+        **dataset.provenance(),
         "grader": grader,
         "green_agent": f"swegreen {__version__}",
         "config": config.public(),

@@ -16,6 +16,7 @@ from typing import Any
 from swegreen.classify import Reason
 from swegreen.dataset import Instance
 from swegreen.errors import PredictionsError
+from swegreen.ids import check_id
 from swegreen.ports import PatchResult
 
 
@@ -73,6 +74,10 @@ def _validate(entries: Iterable[tuple[str, Any]], default_model: str) -> dict[st
         iid = entry.get("instance_id")
         if not isinstance(iid, str) or not iid:
             raise PredictionsError(f"{where}: missing or empty 'instance_id'")
+        try:
+            check_id(iid, "instance id")
+        except ValueError as exc:
+            raise PredictionsError(f"{where}: {exc}") from None
         if "model_patch" not in entry:
             raise PredictionsError(f"{where}: {iid} has no 'model_patch' (use null for no patch)")
         patch = entry["model_patch"]

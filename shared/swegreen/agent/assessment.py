@@ -25,10 +25,12 @@ from swegreen.dataset import Dataset, Instance, load_dataset, select_instances
 from swegreen.diagnosis import Diagnoser
 from swegreen.engine import Engine, LocalSettings, build_engine
 from swegreen.errors import SweGreenError
+from swegreen.ids import check_id
 from swegreen.metrics import RunMetrics
 from swegreen.ports import ProgressEvent
 from swegreen.sample import resolve_sample
 from swegreen.sandbox import Isolation
+from swegreen.scrub import Scrubber
 
 Notify = Callable[[str], Awaitable[None]]
 
@@ -45,6 +47,7 @@ class AgentSettings:
     local: LocalSettings
     defaults: dict[str, Any] = field(default_factory=dict)
     host_env: dict[str, str] = field(default_factory=dict)
+    scrubber: Scrubber | None = None  # default: the secrets of host_env
     isolation: Isolation | None = None
     llm_mock_response: str | None = None
     heartbeat: float = 30.0
@@ -81,6 +84,11 @@ class Assessment:
     async def prepare(self) -> str:
         """Load and select rows; any problem here is the request's (it is rejected).
         Returns what will be done, for the caller."""
+        for role in self.request.participants:
+            try:
+                check_id(self.run_id(role), f"the run id of participant {role!r} (task id + role)")
+            except ValueError as exc:
+                raise RequestError(str(exc)) from None
         self._plan = await self._select()
         config, dataset, instances = self._plan
         roles = ", ".join(self.request.participants)
@@ -126,6 +134,10 @@ class Assessment:
                 lines.append(line)
         return AssessmentOutcome(rows, "\n".join(lines))
 
+    def run_id(self, role: str) -> str:
+        """Each participant's rows are a run of their own; the id names its directories."""
+        return f"{self.id}-{role}"
+
     def status_line(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "none yet"
         busy = f"; evaluating {', '.join(sorted(self.running))}" if self.running else ""
@@ -146,10 +158,11 @@ class Assessment:
             self.settings.host_env,
             progress=lambda event: self._progress(role, event),
             isolation=self.settings.isolation,
+            scrubber=self.settings.scrubber,
         )
         try:
             outcome = await engine.runner.run(
-                run_id=f"{self.id}-{role}",
+                run_id=self.run_id(role),
                 dataset=dataset,
                 instances=instances,
                 source=participant,
@@ -202,7 +215,9 @@ class Assessment:
             return None, False
         diagnosed = False
         diagnoser = Diagnoser(
-            config.green_agent_model, mock_response=self.settings.llm_mock_response
+            config.green_agent_model,
+            mock_response=self.settings.llm_mock_response,
+            scrub=engine.scrubber,
         )
         results = await asyncio.to_thread(engine.store.get_results, run_id)
         for row in results.values():

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from swegreen.config import EvalConfig, build_config
 from swegreen.errors import ConfigError, SweGreenError
+from swegreen.ids import check_id
 
 
 class RequestError(SweGreenError):
@@ -28,8 +29,7 @@ class AssessmentRequest(BaseModel):
         if not value:
             raise ValueError('name at least one participant: {"agent": "http://host:port"}')
         for role, url in value.items():
-            if not role.strip():
-                raise ValueError("a participant role is empty")
+            check_id(role, "participant role")  # it names the participant's run
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"participant {role!r} has no http(s) URL: {url!r}")
         return value

@@ -16,14 +16,16 @@ import time
 from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from swegreen import artifacts as art
 from swegreen.classify import Reason, Status, classify
 from swegreen.config import EvalConfig, build_config
 from swegreen.dataset import Dataset, Instance, dataset_digest, parse_rows, select_instances
 from swegreen.errors import EvaluationFailure, SandboxCrashed
+from swegreen.ids import check_id
 from swegreen.metrics import RunMetrics
+from swegreen.patches import oversized_patch
 from swegreen.ports import PatchResult, RunRecord
 from swegreen.publish import base_provenance, result_row
 from swegreen.results import InstanceResult, utcnow
@@ -81,6 +83,7 @@ class RunRequest(BaseModel):
         if len(self.participants) > 1:
             raise ValueError("a run evaluates one participant; start one run per participant")
         for role, url in self.participants.items():
+            check_id(role, "participant role")
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"participant {role!r}: {url!r} is not an http(s) URL")
         return self
@@ -89,7 +92,12 @@ class RunRequest(BaseModel):
 class StartEvent(RunRequest):
     """The execution's input: the request and the run's id (the API's request id)."""
 
-    run_id: str = Field(min_length=1, max_length=80, pattern=r"^[A-Za-z0-9._-]+$")
+    run_id: str = Field(min_length=1, max_length=80)
+
+    @field_validator("run_id")
+    @classmethod
+    def _safe_run_id(cls, value: str) -> str:
+        return check_id(value, "run id")  # it names the run's S3 prefix
 
 
 class Item(BaseModel):
@@ -197,7 +205,13 @@ class Pipeline:
         sandbox_config = json.dumps(
             config.model_dump(
                 mode="json",
-                include={"repo_url_template", "eval_timeout", "max_attempts", "base_validation"},
+                include={
+                    "repo_url_template",
+                    "eval_timeout",
+                    "max_attempts",
+                    "base_validation",
+                    "max_patch_bytes",
+                },
             )
         )
         items = []
@@ -355,6 +369,18 @@ class Pipeline:
                 done=True,
                 failure=failure or Reason.NO_PATCH,
                 detail=detail,
+                model=model,
+                started=started,
+                duration=now - started,
+                usage=usage,
+            )
+        limit = json.loads(item.config_json).get("max_patch_bytes")
+        if limit is not None and (oversized := oversized_patch(patch, limit)) is not None:
+            # Never stored: the row is no_op (patch_too_large), as the sandbox would make it.
+            return PatchState(
+                done=True,
+                failure=Reason.PATCH_TOO_LARGE,
+                detail=f"{oversized.detail} (sha256 {oversized.info.sha256})",
                 model=model,
                 started=started,
                 duration=now - started,

@@ -7,7 +7,8 @@ environment caches on EFS, shared by every task. Inputs come as environment vari
 
     SWEGREEN_BUCKET, SWEGREEN_RUN_ID, SWEGREEN_INSTANCE_ID   which row
     SWEGREEN_MODEL          the participant's name, recorded on the row
-    SWEGREEN_CONFIG         JSON: repo_url_template, eval_timeout, max_attempts, base_validation
+    SWEGREEN_CONFIG         JSON: repo_url_template, eval_timeout, max_attempts, base_validation,
+                            max_patch_bytes
     SWEGREEN_CACHE_DIR      the EFS mount (default /var/cache/swegreen)
     SWEGREEN_RUNS_PREFIX    S3 prefix of run artifacts (default runs/)
 
@@ -27,12 +28,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from swegreen import artifacts as art
+from swegreen.artifacts import ScrubbedArtifacts
 from swegreen.aws.s3_artifacts import S3Artifacts
 from swegreen.config import EvalConfig
 from swegreen.dataset import Instance
 from swegreen.engine import LocalSettings, build_evaluator
 from swegreen.ports import PatchResult
 from swegreen.runner import evaluate_with_retries
+from swegreen.scrub import Scrubber
 
 
 def run(env: Mapping[str, str], s3: object) -> int:
@@ -41,7 +44,10 @@ def run(env: Mapping[str, str], s3: object) -> int:
         env["SWEGREEN_RUN_ID"],
         env["SWEGREEN_INSTANCE_ID"],
     )
-    artifacts = S3Artifacts(s3, bucket, env.get("SWEGREEN_RUNS_PREFIX", "runs/"))
+    scrubber = Scrubber.from_env(env)  # the task's secrets stay out of what it writes
+    artifacts = ScrubbedArtifacts(
+        S3Artifacts(s3, bucket, env.get("SWEGREEN_RUNS_PREFIX", "runs/")), scrubber
+    )
     text = artifacts.read_text(art.instance_key(run_id, iid, "instance.json"))
     if text is None:
         print(f"no instance.json for {run_id}/{iid} in s3://{bucket}", file=sys.stderr)
@@ -51,7 +57,7 @@ def run(env: Mapping[str, str], s3: object) -> int:
     config = EvalConfig.model_validate(json.loads(env.get("SWEGREEN_CONFIG", "{}")))
     cache = Path(env.get("SWEGREEN_CACHE_DIR", "/var/cache/swegreen"))
     settings = LocalSettings(output_dir=cache / "unused", cache_dir=cache)
-    evaluator = build_evaluator(settings, config, env, artifacts)
+    evaluator = build_evaluator(settings, config, env, artifacts, scrubber=scrubber)
     result = asyncio.run(
         evaluate_with_retries(
             evaluator,

@@ -1,0 +1,118 @@
+"""The AWS side of issue 8's hygiene, on a real S3 API (the moto server) and SQLite: the
+sandbox task redacts the host's secrets from what it writes to S3, and the pipeline
+refuses an oversized patch before it ever stores it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from swegreen import artifacts as art
+from swegreen.aws.pipeline import ClassifyEvent, Item, Pipeline, PipelineSettings, StartEvent
+from swegreen.aws.sandbox_task import run as run_sandbox_task
+from swegreen.classify import Reason, Status
+from swegreen.dataset import load_dataset
+from swegreen.sample import SampleBenchmark
+from swegreen.store_sqlite import SqliteStore
+from tests.aws.local_services import wait_for
+from tests.helpers import free_port
+from tests.test_scrub import CANARY, CANARY_ENV, LEAKY_PATCH
+
+BUCKET = "swegreen-hygiene"
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[Any]:
+    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        wait_for(endpoint + "/moto-api/")
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+    finally:
+        server.stop()
+
+
+def objects(s3: Any, prefix: str) -> dict[str, bytes]:
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
+    return {o["Key"]: s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in listed}
+
+
+def test_the_sandbox_task_writes_no_secret_of_its_environment_to_s3(
+    s3: Any, sample: SampleBenchmark, session_cache: Path, host_env: dict[str, str]
+) -> None:
+    iid, run_id = "sample__calculator-1", "aws-canary"
+    instance = load_dataset(str(sample.dataset)).by_id()[iid]
+    prefix = f"runs/{run_id}/instances/{iid}/"
+    s3.put_object(Bucket=BUCKET, Key=prefix + "instance.json", Body=instance.model_dump_json())
+    s3.put_object(Bucket=BUCKET, Key=prefix + art.PATCH, Body=LEAKY_PATCH.encode())
+    env = {
+        **host_env,
+        **CANARY_ENV,
+        "SWEGREEN_BUCKET": BUCKET,
+        "SWEGREEN_RUN_ID": run_id,
+        "SWEGREEN_INSTANCE_ID": iid,
+        "SWEGREEN_MODEL": "fixed",
+        "SWEGREEN_CONFIG": json.dumps(
+            {"repo_url_template": sample.url_template, "max_attempts": 1}
+        ),
+        "SWEGREEN_CACHE_DIR": str(session_cache),
+    }
+    assert run_sandbox_task(env, s3) == 0
+    written = objects(s3, prefix)
+    row = json.loads(written[prefix + art.RESULT])
+    assert row["tests_ran"] and row["status"] == "no_op", row
+    log = written[prefix + art.TEST_OUTPUT].decode()
+    assert "leaking [redacted:SWEGREEN_TEST_CANARY_TOKEN] here" in log  # it was printed
+    assert prefix + art.EVAL_SCRIPT in written and prefix + art.INSTANCE_LOG in written
+    # Even the patch: the task writes back the patch it evaluated, redacted.
+    assert [k for k, v in written.items() if CANARY.encode() in v] == []
+
+
+def test_the_pipeline_refuses_an_oversized_patch_before_storing_it(
+    s3: Any, sample: SampleBenchmark, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=BUCKET, Key="datasets/sample.jsonl", Body=sample.dataset.read_bytes())
+    store = SqliteStore(tmp_path / "store.sqlite")
+    pipeline = Pipeline(PipelineSettings(table="unused", bucket=BUCKET), s3, store)
+    try:
+        config = {
+            "dataset": f"s3://{BUCKET}/datasets/sample.jsonl",
+            "instance_ids": ["sample__calculator-1"],
+            "max_patch_bytes": 100,
+        }
+        resolved = pipeline.resolve(StartEvent(run_id="aws-big", patches="gold", config=config))
+        [raw] = resolved["items"]
+        item = Item.model_validate(raw)
+        assert json.loads(item.config_json)["max_patch_bytes"] == 100
+        state = asyncio.run(pipeline.dispatch(item))
+        assert state.done and state.patch_key is None
+        assert state.failure == Reason.PATCH_TOO_LARGE
+        assert "; the limit is 100 (config key max_patch_bytes)" in state.detail
+        assert objects(s3, f"runs/aws-big/instances/sample__calculator-1/{art.PATCH}") == {}
+        pipeline.classify_row(ClassifyEvent(item=item, patch=state))
+        row = store.get_results("aws-big")["sample__calculator-1"]
+        assert (row.status, row.reason) == (Status.NO_OP, Reason.PATCH_TOO_LARGE)
+        record = store.get_run("aws-big")
+        assert record is not None
+        assert record.provenance["dataset"] == f"s3://{BUCKET}/datasets/sample.jsonl"
+        assert record.provenance["config"]["repo_url_template"] == "https://github.com/{repo}.git"
+    finally:
+        store.close()
