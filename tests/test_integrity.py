@@ -215,6 +215,11 @@ def attack(
             (r / "y").symlink_to("."),
             (r / "x").symlink_to("y/.."),
         ),
+        # a patch over max_patch_bytes (5 MB): a valid diff adding a 6 MB file
+        "sample__calculator-3": lambda r: (
+            write(r / "calculator" / "blob.py", "#" * 99 + "\n")
+            or write(r / "calculator" / "blob.py", ("# " + "x" * 97 + "\n") * 60_000, True)
+        ),
         # a plugin loaded through pytest configuration in pyproject.toml
         "sample__ledger-2": lambda r: (
             fake_plugin(r),
@@ -275,7 +280,7 @@ def attack(
 
 
 def test_every_attack_was_graded(attack: Attack) -> None:
-    assert len(attack.rows) == 7
+    assert len(attack.rows) == 8
     assert all(r["status"] != "resolved" for r in attack.rows.values()), {
         k: (r["status"], r["reason"]) for k, r in attack.rows.items()
     }
@@ -305,6 +310,12 @@ def test_fake_passed_lines_and_a_forced_exit_code_are_caught(attack: Attack) -> 
     assert (row["status"], row["reason"]) == ("error", "log_tampering")
     assert "pytest recorded failed, the log says PASSED" in row["detail"]
     assert "exit status 1, the test command with 0" in row["detail"]
+
+
+def test_a_huge_patch_is_refused_unread(attack: Attack) -> None:
+    row = attack.rows["sample__calculator-3"]
+    assert (row["status"], row["reason"]) == ("no_op", "patch_too_large")
+    assert row["patch_bytes"] > 5_000_000 and "max_patch_bytes" in row["detail"]
 
 
 def test_a_symlink_chain_that_escapes_is_refused(attack: Attack) -> None:
