@@ -119,6 +119,7 @@ def main() -> None:
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="swegreen-bench-"))
+    root.chmod(0o711)  # the sandbox's uid passes through to the caches below
     rows: list[Measure] = []
     try:
         sample = build_sample(root / "sample")

@@ -16,7 +16,7 @@ from swegreen.sample import SampleBenchmark
 from swegreen.sources import GoldPatches
 
 from .conftest import RunSample, sample_config
-from .helpers import read_jsonl
+from .helpers import git, read_jsonl
 
 
 def test_gold_patches_resolve_every_sample_task(
@@ -373,3 +373,35 @@ def test_the_network_is_on_only_for_instances_that_need_it(
         assert not network("sample__calculator-1")
     finally:
         engine.close()
+
+
+def test_every_sample_task_is_valid_on_its_base_commit(run_sample: RunSample) -> None:
+    """The sample is a correct fixture: on each base commit, with only the test patch, every
+    F2P test fails and every P2P test passes (sample__calculator-3 once had F2P tests that
+    Python's int() passed by itself, so a README-only patch resolved it)."""
+    outcome = run_sample("empty", run_id="base-check", base_validation=True)
+    reports = {r.instance_id: r.base_validation for r in outcome.results}
+    assert len(reports) == 8
+    bad = {k: v for k, v in reports.items() if not (v and v.get("ok") is True)}
+    assert bad == {}
+
+
+def test_participants_clone_repositories_that_end_at_the_base(sample: SampleBenchmark) -> None:
+    """The full sample repositories hold the commits that fixed each task; the ones named in
+    the task message hold nothing after the base commit, so no fix can be replayed."""
+    from swegreen.config import EvalConfig
+    from swegreen.sample import resolve_sample
+    from swegreen.task_message import task_data
+
+    config = resolve_sample(EvalConfig(dataset="swegreen:sample"), sample.root.parent)
+    dataset = load_dataset(config.dataset)
+    for inst in dataset.instances:
+        url = task_data(inst, config.participant_url_template())["repo_url"]
+        assert url.endswith(f"participant-repos/{inst.instance_id}.git")
+        everything = set(git(Path(url), "rev-list", "--all").stdout.split())
+        history = set(git(Path(url), "rev-list", inst.base_commit).stdout.split())
+        assert everything == history and inst.base_commit in everything
+        assert git(Path(url), "tag").stdout.strip() == ""
+        full = sample.repos_dir / inst.repo.replace("/", "__")
+        later = git(full, "rev-list", f"{inst.base_commit}..main").stdout.split()
+        assert not set(later) & everything

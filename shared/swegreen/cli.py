@@ -216,7 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             s = build_sample(settings.cache_dir / "sample")
             console.print(
                 f"dataset: {s.dataset}\ncrafted predictions: {s.crafted}\n"
-                f"repo_url_template: {s.url_template}"
+                f"repo_url_template: {s.url_template}\n"
+                f"participant_repo_url_template: {s.participant_url_template}"
             )
             return 0
     except SweGreenError as exc:

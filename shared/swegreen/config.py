@@ -71,6 +71,12 @@ class EvalConfig(BaseModel):
         description="Where repositories are cloned from; {repo}, {owner}, {name} are filled in. "
         "A local directory or mirror works too (e.g. /mirrors/{owner}__{name}.git).",
     )
+    participant_repo_url_template: str | None = Field(
+        None,
+        description="Where participants are told to clone from, when that must differ from "
+        "where the evaluator clones (e.g. mirrors whose history ends at each base commit); "
+        "{repo}, {owner}, {name} and {instance_id} are filled in. Default: repo_url_template.",
+    )
     base_validation: bool = Field(
         False,
         description="Also run each instance's tests on the base commit (cached) to "
@@ -116,6 +122,22 @@ class EvalConfig(BaseModel):
             )
         return value
 
+    @field_validator("participant_repo_url_template")
+    @classmethod
+    def _template_names_instance(cls, value: str | None) -> str | None:
+        if value is not None and not any(
+            k in value for k in ("{repo}", "{owner}", "{name}", "{instance_id}")
+        ):
+            raise ValueError(
+                "must contain {instance_id}, {repo} or {owner}/{name}, "
+                "e.g. https://mirror.example/{instance_id}.git"
+            )
+        return value
+
+    def participant_url_template(self) -> str:
+        """Where participants are told to clone from (``repo_url`` in the task message)."""
+        return self.participant_repo_url_template or self.repo_url_template
+
     @model_validator(mode="after")
     def _check(self) -> EvalConfig:
         explicit_rows = "max_rows" in self.model_fields_set
@@ -151,6 +173,10 @@ class EvalConfig(BaseModel):
         values = self.model_dump(mode="json")
         values["dataset"] = public_dataset_name(self.dataset)
         values["repo_url_template"] = public_url_template(self.repo_url_template)
+        if self.participant_repo_url_template is not None:
+            values["participant_repo_url_template"] = public_url_template(
+                self.participant_repo_url_template
+            )
         return values
 
 

@@ -23,9 +23,9 @@ from swegreen.procs import CommandFailed, run_checked, run_process
 CLONE_TIMEOUT = 3600.0
 
 
-def repo_url(template: str, repo: str) -> str:
+def repo_url(template: str, repo: str, instance_id: str = "") -> str:
     owner, _, name = repo.partition("/")
-    return template.format(repo=repo, owner=owner, name=name)
+    return template.format(repo=repo, owner=owner, name=name, instance_id=instance_id)
 
 
 def git_env(home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:

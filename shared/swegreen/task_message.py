@@ -48,7 +48,7 @@ def task_data(instance: Instance, url_template: str) -> dict[str, Any]:
     return {
         "instance_id": instance.instance_id,
         "repo": instance.repo,
-        "repo_url": repo_url(url_template, instance.repo),
+        "repo_url": repo_url(url_template, instance.repo, instance.instance_id),
         "base_commit": instance.base_commit,
         "problem_statement": instance.problem_statement,
         "hints_text": instance.hints_text,

@@ -126,7 +126,7 @@ class Assessment:
                     role,
                     url,
                     timeout=config.participant_timeout,
-                    url_template=config.repo_url_template,
+                    url_template=config.participant_url_template(),
                     http=http,
                 )
                 row, line = await self._evaluate(role, url, participant, config, dataset, instances)

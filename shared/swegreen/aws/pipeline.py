@@ -207,6 +207,7 @@ class Pipeline:
                 mode="json",
                 include={
                     "repo_url_template",
+                    "participant_repo_url_template",
                     "eval_timeout",
                     "max_attempts",
                     "base_validation",
@@ -292,7 +293,8 @@ class Pipeline:
         from swegreen.agent.participant_client import PolledParticipant, outcome_of
 
         assert item.url is not None
-        template = json.loads(item.config_json).get(
+        stored = json.loads(item.config_json)
+        template = stored.get("participant_repo_url_template") or stored.get(
             "repo_url_template", "https://github.com/{repo}.git"
         )
         try:

@@ -5,6 +5,10 @@ Three small repositories (calculator, textkit, ledger) are rebuilt from the diff
 tasks in ``tasks.json`` become SWE-bench-format rows on those commits. Gold patches
 resolve every task, empty patches none, and the crafted predictions produce every
 status of the decision tree (and an error) once.
+
+Participants are pointed at repositories of their own (``participant-repos/<instance
+id>.git``) whose history ends at the task's base commit: the full repositories hold the
+commits that fixed each task, and a participant must not be able to replay them.
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ class SampleBenchmark:
     def url_template(self) -> str:
         return str(self.repos_dir / "{owner}__{name}")
 
+    @property
+    def participant_url_template(self) -> str:
+        return str(self.root / "participant-repos" / "{instance_id}.git")
+
 
 def resolve_sample(config: EvalConfig, cache_dir: Path) -> EvalConfig:
     """``dataset = "swegreen:sample"`` means the bundled sample: build it and point the
@@ -51,6 +59,8 @@ def resolve_sample(config: EvalConfig, cache_dir: Path) -> EvalConfig:
     update: dict[str, str] = {"dataset": str(sample.dataset)}
     if "repo_url_template" not in config.model_fields_set:
         update["repo_url_template"] = sample.url_template
+    if "participant_repo_url_template" not in config.model_fields_set:
+        update["participant_repo_url_template"] = sample.participant_url_template
     return config.model_copy(update=update)
 
 
@@ -187,5 +197,11 @@ def _build(root: Path) -> None:
                 "model_patch": (files / "crafted.diff").read_text(),
             }
         )
+    for row in rows:  # what participants clone: nothing after the base commit
+        full = repos_dir / row["repo"].replace("/", "__")
+        mirror = root / "participant-repos" / f"{row['instance_id']}.git"
+        mirror.mkdir(parents=True)
+        _git(mirror, "init", "--quiet", "--bare", "--initial-branch=main")
+        _git(full, "push", "--quiet", str(mirror), f"{row['base_commit']}:refs/heads/main")
     (root / "dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (root / "crafted.jsonl").write_text("".join(json.dumps(c) + "\n" for c in crafted))
