@@ -126,6 +126,11 @@ class RecordChannel:
         self._result: Recorded | None = None
 
     async def __aenter__(self) -> RecordChannel:
+        await self.open()
+        return self
+
+    async def open(self) -> None:
+        """Make the FIFO and start reading it (before the sandbox that writes to it)."""
         self.path.unlink(missing_ok=True)
         os.mkfifo(self.path, 0o622)
         self.path.chmod(0o622)  # writable by the sandbox's uid, readable only here
@@ -134,7 +139,6 @@ class RecordChannel:
         flags = fcntl.fcntl(self._read_fd, fcntl.F_GETFL)
         fcntl.fcntl(self._read_fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
         self._reader = asyncio.create_task(asyncio.to_thread(_read_all, self._read_fd))
-        return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()

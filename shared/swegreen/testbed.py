@@ -298,7 +298,7 @@ class Testbeds:
                 files.append((channel.path, INSIDE_PATH))
             else:
                 env["SWEGREEN_RECORD"] = str(channel.path)
-            await channel.__aenter__()
+            await channel.open()
         try:
             result = await self.sandbox.run_script(
                 path,
