@@ -40,7 +40,7 @@ import botocore.session
 import httpx
 from botocore import xform_name
 
-from tests.aws.local_services import FAKE_CREDENTIALS, wait_for, zip_dir
+from tests.aws.local_services import FAKE_CREDENTIALS, ROOT, wait_for, zip_dir
 from tests.helpers import free_port
 
 ACCOUNT = "123456789012"
@@ -282,7 +282,8 @@ class Emulator:
             with log.open("wb") as out:
                 proc = subprocess.run(
                     command,
-                    env={**_host_env(), **self.env(), **env},
+                    # The image's code is this checkout's (container/Dockerfile copies shared/).
+                    env={**_host_env(), **self.env(), **env, "PYTHONPATH": str(ROOT / "shared")},
                     cwd=self.workdir,
                     stdout=out,
                     stderr=subprocess.STDOUT,
