@@ -137,6 +137,7 @@ class Sandbox(Construct):
         self.prepare_container = self._container(
             self.prepare_definition,
             "prepare",
+            "prepare",
             image,
             {
                 "SWEGREEN_BUCKET": bucket.bucket_name,
@@ -157,10 +158,11 @@ class Sandbox(Construct):
         )
 
         # evaluate: the shared cache read-only, no S3 (pre-signed URLs instead).
-        self.task_definition = self._task_definition("Task", settings)
+        self.task_definition = self._task_definition("Task", settings)  # ids as before the split
         self.container = self._container(
             self.task_definition,
             "sandbox",
+            "evaluate",
             image,
             {"SWEGREEN_CACHE_DIR": CACHE_MOUNT, "SWEGREEN_SHARED_CACHE": SHARED_MOUNT},
             settings.sandbox_memory_mib,
@@ -198,6 +200,7 @@ class Sandbox(Construct):
         self,
         definition: ecs.FargateTaskDefinition,
         name: str,
+        phase: str,
         image: ecs.ContainerImage,
         environment: dict[str, str],
         memory_mib: int,
@@ -207,7 +210,7 @@ class Sandbox(Construct):
         return definition.add_container(
             name,
             image=image,
-            command=["prepare" if name == "prepare" else "evaluate"],
+            command=[phase],  # swegreen.aws.sandbox_task's argument
             user=f"{SANDBOX_UID}:{SANDBOX_UID}",
             logging=ecs.LogDrivers.aws_logs(stream_prefix=name, log_group=self.log_group),
             memory_limit_mib=memory_mib,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from infra.sandbox import SHARED_MOUNT
 from swegreen.sample import SampleBenchmark
@@ -140,6 +141,14 @@ class Cloud:
         rows = [json.loads(i["result"]["S"]) for i in items]
         return {r["instance_id"]: r for r in rows}
 
+    def diagnosis(self, rows: dict[str, dict[str, Any]]) -> str:
+        """Why rows ended ``error``, and what the emulator's Lambdas threw, for a failure."""
+        errors = {i: r.get("detail") for i, r in rows.items() if r["status"] == "error"}
+        thrown = self.emulator.workdir / "invocations" / "errors.log"
+        return f"error rows: {errors}\nLambda errors:\n" + (
+            thrown.read_text()[-4000:] if thrown.exists() else "none"
+        )
+
     def leaderboard(self, run_id: str) -> dict[str, Any]:
         (row,) = self.s3_json(f"runs/{run_id}/results.json")["results"]
         return row
@@ -253,7 +262,7 @@ def test_an_execution_gives_the_local_verdicts_and_leaderboard(
     aws_rows = cloud.rows(source)
     assert verdicts(aws_rows) == verdicts(
         {r.instance_id: r.model_dump(mode="json") for r in local.results}
-    )
+    ), cloud.diagnosis(aws_rows)
     if source == "crafted":  # the sample's crafted predictions reach every status
         assert {iid: r["status"] for iid, r in aws_rows.items()} == {
             iid: e["status"] for iid, e in cloud.sample.expected.items()
@@ -293,6 +302,10 @@ def test_each_row_ran_a_prepare_and_an_evaluate_task_and_only_prepare_had_creden
             assert "SWEGREEN_BUCKET" not in task["env"]
             assert task["env"]["SWEGREEN_INPUT_URL"].startswith(cloud.emulator.endpoint)
             assert task["env"]["SWEGREEN_MODEL"] == "gold"
+            # Once the row is written, its input (with its live upload URLs) is gone.
+            key = f"runs/gold/instances/{task['instance_id']}/sandbox-input.json"
+            with pytest.raises(ClientError, match="404"):
+                cloud.emulator.client("s3").head_object(Bucket=cloud.bucket, Key=key)
 
 
 def test_a_hostile_patch_cannot_write_the_shared_cache(cloud: Cloud) -> None:

@@ -457,6 +457,11 @@ class Pipeline:
         self._put(
             self._key(item.run_id, item.instance_id, art.RESULT), row.model_dump_json(indent=2)
         )
+        # The evaluate task is over: its upload URLs (live for hours yet) go with its input.
+        self.s3.delete_object(
+            Bucket=self.settings.bucket,
+            Key=self._key(item.run_id, item.instance_id, SANDBOX_INPUT),
+        )
         return {"instance_id": row.instance_id, "status": row.status.value, "reason": row.reason}
 
     def aggregate(self, run_id: str) -> dict[str, Any]:
