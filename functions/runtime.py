@@ -9,6 +9,7 @@ import os
 
 import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
+from botocore.config import Config
 
 from swegreen.aws.dynamo_store import DynamoStore
 from swegreen.aws.pipeline import Pipeline, PipelineSettings
@@ -28,4 +29,6 @@ def settings() -> PipelineSettings:
 def pipeline() -> Pipeline:
     s = settings()
     table = boto3.resource("dynamodb").Table(s.table)
-    return Pipeline(s, boto3.client("s3"), DynamoStore(table))
+    # SigV4 for the sandbox's pre-signed URLs (Presign).
+    s3 = boto3.client("s3", config=Config(signature_version="s3v4"))
+    return Pipeline(s, s3, DynamoStore(table))

@@ -12,6 +12,7 @@ from infra.sandbox import Sandbox
 from infra.settings import StackSettings
 from infra.storage import Storage
 from infra.workflow import Workflow
+from swegreen.aws.pipeline import INSTANCE
 
 RUNS_PREFIX = "runs/"
 DATASETS_PREFIX = "datasets/"
@@ -24,7 +25,12 @@ class SweGreenStack(Stack):
         super().__init__(scope, id, **kwargs)
         storage = Storage(self, "Storage", retain=settings.retain_data)
         sandbox = Sandbox(
-            self, "Sandbox", settings=settings, bucket=storage.bucket, runs_prefix=RUNS_PREFIX
+            self,
+            "Sandbox",
+            settings=settings,
+            bucket=storage.bucket,
+            runs_prefix=RUNS_PREFIX,
+            instance_name=INSTANCE,
         )
         workflow = Workflow(
             self,

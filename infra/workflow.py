@@ -1,7 +1,8 @@
-"""The pipeline: six small Lambdas and the state machine that runs them with the sandbox.
+"""The pipeline: seven small Lambdas and the state machine that runs them with the sandbox.
 
 Resolve -> (Map | DistributedMap from S3, MaxConcurrency = max_concurrent_rows)
-             per row: Dispatch -> [Wait -> Poll]* -> Sandbox (ecs:runTask.sync) -> Classify
+             per row: Dispatch -> [Wait -> Poll]* -> Prepare (ecs:runTask.sync: the shared
+                      cache) -> Presign -> Sandbox (ecs:runTask.sync: the tests) -> Classify
                       any failure -> RecordError (an error row; the row never fails the run;
                       if that fails too, RowLost, and Aggregate writes the error row)
         -> Aggregate (leaderboard JSON to S3, summary to DynamoDB)
@@ -12,6 +13,7 @@ An execution stopped, timed out or failed -> EventBridge -> Stopped (the record 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from aws_cdk import AssetHashType, BundlingOptions, Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as ddb
@@ -36,6 +38,9 @@ LAMBDA_RETRYABLE = [
     "Lambda.SdkClientException",
     "Lambda.TooManyRequestsException",
 ]
+# What the state machine gives one sandbox task; the evaluate task's pre-signed URLs
+# outlive it (swegreen.aws.pipeline.SANDBOX_URL_SECONDS).
+SANDBOX_TASK_HOURS = 3
 ECS_RETRYABLE = [
     "ECS.AmazonECSException",
     "ECS.ServerException",
@@ -106,6 +111,7 @@ class Workflow(Construct):
         self.resolve = function("Resolve", 300, 1024)
         self.dispatch = function("Dispatch", 180)
         self.poll = function("Poll", 180)
+        self.presign = function("Presign", 60)
         self.classify = function("Classify", 120)
         self.aggregate = function("Aggregate", 300, 1024)
         self.stopped = function("Stopped", 30)
@@ -114,7 +120,15 @@ class Workflow(Construct):
         bucket.grant_read(self.resolve, f"{datasets_prefix}*")
         bucket.grant_read(self.resolve, "predictions/*")
         bucket.grant_read(self.dispatch, "predictions/*")
-        for fn in (self.resolve, self.dispatch, self.poll, self.classify, self.aggregate):
+        # Presign's grant is also what its pre-signed URLs can do (and only for their object).
+        for fn in (
+            self.resolve,
+            self.dispatch,
+            self.poll,
+            self.presign,
+            self.classify,
+            self.aggregate,
+        ):
             bucket.grant_read_write(fn, f"{runs_prefix}*")
         table.grant(self.resolve, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query")
         table.grant(self.classify, "dynamodb:PutItem", "dynamodb:UpdateItem")
@@ -272,55 +286,81 @@ class Workflow(Construct):
             f"WaitForParticipant{suffix}",
             time=sfn.WaitTime.seconds_path("$.item.poll_seconds"),
         )
+        launch: dict[str, Any] = {
+            "integration_pattern": sfn.IntegrationPattern.RUN_JOB,
+            "cluster": sandbox.cluster,
+            "launch_target": tasks.EcsFargateLaunchTarget(platform_version=_fargate_platform()),
+            "assign_public_ip": sandbox.public_ip,
+            "subnets": sandbox.subnets,
+            "security_groups": [sandbox.security_group],
+            "result_path": sfn.JsonPath.DISCARD,
+            "task_timeout": sfn.Timeout.duration(Duration.hours(SANDBOX_TASK_HOURS)),
+        }
+        row = [  # ECS wants strings: every value here is one
+            _env("SWEGREEN_RUN_ID", "$.item.run_id"),
+            _env("SWEGREEN_INSTANCE_ID", "$.item.instance_id"),
+            _env("SWEGREEN_CONFIG", "$.item.config_json"),
+        ]
+        prepare = tasks.EcsRunTask(
+            self,
+            f"Prepare{suffix}",
+            task_definition=sandbox.prepare_definition,
+            container_overrides=[
+                tasks.ContainerOverride(
+                    container_definition=sandbox.prepare_container, environment=row
+                )
+            ],
+            **launch,
+        )
+        presign = self._invoke(
+            "Presign",
+            self.presign,
+            {"item.$": "$.item", "patch.$": "$.patch"},
+            "$.sandbox",
+            suffix,
+        )
         run = tasks.EcsRunTask(
             self,
             f"Sandbox{suffix}",
-            integration_pattern=sfn.IntegrationPattern.RUN_JOB,
-            cluster=sandbox.cluster,
             task_definition=sandbox.task_definition,
-            launch_target=tasks.EcsFargateLaunchTarget(platform_version=_fargate_platform()),
-            assign_public_ip=sandbox.public_ip,
-            subnets=sandbox.subnets,
-            security_groups=[sandbox.security_group],
             container_overrides=[
                 tasks.ContainerOverride(
                     container_definition=sandbox.container,
-                    environment=[  # ECS wants strings: every value here is one
-                        tasks.TaskEnvironmentVariable(
-                            name="SWEGREEN_RUN_ID", value=sfn.JsonPath.string_at("$.item.run_id")
-                        ),
-                        tasks.TaskEnvironmentVariable(
-                            name="SWEGREEN_INSTANCE_ID",
-                            value=sfn.JsonPath.string_at("$.item.instance_id"),
-                        ),
-                        tasks.TaskEnvironmentVariable(
-                            name="SWEGREEN_MODEL", value=sfn.JsonPath.string_at("$.patch.model")
-                        ),
-                        tasks.TaskEnvironmentVariable(
-                            name="SWEGREEN_CONFIG",
-                            value=sfn.JsonPath.string_at("$.item.config_json"),
-                        ),
+                    environment=[
+                        *row,
+                        _env("SWEGREEN_MODEL", "$.patch.model"),
+                        _env("SWEGREEN_INPUT_URL", "$.sandbox.input_url"),
                     ],
                 )
             ],
-            result_path=sfn.JsonPath.DISCARD,
-            task_timeout=sfn.Timeout.duration(Duration.hours(3)),
+            **launch,
         )
-        run.add_retry(
-            errors=ECS_RETRYABLE, interval=Duration.seconds(10), max_attempts=5, backoff_rate=2.0
-        )
+        for task in (prepare, run):
+            task.add_retry(
+                errors=ECS_RETRYABLE,
+                interval=Duration.seconds(10),
+                max_attempts=5,
+                backoff_rate=2.0,
+            )
         classify = self._invoke(
             "Classify", self.classify, {"item.$": "$.item", "patch.$": "$.patch"}, "$.row", suffix
         )
-        for step in (dispatch, poll, run, classify):
+        for step in (dispatch, poll, prepare, presign, run, classify):
             step.add_catch(record_error, result_path="$.error")
         ready = sfn.Choice(self, f"PatchReady{suffix}")
         has_patch = sfn.Choice(self, f"HasPatch{suffix}")
-        has_patch.when(sfn.Condition.is_string("$.patch.patch_key"), run.next(classify))
+        has_patch.when(
+            sfn.Condition.is_string("$.patch.patch_key"),
+            prepare.next(presign).next(run).next(classify),
+        )
         has_patch.otherwise(classify)
         ready.when(sfn.Condition.boolean_equals("$.patch.done", True), has_patch)
         ready.otherwise(wait.next(poll).next(ready))
         return dispatch.next(ready)
+
+
+def _env(name: str, path: str) -> tasks.TaskEnvironmentVariable:
+    return tasks.TaskEnvironmentVariable(name=name, value=sfn.JsonPath.string_at(path))
 
 
 def _fargate_platform() -> object:

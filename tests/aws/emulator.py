@@ -2,14 +2,20 @@
 three gaps ../shared/docs/aws-offline.md lists filled from the test side.
 
 - Lambda: an invocation runs the deployed function for real: its zip (the CDK asset, as
-  CloudFormation created the function from S3) is unpacked and its handler called by a
+  CloudFormation created the function from S3) is unpacked and its handler called in a
   Python 3.12 process (Lambda's runtime), with the function's environment variables and
-  its timeout.
+  its timeout. As in Lambda, an execution environment is reused by later invocations
+  while it is warm (a few per function), and discarded when an invocation times out.
 - ECS: ``RunTask`` starts the task's container entry point (``python -m
-  swegreen.aws.sandbox_task``, as in container/Dockerfile) as a local process with the
-  task definition's environment plus the container overrides; the task stops when the
-  process exits, with its exit code. Like real ECS, a non-string environment value is
-  refused. The EFS cache mount is a local directory.
+  swegreen.aws.sandbox_task`` and the container's command, as in container/Dockerfile) as
+  a local process with the task definition's environment plus the container overrides;
+  the task stops when the process exits, with its exit code. Like real ECS, a non-string
+  environment value and overrides over 8192 characters are refused. The process gets AWS
+  credentials only if its task role is granted some S3 action (the template says), as a
+  container reaches nothing without them. Its filesystem is the container's, as far as
+  bubblewrap can show it (``mount_view``): the EFS volume is ``efs_dir``, mounted where the
+  task definition says and read-only where it says so; a task that does not mount it at
+  the image's cache directory gets an empty one of its own there.
 - Step Functions: a state machine created by CloudFormation is executable.
 
 Faults for the failure tests, per (run id, instance id) so runs can share the emulator:
@@ -19,18 +25,23 @@ Faults for the failure tests, per (run id, instance id) so runs can share the em
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import logging
 import os
 import re
+import select
+import shutil
 import subprocess
 import sys
 import threading
 import time
+import uuid
 import zipfile
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -40,7 +51,8 @@ import botocore.session
 import httpx
 from botocore import xform_name
 
-from tests.aws.local_services import FAKE_CREDENTIALS, wait_for, zip_dir
+from infra.sandbox import CACHE_MOUNT
+from tests.aws.local_services import FAKE_CREDENTIALS, ROOT, wait_for, zip_dir
 from tests.helpers import free_port
 
 ACCOUNT = "123456789012"
@@ -48,6 +60,16 @@ REGION = "us-east-1"
 BOOTSTRAP = Path(__file__).with_name("lambda_bootstrap.py")
 SANDBOX_COMMAND = [sys.executable, "-m", "swegreen.aws.sandbox_task"]
 HOST_ENV_DROP = ("AWS_", "PYTHONPATH", "VIRTUAL_ENV", "POWERTOOLS_")
+WARM_PER_FUNCTION = 4  # idle execution environments kept per function
+OVERRIDES_LIMIT = 8192  # characters of RunTask's overrides, JSON included (ECS's limit)
+
+
+@dataclass(eq=False)
+class _Runtime:
+    """One Lambda execution environment: a bootstrap process serving invocations."""
+
+    proc: subprocess.Popen[bytes]
+    responses: int  # the read end of its answer pipe
 
 
 def _host_env() -> dict[str, str]:
@@ -65,6 +87,11 @@ class Emulator:
         self.sandbox_faults: set[tuple[str, str]] = set()
         self.invocations: list[tuple[str, float, bool]] = []  # (function, seconds, errored)
         self.tasks: list[dict[str, Any]] = []
+        self.task_roles: dict[str, set[str]] = {}  # task definition family -> role's actions
+        self._runtimes: list[_Runtime] = []  # every Lambda execution environment started
+        self._idle: dict[str, list[_Runtime]] = {}  # function ARN -> warm, unused ones
+        self._started = 0
+        self.bwrap = bwrap_usable()
         self._lock = threading.Lock()
         self._stack = ExitStack()
 
@@ -107,6 +134,7 @@ class Emulator:
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         server.start()
         self._stack.callback(server.stop)
+        self._stack.callback(self._stop_runtimes)
         wait_for(self.endpoint + "/moto-api/")
         httpx.post(
             self.endpoint + "/moto-api/config",
@@ -169,6 +197,7 @@ class Emulator:
         description = cfn.describe_stacks(StackName=stack)["Stacks"][0]
         if description["StackStatus"] != "CREATE_COMPLETE":
             raise RuntimeError(f"stack {stack}: {description['StackStatus']}")
+        self.task_roles = task_role_actions(json.loads(template))
         return {o["OutputKey"]: o["OutputValue"] for o in description.get("Outputs", [])}
 
     @staticmethod
@@ -187,68 +216,120 @@ class Emulator:
         return target
 
     def _invoke(self, fn: Any, body: str) -> tuple[bytes, bool]:
-        code = self._code_dir(fn)
         name = fn.function_name
-        event = body if isinstance(body, str) and body else json.dumps(body or {})
+        event = json.loads(body) if isinstance(body, str) and body else (body or {})
         calls = self.workdir / "invocations"
         calls.mkdir(parents=True, exist_ok=True)
-        stamp = f"{name}-{time.monotonic_ns()}"
-        result, log = calls / f"{stamp}.json", calls / f"{stamp}.log"
+        result = calls / f"{name}-{uuid.uuid4().hex}.json"
+        faults = [
+            f"{r}/{i}" for part, rows in self.lambda_faults.items() if part in name for r, i in rows
+        ]
+        request = json.dumps({"event": event, "result": str(result), "faults": faults})
+        started = time.monotonic()
+        runtime = self._runtime(fn)
+        answer = b""
+        try:
+            runtime.proc.stdin.write(request.encode() + b"\n")
+            runtime.proc.stdin.flush()
+            poller = select.poll()  # not select(): no limit on descriptor numbers
+            poller.register(runtime.responses, select.POLLIN)
+            if poller.poll(float(fn.timeout) * 1000):
+                answer = os.read(runtime.responses, 64)
+        except OSError:  # a runtime that died: its pipes are broken
+            pass
+        if answer.strip() in (b"ok", b"error"):
+            errored = answer.strip() == b"error"
+            payload = result.read_bytes()
+            self._release(fn, runtime)
+        else:  # timed out, or the runtime died: Lambda discards the environment
+            self._discard(runtime)
+            errored = True
+            if time.monotonic() - started >= float(fn.timeout):
+                error = (
+                    f"Task timed out after {float(fn.timeout):.2f} seconds",
+                    "Sandbox.Timedout",
+                )
+            else:
+                error = (f"runtime exited {runtime.proc.returncode}", "Runtime.ExitError")
+            payload = json.dumps({"errorMessage": error[0], "errorType": error[1]}).encode()
+        with self._lock:
+            self.invocations.append((name, time.monotonic() - started, errored))
+            if errored:
+                with (calls / "errors.log").open("ab") as log:
+                    log.write(f"{name} {request[:300]}\n  -> ".encode() + payload[:2000] + b"\n")
+        return payload, errored
+
+    def _runtime(self, fn: Any) -> _Runtime:
+        """A warm execution environment of ``fn``, or a new one (a cold start)."""
+        key = fn.function_arn
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if idle:
+                return idle.pop()
+            self._started += 1
+            number = self._started
+        code = self._code_dir(fn)
+        calls = self.workdir / "invocations"
+        calls.mkdir(parents=True, exist_ok=True)
+        read_end, write_end = os.pipe()
         env = {
             **_host_env(),
             **self.env(),
             **fn.environment_vars,
             "_HANDLER": fn.handler,
-            "AWS_LAMBDA_FUNCTION_NAME": name,
+            "AWS_LAMBDA_FUNCTION_NAME": fn.function_name,
             "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(fn.memory_size),
             "AWS_LAMBDA_FUNCTION_TIMEOUT": str(fn.timeout),
             "AWS_EXECUTION_ENV": "AWS_Lambda_python3.12",
             "EMULATOR_FUNCTION_ARN": fn.function_arn,
-            "EMULATOR_RESULT": str(result),
+            "EMULATOR_RESPONSE_FD": str(write_end),
             "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
         }
-        faults = [
-            f"{r}/{i}" for part, rows in self.lambda_faults.items() if part in name for r, i in rows
-        ]
-        env["EMULATOR_FAULTS"] = json.dumps(faults)
-        started = time.monotonic()
-        with log.open("wb") as out:
-            try:
-                proc = subprocess.run(
-                    [str(self.lambda_python), "-I", str(BOOTSTRAP)],
-                    input=event.encode(),
-                    cwd=code,
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    timeout=float(fn.timeout),
-                )
-                errored = proc.returncode != 0
-                payload = result.read_bytes() if result.exists() else b""
-                if not payload:
-                    errored = True
-                    payload = json.dumps(
-                        {
-                            "errorMessage": f"runtime exited {proc.returncode}",
-                            "errorType": "Runtime.ExitError",
-                        }
-                    ).encode()
-            except subprocess.TimeoutExpired:
-                errored = True
-                payload = json.dumps(
-                    {
-                        "errorMessage": f"Task timed out after {float(fn.timeout):.2f} seconds",
-                        "errorType": "Sandbox.Timedout",
-                    }
-                ).encode()
+        with (calls / f"{fn.function_name}-{number}.log").open("wb") as log:
+            proc = subprocess.Popen(
+                [str(self.lambda_python), "-I", str(BOOTSTRAP)],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=code,
+                env=env,
+                pass_fds=(write_end,),
+            )
+        os.close(write_end)
+        runtime = _Runtime(proc, read_end)
         with self._lock:
-            self.invocations.append((name, time.monotonic() - started, errored))
-        return payload, errored
+            self._runtimes.append(runtime)
+        return runtime
+
+    def _release(self, fn: Any, runtime: _Runtime) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(fn.function_arn, [])
+            if len(idle) < WARM_PER_FUNCTION:
+                idle.append(runtime)
+                return
+        self._discard(runtime)
+
+    def _discard(self, runtime: _Runtime) -> None:
+        with self._lock:
+            if runtime not in self._runtimes:
+                return  # discarded already: its descriptor number may be reused by now
+            self._runtimes.remove(runtime)
+        if runtime.proc.poll() is None:
+            runtime.proc.kill()
+        runtime.proc.wait()
+        os.close(runtime.responses)
+        with contextlib.suppress(OSError):
+            runtime.proc.stdin.close()
+
+    def _stop_runtimes(self) -> None:
+        for runtime in list(self._runtimes):
+            self._discard(runtime)
 
     # ------------------------------------------------------------------ ECS
     @staticmethod
     def _check_overrides(overrides: dict[str, Any]) -> None:
-        """Real ECS refuses non-string environment values; moto would take them."""
+        """Real ECS refuses non-string environment values and overrides over 8192 characters;
+        moto would take them."""
         from moto.ecs.exceptions import InvalidParameterException
 
         for container in overrides.get("containerOverrides", []):
@@ -257,6 +338,11 @@ class Emulator:
                     raise InvalidParameterException(
                         f"Container Overrides environment values must be strings: {pair!r}"
                     )
+        size = len(json.dumps(overrides, separators=(",", ":")))
+        if size > OVERRIDES_LIMIT:
+            raise InvalidParameterException(
+                f"Container Overrides length must be at most {OVERRIDES_LIMIT}, not {size}"
+            )
 
     def _start_container(self, backend: Any, task: Any) -> None:
         definition = backend.describe_task_definition(task.task_definition_arn)
@@ -265,25 +351,36 @@ class Emulator:
         for override in task.overrides.get("containerOverrides", []):
             if override.get("name") == container["name"]:
                 env.update({p["name"]: p["value"] for p in override.get("environment", [])})
-        # The EFS access point, mounted where the container expects its cache.
-        env["SWEGREEN_CACHE_DIR"] = str(self.efs_dir)
         instance_id = env.get("SWEGREEN_INSTANCE_ID", task.id)
-        command = SANDBOX_COMMAND
+        task_dir = self.workdir / "tasks" / f"{instance_id}-{task.id[:8]}"
+        task_dir.mkdir(parents=True)
+        view, paths = self._mount_view(container, definition.volumes, task_dir)
+        env = {k: paths.get(v, v) for k, v in env.items()}  # container paths -> host paths
+        command = [*SANDBOX_COMMAND, *container.get("command", [])]
         if (env.get("SWEGREEN_RUN_ID"), instance_id) in self.sandbox_faults:
             command = [sys.executable, "-c", "import sys; print('injected crash'); sys.exit(3)"]
-        logs = self.workdir / "tasks"
-        logs.mkdir(parents=True, exist_ok=True)
-        log = logs / f"{instance_id}-{task.id[:8]}.log"
-        record = {"instance_id": instance_id, "task": task.id, "log": str(log), "env": env}
+        actions = self.task_roles.get(definition.family, set())
+        credentials = self.env() if any(a.startswith("s3:") for a in actions) else {}
+        log = task_dir / "output.log"
+        record = {
+            "instance_id": instance_id,
+            "task": task.id,
+            "container": container["name"],
+            "log": str(log),
+            "env": env,
+            "credentials": bool(credentials),
+            "mounts_enforced": self.bwrap is not None,
+        }
         with self._lock:
             self.tasks.append(record)
 
         def run() -> None:
             with log.open("wb") as out:
                 proc = subprocess.run(
-                    command,
-                    env={**_host_env(), **self.env(), **env},
-                    cwd=self.workdir,
+                    [*view, *command],
+                    # The image's code is this checkout's (container/Dockerfile copies shared/).
+                    env={**_host_env(), **credentials, **env, "PYTHONPATH": str(ROOT / "shared")},
+                    cwd=task_dir,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                 )
@@ -297,6 +394,83 @@ class Emulator:
             task.last_status = "STOPPED"
 
         threading.Thread(target=run, daemon=True, name=f"task-{instance_id}").start()
+
+    def _mount_view(
+        self, container: dict[str, Any], volumes: list[dict[str, Any]], task_dir: Path
+    ) -> tuple[list[str], dict[str, str]]:
+        """The bubblewrap prefix that shows the process the container's mounts, and where
+        each container path is on this host. The image's cache directory is at
+        ``efs_dir``'s path: the prepare task builds environments there (on EFS), and the
+        evaluate task's copies land there (on its own disk), absolute paths and all."""
+        # moto camel-cases the template's keys: EFSVolumeConfiguration -> eFSVolumeConfiguration
+        efs = {v["name"] for v in volumes if "efsvolumeconfiguration" in map(str.lower, v)}
+        paths = {CACHE_MOUNT: str(self.efs_dir)}
+        binds: list[str] = []
+        shadow = True  # the image's own, empty cache directory
+        for mount in container.get("mountPoints") or []:
+            if mount["sourceVolume"] not in efs:
+                continue
+            target = self.host_path(mount["containerPath"])
+            paths[mount["containerPath"]] = str(target)
+            target.mkdir(parents=True, exist_ok=True)
+            read_only = bool(mount.get("readOnly"))
+            if target == self.efs_dir:
+                shadow = False
+                if read_only:
+                    binds += ["--ro-bind", str(self.efs_dir), str(target)]
+            else:
+                binds += ["--ro-bind" if read_only else "--bind", str(self.efs_dir), str(target)]
+        if shadow:
+            own = task_dir / "image-cache"
+            own.mkdir()
+            binds += ["--bind", str(own), str(self.efs_dir)]
+        if self.bwrap is None:  # no mount namespaces here: the host's directories as they are
+            return [], {k: str(self.efs_dir) for k in paths}
+        return [self.bwrap, "--dev-bind", "/", "/", *binds, "--die-with-parent", "--"], paths
+
+    def host_path(self, container_path: str) -> Path:
+        """Where a mount of the EFS volume at ``container_path`` is on this host."""
+        if container_path == CACHE_MOUNT:
+            return self.efs_dir
+        return self.workdir / "mounts" / container_path.strip("/").replace("/", "__")
+
+
+def bwrap_usable() -> str | None:
+    """bubblewrap, if it can bind-mount here (it needs user or mount namespaces)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return None
+    probe = subprocess.run(
+        [bwrap, "--dev-bind", "/", "/", "--ro-bind", "/", "/", "--", "true"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    return bwrap if probe.returncode == 0 else None
+
+
+def task_role_actions(template: dict[str, Any]) -> dict[str, set[str]]:
+    """Task definition family -> the actions its task role's policies allow (moto keeps
+    neither the role of a task definition nor who may do what)."""
+    resources = template["Resources"]
+    granted: dict[str, set[str]] = {}
+    for policy in resources.values():
+        if policy["Type"] != "AWS::IAM::Policy":
+            continue
+        for role in policy["Properties"].get("Roles", []):
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                actions = statement["Action"]
+                granted.setdefault(role.get("Ref", ""), set()).update(
+                    [actions] if isinstance(actions, str) else actions
+                )
+    families = {}
+    for resource in resources.values():
+        if resource["Type"] != "AWS::ECS::TaskDefinition":
+            continue
+        props = resource["Properties"]
+        role = props.get("TaskRoleArn", {}).get("Fn::GetAtt", [""])[0]
+        families[props["Family"]] = granted.get(role, set())
+    return families
 
 
 def cloudformation_gaps() -> list[Any]:

@@ -1,10 +1,16 @@
-"""A Lambda runtime stand-in: imports the handler from the deployed package and calls it.
+"""A Lambda runtime stand-in: a warm execution environment. It imports the handler from the
+deployed package once and calls it for every invocation it is given, as Lambda reuses an
+environment (module-level state, such as the handlers' cached clients, carries over).
 
-Run as ``python3.12 -I lambda_bootstrap.py`` in the unzipped code (Lambda's /var/task),
-the event on stdin. Writes the JSON result, or Lambda's error document (and exits 1), to the
-file ``EMULATOR_RESULT``: stdout is the function's log, as in Lambda. ``EMULATOR_FAULT`` (the
-test's fault injection, never set by the product) names an instance id whose invocation
-throws before the handler runs, as a crashed function would.
+Run as ``python3.12 -I lambda_bootstrap.py`` in the unzipped code (Lambda's /var/task).
+With ``EMULATOR_RESPONSE_FD`` set (tests/aws/emulator.py), each invocation is one JSON line
+on stdin, ``{"event", "result", "faults"}``: the handler's result, or Lambda's error
+document, is written to the file ``result``, then one line, ``ok`` or ``error``, to that
+file descriptor. Without it (the LocalStack executor), one invocation: the event is stdin,
+the result goes to the file ``EMULATOR_RESULT``, and the exit status is 1 on an error.
+stdout is the function's log, as in Lambda. ``faults`` (the test's fault injection, never
+set by the product) name ``run_id/instance_id`` rows whose invocation throws before the
+handler runs, as a crashed function would.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import sys
 import time
 import traceback
 import uuid
+from typing import Any
 
 
 class Context:
@@ -35,32 +42,47 @@ class Context:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
-def main() -> int:
-    sys.path.insert(0, os.getcwd())  # /var/task comes first, as in Lambda
-    event = json.load(sys.stdin)
-    module_name, function_name = os.environ["_HANDLER"].rsplit(".", 1)
+def invoke(request: dict[str, Any], handler_name: str) -> bool:
+    module_name, function_name = handler_name.rsplit(".", 1)
+    event = request["event"]
     try:
-        item = event.get("item") or {}
+        item = (event.get("item") if isinstance(event, dict) else None) or {}
         row = f"{item.get('run_id')}/{item.get('instance_id')}"
-        if row in json.loads(os.environ.get("EMULATOR_FAULTS", "[]")):
+        if row in request.get("faults", []):
             raise RuntimeError(f"injected fault: {module_name} crashed on {row}")
         handler = getattr(importlib.import_module(module_name), function_name)
         result = handler(event, Context())
     except Exception as exc:
-        error = {
-            "errorMessage": str(exc),
-            "errorType": type(exc).__name__,
-            "stackTrace": traceback.format_tb(exc.__traceback__),
-        }
         traceback.print_exc()
-        _answer(error)
-        return 1
-    _answer(result)
+        _answer(
+            request["result"],
+            {
+                "errorMessage": str(exc),
+                "errorType": type(exc).__name__,
+                "stackTrace": traceback.format_tb(exc.__traceback__),
+            },
+        )
+        return False
+    _answer(request["result"], result)
+    return True
+
+
+def main() -> int:
+    sys.path.insert(0, os.getcwd())  # /var/task comes first, as in Lambda
+    if "EMULATOR_RESPONSE_FD" not in os.environ:
+        request = {"event": json.load(sys.stdin), "result": os.environ["EMULATOR_RESULT"]}
+        return 0 if invoke(request, os.environ["_HANDLER"]) else 1
+    responses = int(os.environ["EMULATOR_RESPONSE_FD"])
+    for line in sys.stdin:
+        ok = invoke(json.loads(line), os.environ["_HANDLER"])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.write(responses, b"ok\n" if ok else b"error\n")
     return 0
 
 
-def _answer(document: object) -> None:
-    with open(os.environ["EMULATOR_RESULT"], "w") as out:
+def _answer(path: str, document: object) -> None:
+    with open(path, "w") as out:
         json.dump(document, out)
 
 

@@ -11,11 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import httpx
 import pytest
 
 from swegreen import artifacts as art
-from swegreen.aws.pipeline import ClassifyEvent, Item, Pipeline, PipelineSettings, StartEvent
-from swegreen.aws.sandbox_task import run as run_sandbox_task
+from swegreen.aws.pipeline import (
+    SANDBOX_OUTPUTS,
+    ClassifyEvent,
+    Item,
+    Pipeline,
+    PipelineSettings,
+    SandboxInput,
+    StartEvent,
+)
+from swegreen.aws.sandbox_task import evaluate as evaluate_task
 from swegreen.classify import Reason, Status
 from swegreen.dataset import load_dataset
 from swegreen.sample import SampleBenchmark
@@ -61,12 +70,21 @@ def test_the_sandbox_task_writes_no_secret_of_its_environment_to_s3(
     iid, run_id = "sample__calculator-1", "aws-canary"
     instance = load_dataset(str(sample.dataset)).by_id()[iid]
     prefix = f"runs/{run_id}/instances/{iid}/"
-    s3.put_object(Bucket=BUCKET, Key=prefix + "instance.json", Body=instance.model_dump_json())
-    s3.put_object(Bucket=BUCKET, Key=prefix + art.PATCH, Body=LEAKY_PATCH.encode())
+
+    def sign(method: str, key: str) -> str:
+        params = {"Bucket": BUCKET, "Key": key}
+        return s3.generate_presigned_url(method, Params=params, ExpiresIn=600)
+
+    given = SandboxInput(
+        instance=instance,
+        patch=LEAKY_PATCH,
+        uploads={name: sign("put_object", prefix + name) for name in SANDBOX_OUTPUTS},
+    )
+    s3.put_object(Bucket=BUCKET, Key=prefix + "input.json", Body=given.model_dump_json())
     env = {
         **host_env,
         **CANARY_ENV,
-        "SWEGREEN_BUCKET": BUCKET,
+        "SWEGREEN_INPUT_URL": sign("get_object", prefix + "input.json"),
         "SWEGREEN_RUN_ID": run_id,
         "SWEGREEN_INSTANCE_ID": iid,
         "SWEGREEN_MODEL": "fixed",
@@ -75,8 +93,10 @@ def test_the_sandbox_task_writes_no_secret_of_its_environment_to_s3(
         ),
         "SWEGREEN_CACHE_DIR": str(session_cache),
     }
-    assert run_sandbox_task(env, s3) == 0
+    with httpx.Client(timeout=60) as http:
+        assert evaluate_task(env, http) == 0
     written = objects(s3, prefix)
+    written.pop(prefix + "input.json")  # what the test gave it, not what it wrote
     row = json.loads(written[prefix + art.RESULT])
     assert row["tests_ran"] and row["status"] == "no_op", row
     log = written[prefix + art.TEST_OUTPUT].decode()

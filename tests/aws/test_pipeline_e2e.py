@@ -1,13 +1,15 @@
 """The AWS pipeline end to end, offline: the synthesized stack deployed by CloudFormation
 into the moto server, executions started on the sample benchmark, the real Lambda code
-running in Python 3.12 and the real sandbox entry point evaluating each row (see
-emulator.py). Verdicts and leaderboards must equal the local run's for the same patches.
+running in Python 3.12 and the real sandbox entry point preparing and evaluating each row
+(see emulator.py). Verdicts and leaderboards must equal the local run's for the same
+patches; the evaluate task works without credentials and cannot write the shared cache.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,13 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
+from infra.sandbox import SHARED_MOUNT
 from swegreen.sample import SampleBenchmark
 from tests.aws.conftest import STACK
 from tests.aws.emulator import Emulator
 from tests.conftest import RunSample
 from tests.helpers import Server, start
 
+# The first test's setup synthesizes the stack (up to 900 s, conftest.py) and waits for
+# every execution (up to EXECUTIONS_TIMEOUT): the limit must exceed both together.
+EXECUTIONS_TIMEOUT = 900.0
+pytestmark = pytest.mark.timeout(2400)
 # Per-row fields that describe the evaluation, not when or how fast it ran.
 VERDICT = (
     "status",
@@ -39,6 +47,38 @@ VERDICT = (
 LEADERBOARD_SKIP = {"run_id", "instances", "provenance"}
 CRAFTED_KEY = "predictions/crafted.jsonl"
 FAULTS = "faults"
+HOSTILE = "hostile"
+HOSTILE_ROW = "sample__calculator-1"
+MARK = "swegreen-poisoned"
+# Module-level code a hostile patch adds: when the tests import it, it tries to leave a
+# file in every environment and git mirror of every cache it can find among the mounts,
+# and reports (to a path on this host) what it could write and what it could not.
+HOSTILE_CODE = f"""\
+def _poison(report={{report!r}}):
+    import os
+
+    seen = []
+    for line in open("/proc/self/mountinfo"):
+        mount = line.split()[4].replace("\\\\040", " ")
+        for top in ("envs", "repos"):
+            base = os.path.join(mount, top)
+            for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+                target = os.path.join(base, name)
+                if name.startswith(".") or not os.path.isdir(target):
+                    continue
+                try:
+                    open(os.path.join(target, "{MARK}"), "w").close()
+                    seen.append("wrote " + target)
+                except OSError as exc:
+                    seen.append("refused " + target + ": " + exc.strerror)
+    with open(report, "a") as out:
+        out.write("\\n".join(seen) + "\\n")
+
+
+_poison()
+
+
+"""
 
 
 @dataclass
@@ -48,6 +88,7 @@ class Cloud:
     sample: SampleBenchmark
     executions: dict[str, str] = field(default_factory=dict)
     outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hostile_report: Path | None = None
 
     @property
     def bucket(self) -> str:
@@ -69,7 +110,7 @@ class Cloud:
         )
         self.executions[run_id] = started["executionArn"]
 
-    def wait(self, timeout: float = 900.0) -> dict[str, dict[str, Any]]:
+    def wait(self, timeout: float = EXECUTIONS_TIMEOUT) -> dict[str, dict[str, Any]]:
         sfn = self.emulator.client("stepfunctions")
         deadline = time.monotonic() + timeout
         done: dict[str, dict[str, Any]] = {}
@@ -99,6 +140,14 @@ class Cloud:
         )["Items"]
         rows = [json.loads(i["result"]["S"]) for i in items]
         return {r["instance_id"]: r for r in rows}
+
+    def diagnosis(self, rows: dict[str, dict[str, Any]]) -> str:
+        """Why rows ended ``error``, and what the emulator's Lambdas threw, for a failure."""
+        errors = {i: r.get("detail") for i, r in rows.items() if r["status"] == "error"}
+        thrown = self.emulator.workdir / "invocations" / "errors.log"
+        return f"error rows: {errors}\nLambda errors:\n" + (
+            thrown.read_text()[-4000:] if thrown.exists() else "none"
+        )
 
     def leaderboard(self, run_id: str) -> dict[str, Any]:
         (row,) = self.s3_json(f"runs/{run_id}/results.json")["results"]
@@ -166,8 +215,36 @@ def cloud(
             config=cloud.config(instance_ids=ids[:1], participant_timeout=8),
         )
         cloud.start(FAULTS, patches="gold", config=cloud.config(instance_ids=ids[:4]))
+        if emulator.bwrap is not None:  # else the emulator cannot mount anything read-only
+            cloud.hostile_report = work / "hostile-report.txt"
+            gold = json.loads(
+                next(
+                    line
+                    for line in sample.dataset.read_text().splitlines()
+                    if json.loads(line)["instance_id"] == HOSTILE_ROW
+                )
+            )["patch"]
+            prediction = {
+                "instance_id": HOSTILE_ROW,
+                "model_name_or_path": HOSTILE,
+                "model_patch": hostile(gold, cloud.hostile_report),
+            }
+            key = f"predictions/{HOSTILE}.jsonl"
+            s3.put_object(Bucket=cloud.bucket, Key=key, Body=json.dumps(prediction).encode())
+            cloud.start(HOSTILE, patches=key, config=cloud.config(instance_ids=[HOSTILE_ROW]))
         cloud.outcomes = cloud.wait()
         yield cloud
+
+
+def hostile(patch: str, report: Path) -> str:
+    """``patch`` with HOSTILE_CODE added at the top of its first hunk (module level)."""
+    header = re.search(r"^@@ -(\d+),(\d+) \+(\d+),(\d+) @@.*$", patch, re.MULTILINE)
+    assert header is not None, patch
+    added = HOSTILE_CODE.format(report=str(report)).splitlines()
+    old_start, old_len, new_start, new_len = (int(g) for g in header.groups())
+    lines = [f"@@ -{old_start},{old_len} +{new_start},{new_len + len(added)} @@"]
+    lines += ["+" + line if line else "+" for line in added]
+    return patch[: header.start()] + "\n".join(lines) + patch[header.end() :]
 
 
 def verdicts(rows: dict[str, dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
@@ -185,7 +262,7 @@ def test_an_execution_gives_the_local_verdicts_and_leaderboard(
     aws_rows = cloud.rows(source)
     assert verdicts(aws_rows) == verdicts(
         {r.instance_id: r.model_dump(mode="json") for r in local.results}
-    )
+    ), cloud.diagnosis(aws_rows)
     if source == "crafted":  # the sample's crafted predictions reach every status
         assert {iid: r["status"] for iid, r in aws_rows.items()} == {
             iid: e["status"] for iid, e in cloud.sample.expected.items()
@@ -204,14 +281,52 @@ def test_an_execution_gives_the_local_verdicts_and_leaderboard(
     assert set(run["finished"]["SS"]) == set(aws_rows)
 
 
-def test_each_row_ran_one_sandbox_task_with_string_overrides(cloud: Cloud) -> None:
+def test_each_row_ran_a_prepare_and_an_evaluate_task_and_only_prepare_had_credentials(
+    cloud: Cloud,
+) -> None:
     gold_tasks = [t for t in cloud.emulator.tasks if t["env"]["SWEGREEN_RUN_ID"] == "gold"]
-    assert sorted(t["instance_id"] for t in gold_tasks) == sorted(cloud.sample.expected)
-    assert all(t["exit_code"] == 0 for t in gold_tasks)
+    for container in ("prepare", "sandbox"):
+        ran = [t for t in gold_tasks if t["container"] == container]
+        assert sorted(t["instance_id"] for t in ran) == sorted(cloud.sample.expected), container
+        assert all(t["exit_code"] == 0 for t in ran)
     for task in gold_tasks:
         config = json.loads(task["env"]["SWEGREEN_CONFIG"])
         assert config["repo_url_template"] == cloud.sample.url_template
-        assert task["env"]["SWEGREEN_MODEL"] == "gold"
+        assert task["env"]["SWEGREEN_ISOLATION"] == "process"  # the task definition's
+        if task["container"] == "prepare":
+            assert task["credentials"]  # instance.json, with its role
+            assert "SWEGREEN_INPUT_URL" not in task["env"]
+        else:
+            # The evaluate task worked with no credentials at all: through its URLs.
+            assert not task["credentials"]
+            assert "SWEGREEN_BUCKET" not in task["env"]
+            assert task["env"]["SWEGREEN_INPUT_URL"].startswith(cloud.emulator.endpoint)
+            assert task["env"]["SWEGREEN_MODEL"] == "gold"
+            # Once the row is written, its input (with its live upload URLs) is gone.
+            key = f"runs/gold/instances/{task['instance_id']}/sandbox-input.json"
+            with pytest.raises(ClientError, match="404"):
+                cloud.emulator.client("s3").head_object(Bucket=cloud.bucket, Key=key)
+
+
+def test_a_hostile_patch_cannot_write_the_shared_cache(cloud: Cloud) -> None:
+    """The tests of the evaluate task find the shared cache among their mounts and try to
+    leave a file in every environment and git mirror: refused; in the task's own copies
+    (gone with the task) the same code succeeds, so it did run."""
+    if cloud.hostile_report is None:
+        pytest.skip("bubblewrap cannot run here: the emulator cannot mount the cache read-only")
+    assert cloud.outcomes[HOSTILE]["status"] == "SUCCEEDED"
+    (row,) = cloud.rows(HOSTILE).values()
+    assert (row["status"], row["model_name_or_path"]) == ("resolved", HOSTILE)
+    report = cloud.hostile_report.read_text().splitlines()
+    shared = str(cloud.emulator.host_path(SHARED_MOUNT))
+    refused = [line for line in report if line.startswith(f"refused {shared}/")]
+    assert any("/envs/" in line for line in refused), report
+    assert any("/repos/" in line for line in refused), report
+    assert all(line.endswith("Read-only file system") for line in refused), refused
+    assert not [line for line in report if line.startswith(f"wrote {shared}/")], report
+    assert any(line.startswith("wrote ") for line in report), report  # its own copy
+    efs = cloud.emulator.efs_dir
+    assert not [*efs.glob(f"envs/*/{MARK}"), *efs.glob(f"repos/*/{MARK}")]
 
 
 def test_an_a2a_participant_is_dispatched_and_polled(cloud: Cloud) -> None:

@@ -12,8 +12,18 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from infra.front_door import RUN_REQUEST_SCHEMA
+from infra.sandbox import CACHE_MOUNT, SANDBOX_UID, SHARED_MOUNT
 from infra.settings import StackSettings
-from swegreen.aws.pipeline import Item, PatchState, RunRequest
+from swegreen.aws.pipeline import (
+    SANDBOX_URL_SECONDS,
+    Item,
+    PatchState,
+    RunRequest,
+    SandboxTicket,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(1200)  # the first test's setup runs `cdk synth` (900 s at most)
 
 
 def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
@@ -71,14 +81,18 @@ def test_every_row_step_retries_infrastructure_errors_and_falls_back_to_an_error
 ) -> None:
     for suffix in ("Inline", "Distributed"):
         row = dict(states(definition))
-        for step in ("Dispatch", "Poll", "Sandbox", "Classify"):
+        for step in ("Dispatch", "Poll", "Prepare", "Presign", "Sandbox", "Classify"):
             state = row[f"{step}{suffix}"]
             assert state["Retry"], step
             assert [c["Next"] for c in state["Catch"]] == [f"RecordError{suffix}"]
             assert state["Catch"][0]["ErrorEquals"] == ["States.ALL"]
         lambda_retry = row[f"Dispatch{suffix}"]["Retry"][0]["ErrorEquals"]
         assert "Lambda.TooManyRequestsException" in lambda_retry
-        assert "ECS.ThrottlingException" in row[f"Sandbox{suffix}"]["Retry"][0]["ErrorEquals"]
+        for task in ("Prepare", "Sandbox"):
+            assert "ECS.ThrottlingException" in row[f"{task}{suffix}"]["Retry"][0]["ErrorEquals"]
+        # The evaluate task's URLs are signed right before it, after the prepare task.
+        assert row[f"Prepare{suffix}"]["Next"] == f"Presign{suffix}"
+        assert row[f"Presign{suffix}"]["Next"] == f"Sandbox{suffix}"
         # The participant is polled in a Wait loop: no Lambda waits for it.
         wait = row[f"WaitForParticipant{suffix}"]
         assert wait["SecondsPath"] == "$.item.poll_seconds" and wait["Next"] == f"Poll{suffix}"
@@ -88,16 +102,121 @@ def test_the_sandbox_runs_as_a_fargate_job_with_string_environment_values(
     definition: dict[str, Any],
 ) -> None:
     row = dict(states(definition))
-    sandbox = row["SandboxInline"]
-    assert sandbox["Resource"].endswith(":states:::ecs:runTask.sync")
-    assert sandbox["Parameters"]["LaunchType"] == "FARGATE"
-    (override,) = sandbox["Parameters"]["Overrides"]["ContainerOverrides"]
-    models = {"item": Item, "patch": PatchState}
-    for pair in override["Environment"]:
-        assert set(pair) == {"Name", "Value.$"}, pair  # no literal (possibly non-string) values
-        _, model, field = pair["Value.$"].split(".")
-        annotation = models[model].model_fields[field].annotation
-        assert annotation is str, f"{pair['Name']} <- {pair['Value.$']} is {annotation}, not str"
+    models = {"item": Item, "patch": PatchState, "sandbox": SandboxTicket}
+    for name in ("PrepareInline", "SandboxInline"):
+        task = row[name]
+        assert task["Resource"].endswith(":states:::ecs:runTask.sync")
+        assert task["Parameters"]["LaunchType"] == "FARGATE"
+        # The evaluate task's pre-signed URLs outlive it.
+        assert task["TimeoutSeconds"] < SANDBOX_URL_SECONDS
+        (override,) = task["Parameters"]["Overrides"]["ContainerOverrides"]
+        for pair in override["Environment"]:
+            assert set(pair) == {"Name", "Value.$"}, pair  # no literal (non-string) values
+            _, model, field = pair["Value.$"].split(".")
+            annotation = models[model].model_fields[field].annotation
+            assert annotation is str, f"{pair['Name']} <- {pair['Value.$']} is {annotation}"
+    sandbox = {p["Name"]: p["Value.$"] for p in _overrides(row["SandboxInline"])}
+    assert sandbox["SWEGREEN_INPUT_URL"] == "$.sandbox.input_url"
+    assert "SWEGREEN_INPUT_URL" not in {p["Name"] for p in _overrides(row["PrepareInline"])}
+
+
+def _overrides(task: dict[str, Any]) -> list[dict[str, str]]:
+    (override,) = task["Parameters"]["Overrides"]["ContainerOverrides"]
+    return override["Environment"]
+
+
+def _task_definitions(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Container name -> its task definition's properties (one container each)."""
+    found = {}
+    for task in resources(template, "AWS::ECS::TaskDefinition").values():
+        (container,) = task["Properties"]["ContainerDefinitions"]
+        found[container["Name"]] = task["Properties"]
+    return found
+
+
+def _statements(template: dict[str, Any], role: str) -> list[dict[str, Any]]:
+    return [
+        statement
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def _actions(statement: dict[str, Any]) -> set[str]:
+    actions = statement["Action"]
+    return {actions} if isinstance(actions, str) else set(actions)
+
+
+def test_the_sandbox_tasks_run_as_a_non_root_user_in_the_weaker_isolation_they_opt_into(
+    template: dict[str, Any],
+) -> None:
+    tasks = _task_definitions(template)
+    assert set(tasks) == {"prepare", "sandbox"}
+    dockerfile = (ROOT / "container" / "Dockerfile").read_text()
+    sandbox_stage = dockerfile[dockerfile.index("AS sandbox") :]
+    assert f"ARG SANDBOX_UID={SANDBOX_UID}" in sandbox_stage
+    assert "\nUSER $SANDBOX_UID:$SANDBOX_UID\n" in sandbox_stage
+    for name, task in tasks.items():
+        (container,) = task["ContainerDefinitions"]
+        assert container["User"] == f"{SANDBOX_UID}:{SANDBOX_UID}", name
+        assert SANDBOX_UID != 0
+        assert not container.get("Privileged"), name
+        env = {e["Name"]: e["Value"] for e in container["Environment"]}
+        # Fargate cannot run bubblewrap: the weaker mode is chosen explicitly, not fallen into.
+        assert env["SWEGREEN_ISOLATION"] == "process", name
+        assert container["Command"] == ["prepare" if name == "prepare" else "evaluate"]
+    (access_point,) = resources(template, "AWS::EFS::AccessPoint").values()
+    props = access_point["Properties"]
+    assert props["PosixUser"] == {"Uid": str(SANDBOX_UID), "Gid": str(SANDBOX_UID)}
+    creation = props["RootDirectory"]["CreationInfo"]
+    assert (creation["OwnerUid"], creation["OwnerGid"]) == (str(SANDBOX_UID), str(SANDBOX_UID))
+
+
+def test_the_tests_see_the_shared_cache_read_only_and_hold_no_credentials_worth_stealing(
+    template: dict[str, Any],
+) -> None:
+    tasks = _task_definitions(template)
+    (evaluate,) = tasks["sandbox"]["ContainerDefinitions"]
+    (prepare,) = tasks["prepare"]["ContainerDefinitions"]
+    # Where the tests run, every mount of the shared cache is read-only.
+    assert evaluate["MountPoints"] == [
+        {"ContainerPath": SHARED_MOUNT, "ReadOnly": True, "SourceVolume": "cache"}
+    ]
+    assert prepare["MountPoints"] == [
+        {"ContainerPath": CACHE_MOUNT, "ReadOnly": False, "SourceVolume": "cache"}
+    ]
+    evaluate_env = {e["Name"] for e in evaluate["Environment"]}
+    assert "SWEGREEN_BUCKET" not in evaluate_env  # it reaches S3 through pre-signed URLs only
+    for task in tasks.values():  # mounted through the access point, with IAM
+        (volume,) = task["Volumes"]
+        auth = volume["EFSVolumeConfiguration"]["AuthorizationConfig"]
+        assert auth["IAM"] == "ENABLED" and "AccessPointId" in auth
+    # The evaluate task's role may mount the cache read-only, through the access point: no
+    # S3, no DynamoDB, no writes, no root.
+    role = tasks["sandbox"]["TaskRoleArn"]["Fn::GetAtt"][0]
+    (statement,) = _statements(template, role)
+    assert _actions(statement) == {"elasticfilesystem:ClientMount"}
+    assert "elasticfilesystem:AccessPointArn" in statement["Condition"]["StringEquals"]
+    # The prepare task's role: the cache read-write (not as root) and instance.json.
+    role = tasks["prepare"]["TaskRoleArn"]["Fn::GetAtt"][0]
+    granted = {a: s for s in _statements(template, role) for a in _actions(s)}
+    assert set(granted) == {
+        "elasticfilesystem:ClientMount",
+        "elasticfilesystem:ClientWrite",
+        "s3:GetObject",
+    }
+    assert render(granted["s3:GetObject"]["Resource"]).endswith("/runs/*/instances/*/instance.json")
+    for policy in resources(template, "AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            assert "elasticfilesystem:ClientRootAccess" not in _actions(statement)
+    # A file system policy replaces EFS's default one (anyone who reaches a mount target may
+    # mount it as root, without IAM): clients need one of the roles above, over TLS.
+    (file_system,) = resources(template, "AWS::EFS::FileSystem").values()
+    policy = file_system["Properties"]["FileSystemPolicy"]
+    assert all(s["Effect"] == "Deny" for s in policy["Statement"])
+    (deny,) = policy["Statement"]
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
 
 
 def test_the_state_machine_is_standard_logged_and_traced(template: dict[str, Any]) -> None:
@@ -227,8 +346,10 @@ def test_iam_is_least_privilege(template: dict[str, Any]) -> None:
     for role, acts in dynamodb.items():
         assert not acts & {"dynamodb:Scan", "dynamodb:DeleteTable", "dynamodb:BatchWriteItem"}, role
     assert dynamodb["Stopped"] == {"dynamodb:UpdateItem"}
-    sandbox = next(acts for role, acts in by_role.items() if role.startswith("SandboxTaskTask"))
-    assert not any(a.startswith("dynamodb:") for a in sandbox)
+    assert dynamodb["Presign"] == set()  # S3 only: what its URLs may do
+    for task in ("SandboxTaskTask", "SandboxPrepareTask"):
+        acts = next(acts for role, acts in by_role.items() if role.startswith(task))
+        assert not any(a.startswith("dynamodb:") for a in acts), task
 
 
 def test_the_api_starts_and_reads_runs_with_authentication_and_validation(
@@ -282,7 +403,7 @@ def test_the_lambda_package_is_small_and_imports_without_the_grader(
         assert not (lambda_asset / heavy).exists(), heavy
     probe = (
         "import sys\n"
-        "import resolve, dispatch, poll, classify, aggregate, stopped\n"
+        "import resolve, dispatch, poll, presign, classify, aggregate, stopped\n"
         "heavy = {'swebench', 'datasets', 'litellm', 'docker', 'rich', 'yaml'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
         "print(sys.version_info[:2])\n"

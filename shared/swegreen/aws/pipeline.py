@@ -1,11 +1,12 @@
 """The AWS pipeline's steps, as functions over the store and S3.
 
 Resolve (select rows) -> per row: Dispatch (get the patch, or start asking the
-participant), Poll (until the participant is done or its deadline), the sandbox task
-(evaluates), Classify (the decision tree; the row is written) or RecordError (an ``error``
-row) -> Aggregate (the leaderboard). The Lambda handlers in ``functions/`` validate events
-and call these; the state machine in ``infra/`` wires them. Nothing here imports the
-grader: the heavy work is the sandbox task's.
+participant), Poll (until the participant is done or its deadline), the prepare task
+(fills the shared cache), Presign (the evaluate task's input and upload URLs), the
+evaluate task (applies the patch, runs the tests), Classify (the decision tree; the row is
+written) or RecordError (an ``error`` row) -> Aggregate (the leaderboard). The Lambda
+handlers in ``functions/`` validate events and call these; the state machine in ``infra/``
+wires them. Nothing here imports the grader: the heavy work is the sandbox tasks'.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ from swegreen.rows import RowBuilder, error_row
 from swegreen.sources import parse_predictions
 
 INSTANCE = "instance.json"
+SANDBOX_INPUT = "sandbox-input.json"
+# What the evaluate task uploads: the artifacts the evaluator writes, but the patch (the
+# pipeline's own record of what was evaluated), and the graded row.
+SANDBOX_OUTPUTS = (art.EVAL_SCRIPT, art.TEST_OUTPUT, art.INSTANCE_LOG, art.REPORT, art.RESULT)
+# How long the evaluate task's URLs are signed for: longer than the state machine lets the
+# task run (infra/workflow.py, 3 h). They also end with the credentials that signed them
+# (the Presign function's), which is why they are signed right before the task starts.
+SANDBOX_URL_SECONDS = 4 * 3600
 
 
 class PipelineSettings(BaseModel):
@@ -127,6 +136,21 @@ class PatchState(BaseModel):
     deadline: float = 0.0
     duration: float = 0.0
     usage: dict[str, Any] | None = None
+
+
+class SandboxInput(BaseModel):
+    """What the evaluate task is given (``sandbox-input.json``): the row, the patch, and a
+    pre-signed PUT URL for each of its outputs."""
+
+    instance: Instance
+    patch: str
+    uploads: dict[str, str]
+
+
+class SandboxTicket(BaseModel):
+    """Presign's result, for the evaluate task's environment: its only way into S3."""
+
+    input_url: str
 
 
 class ClassifyEvent(BaseModel):
@@ -390,10 +414,6 @@ class Pipeline:
             )
         key = self._key(item.run_id, item.instance_id, art.PATCH)
         self._put(key, patch)
-        # A row retried after a crash must not pick up an earlier attempt's verdict.
-        self.s3.delete_object(
-            Bucket=self.settings.bucket, Key=self._key(item.run_id, item.instance_id, art.RESULT)
-        )
         return PatchState(
             done=True,
             patch_key=key,
@@ -402,6 +422,36 @@ class Pipeline:
             started=started,
             duration=now - started,
             usage=usage,
+        )
+
+    def presign(self, item: Item, state: PatchState) -> SandboxTicket:
+        """The evaluate task's input and upload URLs, signed last thing before it starts.
+        The task holds no credentials: these URLs reach this row's objects and no others."""
+        if state.patch_key is None:
+            raise ValueError(f"{item.instance_id}: no patch to evaluate")
+        inst = self.instance(item.run_id, item.instance_id)
+        patch = self._get(state.patch_key)
+        if patch is None:
+            raise ValueError(
+                f"{item.instance_id}: s3://{self.settings.bucket}/{state.patch_key} is gone"
+            )
+        # A row retried after a crash must not pick up an earlier attempt's verdict.
+        self.s3.delete_object(
+            Bucket=self.settings.bucket, Key=self._key(item.run_id, item.instance_id, art.RESULT)
+        )
+        uploads = {
+            name: self._sign("put_object", self._key(item.run_id, item.instance_id, name))
+            for name in SANDBOX_OUTPUTS
+        }
+        key = self._key(item.run_id, item.instance_id, SANDBOX_INPUT)
+        self._put(key, SandboxInput(instance=inst, patch=patch, uploads=uploads).model_dump_json())
+        return SandboxTicket(input_url=self._sign("get_object", key))
+
+    def _sign(self, method: str, key: str) -> str:
+        return self.s3.generate_presigned_url(
+            method,
+            Params={"Bucket": self.settings.bucket, "Key": key},
+            ExpiresIn=SANDBOX_URL_SECONDS,
         )
 
     def classify_row(self, event: ClassifyEvent) -> dict[str, Any]:
@@ -434,6 +484,11 @@ class Pipeline:
         self.store.save_result(item.run_id, row)
         self._put(
             self._key(item.run_id, item.instance_id, art.RESULT), row.model_dump_json(indent=2)
+        )
+        # The evaluate task is over: its upload URLs (live for hours yet) go with its input.
+        self.s3.delete_object(
+            Bucket=self.settings.bucket,
+            Key=self._key(item.run_id, item.instance_id, SANDBOX_INPUT),
         )
         return {"instance_id": row.instance_id, "status": row.status.value, "reason": row.reason}
 
@@ -521,12 +576,16 @@ def _failure_of(error: dict[str, Any]) -> EvaluationFailure:
     with contextlib.suppress(ValueError):
         document = json.loads(cause)
     sandbox = name.startswith("ECS.")
+    task = "sandbox"
     if isinstance(document, dict) and "errorMessage" in document:  # a Lambda's exception
         cause = f"{document.get('errorType', name)}: {document['errorMessage']}"
     elif isinstance(document, dict) and "Containers" in document:  # an ECS task description
         sandbox = True
-        codes = [c.get("ExitCode") for c in document.get("Containers", [])]
+        containers = document.get("Containers", [])
+        codes = [c.get("ExitCode") for c in containers]
+        if any(c.get("Name") == "prepare" for c in containers):
+            task = "prepare"
         cause = f"task stopped ({document.get('StoppedReason', '?')}), exit codes {codes}"
     if sandbox:
-        return SandboxCrashed(f"the sandbox task failed ({name}): {cause[:1500]}")
+        return SandboxCrashed(f"the {task} task failed ({name}): {cause[:1500]}")
     return EvaluationFailure(f"a pipeline step failed ({name}): {cause[:1500]}")
