@@ -98,7 +98,7 @@ def test_the_sandbox_task_writes_no_secret_of_its_environment_to_s3(
     written = objects(s3, prefix)
     written.pop(prefix + "input.json")  # what the test gave it, not what it wrote
     row = json.loads(written[prefix + art.RESULT])
-    assert row["tests_ran"] and row["status"] == "no_op", row
+    assert row["tests_ran"] and row["status"] == "no_op", (row["reason"], row["detail"])
     log = written[prefix + art.TEST_OUTPUT].decode()
     assert "leaking [redacted:SWEGREEN_TEST_CANARY_TOKEN] here" in log  # it was printed
     assert prefix + art.EVAL_SCRIPT in written and prefix + art.INSTANCE_LOG in written

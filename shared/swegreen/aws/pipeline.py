@@ -37,7 +37,14 @@ INSTANCE = "instance.json"
 SANDBOX_INPUT = "sandbox-input.json"
 # What the evaluate task uploads: the artifacts the evaluator writes, but the patch (the
 # pipeline's own record of what was evaluated), and the graded row.
-SANDBOX_OUTPUTS = (art.EVAL_SCRIPT, art.TEST_OUTPUT, art.INSTANCE_LOG, art.REPORT, art.RESULT)
+SANDBOX_OUTPUTS = (
+    art.EVAL_SCRIPT,
+    art.TEST_OUTPUT,
+    art.TEST_RECORD,
+    art.INSTANCE_LOG,
+    art.REPORT,
+    art.RESULT,
+)
 # How long the evaluate task's URLs are signed for: longer than the state machine lets the
 # task run (infra/workflow.py, 3 h). They also end with the credentials that signed them
 # (the Presign function's), which is why they are signed right before the task starts.

@@ -111,7 +111,12 @@ def evaluate(env: Mapping[str, str], http: Any) -> int:
     scrubber = Scrubber.from_env(env)  # the task's secrets stay out of what it uploads
     artifacts = ScrubbedArtifacts(
         UploadArtifacts(
-            http, art.instance_key(run_id, iid, ""), given.uploads, {art.PATCH: given.patch}
+            # the pipeline keeps the patch: writing it again (redacted as every write is)
+            # is no upload
+            http,
+            art.instance_key(run_id, iid, ""),
+            given.uploads,
+            {art.PATCH: scrubber(given.patch)},
         ),
         scrubber,
     )
