@@ -511,8 +511,13 @@ def _serve(
         **(read_scenario(scenario) if scenario else {}),
         **config_from_env(env, allowed_extra=LOCAL_ENV_KEYS),
     }
-    load_config(scenario, env, env_extra=LOCAL_ENV_KEYS)  # fail at start-up, not per request
+    # fail at start-up, not per request: a bad config, or a sandbox that cannot run here
+    server_config = load_config(scenario, env, env_extra=LOCAL_ENV_KEYS)
     front_door = None
+    if args.backend == "local":
+        from swegreen.sandbox import Isolation
+
+        Isolation.probe(server_config.isolation)
     if args.backend == "aws":
         from swegreen.aws.front_door_client import FrontDoorSettings
 
