@@ -27,7 +27,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from infra.bundling import LambdaBundler, sources_hash
-from infra.sandbox import Sandbox
+from infra.sandbox import ISOLATION, Sandbox
 from infra.settings import StackSettings, retention
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,6 +82,7 @@ class Workflow(Construct):
             "SWEGREEN_DISTRIBUTED_THRESHOLD": str(settings.distributed_threshold),
             "SWEGREEN_POLL_SECONDS": str(settings.poll_seconds),
             "SWEGREEN_GRADER": grader,
+            "SWEGREEN_SANDBOX_ISOLATION": ISOLATION,
             "SWEGREEN_IDEMPOTENCY_TABLE": idempotency.table_name,
             "POWERTOOLS_SERVICE_NAME": "swegreen",
             "POWERTOOLS_METRICS_NAMESPACE": "SweGreen",

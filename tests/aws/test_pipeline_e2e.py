@@ -271,6 +271,7 @@ def test_an_execution_gives_the_local_verdicts_and_leaderboard(
     expected = {k: v for k, v in local.result_row.items() if k not in LEADERBOARD_SKIP}
     assert {k: v for k, v in board.items() if k not in LEADERBOARD_SKIP} == expected
     assert board["provenance"]["pipeline"] == "aws"
+    assert board["provenance"]["isolation"] == "process"  # what the tasks ran under
     assert board["provenance"]["dataset_digest"] == local.record.provenance["dataset_digest"]
     # The same rows are published with the leaderboard, and the run is marked finished.
     assert [i["instance_id"] for i in board["instances"]] == sorted(aws_rows)

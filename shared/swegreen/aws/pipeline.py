@@ -64,6 +64,8 @@ class PipelineSettings(BaseModel):
     distributed_threshold: int = 40
     poll_seconds: int = 30
     grader: str = "swebench"
+    # The sandbox tasks' isolation mode (their task definitions'), for the run's provenance.
+    sandbox_isolation: str = "process"
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> PipelineSettings:
@@ -76,6 +78,7 @@ class PipelineSettings(BaseModel):
             distributed_threshold=int(env.get("SWEGREEN_DISTRIBUTED_THRESHOLD", "40")),
             poll_seconds=int(env.get("SWEGREEN_POLL_SECONDS", "30")),
             grader=env.get("SWEGREEN_GRADER", "swebench"),
+            sandbox_isolation=env.get("SWEGREEN_SANDBOX_ISOLATION", "process"),
         )
 
 
@@ -229,6 +232,8 @@ class Pipeline:
             provenance={
                 **base_provenance(dataset, config, self.settings.grader),
                 "pipeline": "aws",
+                # What the tests ran under, whatever the request asked for.
+                "isolation": self.settings.sandbox_isolation,
             },
         )
         record = self.store.begin_run(record)
