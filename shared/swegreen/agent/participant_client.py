@@ -2,19 +2,28 @@
 
 One message per instance (the issue as text plus the same facts as data), streamed with a
 per-instance deadline. If the stream drops before the task ends, the client re-subscribes
-(or polls when the agent does not stream); at the deadline it cancels the remote task.
-Whatever goes wrong (connection refused, HTTP error, A2A error, timeout, a reply with no
-diff) becomes that row's reason; it never stops other rows.
+(or polls when the agent does not stream). Whatever goes wrong (connection refused, HTTP
+error, A2A error, timeout, a reply with no diff) becomes that row's reason; it never stops
+other rows.
+
+At the deadline, or when the row is cancelled, the remote task is cancelled too: closing a
+stream does not stop it. The conversation runs as its own asyncio task so that a
+cancellation that arrives before the participant has named its task (its first event) does
+not tear down the request in flight: the stream is read on, for at most ``cancel_grace``
+seconds, until the task id arrives, and that task is then cancelled. A participant that
+names nothing in time is looked up by the context id the client chose for the message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
@@ -25,6 +34,7 @@ from a2a.types import (
     Artifact,
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Part,
     SendMessageRequest,
     StreamResponse,
@@ -50,16 +60,31 @@ TERMINAL = {
     TaskState.TASK_STATE_AUTH_REQUIRED,
 }
 FAILED = {TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED, TaskState.TASK_STATE_REJECTED}
+# States after which the participant's task is over (input-required is over only for us).
+FINISHED = FAILED | {TaskState.TASK_STATE_COMPLETED}
 POLL_INTERVAL = 5.0
+CANCEL_GRACE = 10.0  # seconds a cancelled call still waits for the participant to name its task
+CANCEL_TIMEOUT = 10.0  # seconds for the cancel request itself
+# Logged when a cancelled call waits for the task id (tests wait on it).
+WAITING_FOR_TASK = "%s: cancelled before its task was named; waiting up to %g s for it"
 # A stream that dies mid-way: the task goes on remotely, so re-attach instead of failing.
 STREAM_DROPPED = (httpx.ReadTimeout, httpx.RemoteProtocolError, A2AClientTimeoutError)
 
 
+log = logging.getLogger("swegreen.agent.participant")
+T = TypeVar("T")
+
+
 @dataclass
 class _Exchange:
-    """What the participant has said so far about one instance."""
+    """One call for one instance: what the participant has said so far, and what it takes
+    to cancel the call."""
 
     task_id: str = ""
+    context_id: str = ""
+    client: Client | None = None  # set once the request may have reached the participant
+    # Set once the task id is known, the reply is complete, or the conversation is over.
+    named: asyncio.Event = field(default_factory=asyncio.Event)
     state: int = TaskState.TASK_STATE_UNSPECIFIED
     artifacts: dict[str, list[Part]] = field(default_factory=dict)
     status_parts: list[Part] = field(default_factory=list)
@@ -78,6 +103,7 @@ class _Exchange:
         for artifact in task.artifacts:
             self.take_artifact(artifact, append=False)
         self._usage(task.metadata)
+        self._check_named()
 
     def take_artifact(self, artifact: Artifact, append: bool) -> None:
         key = artifact.artifact_id or str(len(self.artifacts))
@@ -101,6 +127,7 @@ class _Exchange:
                 self.status_parts = list(update.status.message.parts)
         elif kind == "artifact_update":
             self.take_artifact(event.artifact_update.artifact, event.artifact_update.append)
+        self._check_named()
 
     def reply(self) -> list[Part]:
         parts = [p for chunk in self.artifacts.values() for p in chunk]
@@ -109,6 +136,10 @@ class _Exchange:
     def _usage(self, metadata: Any) -> None:
         if metadata is not None and "usage" in metadata:
             self.usage = MessageToDict(metadata).get("usage")
+
+    def _check_named(self) -> None:
+        if self.task_id or self.done:
+            self.named.set()
 
 
 class A2AParticipant:
@@ -125,6 +156,7 @@ class A2AParticipant:
         url_template: str,
         http: httpx.AsyncClient,
         poll_interval: float = POLL_INTERVAL,
+        cancel_grace: float = CANCEL_GRACE,
     ) -> None:
         self.role = role
         self.url = url
@@ -132,6 +164,7 @@ class A2AParticipant:
         self.url_template = url_template
         self.http = http
         self.poll_interval = poll_interval
+        self.cancel_grace = cancel_grace
         self.name = f"a2a:{role}"
         self._client: Client | None = None
         self._card: AgentCard | None = None
@@ -139,8 +172,11 @@ class A2AParticipant:
     async def get_patch(self, instance: Instance) -> PatchResult:
         start = time.monotonic()
         data = task_data(instance, self.url_template)
-        message = user_message(task_text(data), data, uuid.uuid4().hex)
-        exchange = _Exchange()
+        # A context id of our own: the task can be looked up by it if the participant never
+        # names it (see _stop).
+        context_id = uuid.uuid4().hex
+        message = user_message(task_text(data), data, uuid.uuid4().hex, context_id)
+        exchange = _Exchange(context_id=context_id)
 
         def result(patch: str | None, failure: str | None = None, detail: str = "") -> PatchResult:
             return PatchResult(
@@ -152,27 +188,37 @@ class A2AParticipant:
                 usage=exchange.usage,
             )
 
+        talk = asyncio.create_task(
+            self._talk(message, exchange), name=f"{self.name}:{instance.instance_id}"
+        )
+        talk.add_done_callback(lambda _: exchange.named.set())
         try:
             async with asyncio.timeout(self.timeout):
-                client = await self._connect()
-                await self._converse(client, message, exchange)
+                await asyncio.wait({talk})  # never cancels talk: _stop decides how it ends
         except TimeoutError:
-            await self._cancel_remote(exchange)
+            what = await _to_the_end(self._stop(talk, exchange))
             return result(
                 None,
                 Reason.PARTICIPANT_TIMEOUT,
-                f"{self.role} did not finish within {self.timeout:g} s; its task was cancelled",
+                f"{self.role} did not finish within {self.timeout:g} s; {what}",
             )
         except asyncio.CancelledError:
-            await self._cancel_remote(exchange)
+            await _to_the_end(self._stop(talk, exchange))
             raise
+        try:
+            talk.result()
         except Exception as exc:  # refused, HTTP 5xx, A2A errors, garbage: this row only
+            detail = f"{self.role} at {self.url}: {_describe(exc)}"
+            if exchange.task_id:  # it failed mid-way: the task may still run there
+                detail += f"; {await _to_the_end(self._stop(talk, exchange, search=False))}"
             self._client = None  # reconnect for the next row
-            return result(
-                None, Reason.PARTICIPANT_ERROR, f"{self.role} at {self.url}: {_describe(exc)}"
-            )
+            return result(None, Reason.PARTICIPANT_ERROR, detail)
         patch, failure, detail = outcome_of(exchange, self.role)
         return result(patch, failure, detail)
+
+    async def _talk(self, message: Any, exchange: _Exchange) -> None:
+        client = await self._connect()
+        await self._converse(client, message, exchange)
 
     async def _connect(self) -> Client:
         if self._client is None:
@@ -186,11 +232,14 @@ class A2AParticipant:
         return self._client
 
     async def _converse(self, client: Client, message: Any, exchange: _Exchange) -> None:
+        exchange.client = client  # from here on a task may exist remotely
         try:
-            async for event in client.send_message(SendMessageRequest(message=message)):
-                exchange.take(event)
-                if exchange.done:
-                    return
+            stream = client.send_message(SendMessageRequest(message=message))
+            async with contextlib.aclosing(stream):
+                async for event in stream:
+                    exchange.take(event)
+                    if exchange.done:
+                        return
         except STREAM_DROPPED:
             if not exchange.task_id:
                 raise
@@ -202,23 +251,98 @@ class A2AParticipant:
     async def _resume(self, client: Client, exchange: _Exchange) -> None:
         if self._card is not None and self._card.capabilities.streaming:
             with contextlib.suppress(*STREAM_DROPPED):
-                async for event in client.subscribe(SubscribeToTaskRequest(id=exchange.task_id)):
-                    exchange.take(event)
-                    if exchange.done:
-                        return
+                stream = client.subscribe(SubscribeToTaskRequest(id=exchange.task_id))
+                async with contextlib.aclosing(stream):
+                    async for event in stream:
+                        exchange.take(event)
+                        if exchange.done:
+                            return
         task = await client.get_task(GetTaskRequest(id=exchange.task_id))
         exchange.take_task(task)
         if not exchange.done:
             await asyncio.sleep(self.poll_interval)
 
-    async def _cancel_remote(self, exchange: _Exchange) -> None:
-        if not exchange.task_id or self._client is None or exchange.done:
-            return
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(10):
-                await asyncio.shield(
-                    self._client.cancel_task(CancelTaskRequest(id=exchange.task_id))
-                )
+    async def _stop(
+        self, talk: asyncio.Task[None], exchange: _Exchange, *, search: bool = True
+    ) -> str:
+        """End the conversation and cancel the participant's task, whatever point the call
+        had reached; says what became of the task. Bounded: at most ``cancel_grace`` for the
+        task id, then ``CANCEL_TIMEOUT`` per request. ``search``: look for an unnamed task
+        by its context id."""
+        client = exchange.client
+        if not talk.done() and client is not None and not exchange.named.is_set():
+            # The request may be on its way or its task starting: closing the connection
+            # now would leave that task running under an id we never learn.
+            log.info(WAITING_FOR_TASK, self.role, self.cancel_grace)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.cancel_grace):
+                    await exchange.named.wait()
+        talk.cancel()
+        await asyncio.wait({talk})
+        if not talk.cancelled():
+            talk.exception()  # moot now; retrieved so it is not reported as lost
+        if exchange.message_parts is not None or exchange.state in FINISHED:
+            return "its task had ended"
+        if client is None:
+            return "no request had been sent"
+        if exchange.task_id:
+            what = await _cancel(client, exchange.task_id)
+        elif search:
+            what = await self._cancel_by_context(client, exchange)
+        else:
+            return "it had named no task"
+        log.info("%s: %s", self.role, what)
+        return what
+
+    async def _cancel_by_context(self, client: Client, exchange: _Exchange) -> str:
+        """Cancel the tasks of the message's context: for a participant (or a proxy that
+        buffers its stream) that never named its task in time."""
+        try:
+            async with asyncio.timeout(CANCEL_TIMEOUT):
+                found = await client.list_tasks(ListTasksRequest(context_id=exchange.context_id))
+        except Exception as exc:
+            log.warning("%s: listing tasks failed: %s", self.role, _describe(exc))
+            found = None
+        ids = [
+            t.id
+            for t in (found.tasks if found is not None else [])
+            if t.context_id == exchange.context_id and t.status.state not in FINISHED
+        ]
+        if not ids:
+            log.warning(
+                "%s named no task within %g s and none was found by context id %s: "
+                "a task it starts later runs on",
+                self.role,
+                self.cancel_grace,
+                exchange.context_id,
+            )
+            return f"it named no task within {self.cancel_grace:g} s, so none was cancelled"
+        return "; ".join([await _cancel(client, task_id) for task_id in ids])
+
+
+async def _cancel(client: Client, task_id: str) -> str:
+    try:
+        async with asyncio.timeout(CANCEL_TIMEOUT):
+            task = await client.cancel_task(CancelTaskRequest(id=task_id))
+    except Exception as exc:  # already over, unreachable, or refusing
+        return f"cancelling its task {task_id} failed: {_describe(exc)}"
+    state = TaskState.Name(task.status.state).removeprefix("TASK_STATE_").lower()
+    return f"its task {task_id} was cancelled (now {state})"
+
+
+async def _to_the_end(cleanup: Coroutine[Any, Any, T]) -> T:
+    """Run ``cleanup`` to completion even if the caller is cancelled again meanwhile (it is
+    bounded); a cancellation that arrived is raised afterwards."""
+    task = asyncio.create_task(cleanup)
+    interrupted = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            interrupted = True
+    if interrupted:
+        raise asyncio.CancelledError
+    return task.result()
 
 
 def _describe(exc: BaseException) -> str:

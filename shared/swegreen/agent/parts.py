@@ -34,8 +34,10 @@ def data_of(parts: Iterable[Part]) -> list[Any]:
     return [MessageToDict(p.data) for p in parts if p.WhichOneof("content") == "data"]
 
 
-def user_message(text: str, data: dict[str, Any] | None, message_id: str) -> Message:
+def user_message(
+    text: str, data: dict[str, Any] | None, message_id: str, context_id: str = ""
+) -> Message:
     parts = [new_text_part(text)]
     if data is not None:
         parts.append(new_data_part(data))
-    return Message(role=Role.ROLE_USER, message_id=message_id, parts=parts)
+    return Message(role=Role.ROLE_USER, message_id=message_id, context_id=context_id, parts=parts)
