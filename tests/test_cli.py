@@ -89,6 +89,36 @@ def test_bad_input_exits_2_with_a_clear_message(
     assert message in " ".join(out.stdout.split())  # rich may wrap long lines
 
 
+def test_a_run_whose_rows_end_in_error_exits_3_and_says_how_to_retry(
+    tmp_path: Path, session_cache: Path, sample: SampleBenchmark
+) -> None:
+    """Exit 2 means nothing ran; 3 means the run finished but rows are errors (here the
+    repository cannot be reached), so a script never takes an all-error run for success."""
+    out = cli(
+        "run",
+        "--sample",
+        "--patches",
+        "gold",
+        "--max-rows",
+        "2",
+        "--max-attempts",
+        "1",
+        "--repo-url-template",
+        str(tmp_path / "nowhere" / "{name}.git"),
+        "--run-id",
+        "unreachable",
+        "--no-progress",
+        cwd=tmp_path,
+        cache=tmp_path / "cache",  # no cached clone of the sample's repositories
+    )
+    assert out.returncode == 3, out.stdout + out.stderr
+    said = " ".join(out.stdout.split())
+    assert "2 of 2 row(s) ended in error (exit code 3)" in said
+    assert "--run-id unreachable --retry-errors" in said
+    rows = read_jsonl(tmp_path / "results" / "unreachable" / "instances.jsonl")
+    assert {(r["status"], r["reason"]) for r in rows} == {("error", "repo_unavailable")}
+
+
 def test_a_corrupt_predictions_file_exits_2(tmp_path: Path, session_cache: Path, sample) -> None:
     (tmp_path / "p.jsonl").write_text('{"instance_id": "sample__calculator-1", "model_patch": \n')
     out = cli("run", "--sample", "--patches", "p.jsonl", cwd=tmp_path, cache=session_cache)

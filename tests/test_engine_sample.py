@@ -188,6 +188,26 @@ def test_resume_evaluates_only_missing_rows_and_changed_patches(
     assert (third.evaluated, third.resumed) == (1, 2)
 
 
+def test_a_commit_missing_from_the_source_is_not_retried(
+    run_sample: RunSample, sample: SampleBenchmark, tmp_path: Path
+) -> None:
+    """Fetching cannot bring back an object the source lacks: one attempt, not three."""
+    rows = [json.loads(line) for line in sample.dataset.read_text().splitlines()][:2]
+    rows[0]["base_commit"] = "0123456789abcdef0123456789abcdef01234567"
+    dataset = tmp_path / "missing.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    outcome = run_sample("gold", run_id="missing-commit", dataset=str(dataset), max_attempts=3)
+    by_id = {r.instance_id: r for r in outcome.results}
+    missing = by_id[rows[0]["instance_id"]]
+    assert (missing.status, missing.reason, missing.attempts) == (
+        Status.ERROR,
+        Reason.REPO_UNAVAILABLE,
+        1,
+    )
+    assert "is not in" in missing.detail and "repo_url_template" in missing.detail
+    assert by_id[rows[1]["instance_id"]].status is Status.RESOLVED
+
+
 def test_a_failed_environment_build_is_an_error_with_its_log(
     run_sample: RunSample, settings: LocalSettings, sample, isolation, tmp_path: Path, host_env
 ) -> None:
@@ -359,6 +379,28 @@ def test_base_validation_is_reported_cached_and_tied_to_the_environment(
         before = validator.key(instance)
         monkeypatch.setattr(recipes, "RECIPE_SCHEMA_VERSION", recipes.RECIPE_SCHEMA_VERSION + 1)
         assert validator.key(instance) != before
+    finally:
+        engine.close()
+
+
+def test_a_row_records_the_environment_build_it_paid_for_even_in_base_validation(
+    run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, host_env, tmp_path
+) -> None:
+    """The first row of an environment records its build time, also when base validation
+    (which runs first) is what built it; later rows record none."""
+    fresh = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
+    ids = ["sample__calculator-1"]
+    engine = build_engine(fresh, sample_config(sample, base_validation=True), host_env)
+    try:
+        first = run_sample(
+            "gold", run_id="build-1", engine=engine, base_validation=True, instance_ids=ids
+        )
+        (row,) = first.results
+        assert row.status is Status.RESOLVED
+        assert row.base_validation and row.base_validation["env_build_seconds"] > 0
+        assert row.durations.env_build == row.base_validation["env_build_seconds"]
+        (again,) = run_sample("gold", run_id="build-2", engine=engine, instance_ids=ids).results
+        assert again.durations.env_build == 0.0
     finally:
         engine.close()
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from swegreen.environments import EnvManager
+from swegreen import environments
+from swegreen.environments import EnvManager, transient_failure
 from swegreen.errors import EnvSetupFailed
 from swegreen.interpreters import InterpreterSearch
 from swegreen.recipes import Recipe
@@ -105,24 +107,88 @@ def test_views_keep_installs_private(built, tmp_path: Path, host_env_module) -> 
     assert not [p for p in site.iterdir() if "leaky" in p.name]
 
 
-def test_a_failing_recipe_is_built_at_most_twice_per_run(tmp_path: Path, host_env_module) -> None:
+def test_a_missing_interpreter_fails_fast_after_one_try(tmp_path: Path, host_env_module) -> None:
     mgr = manager(tmp_path / "envs", host_env_module)
     broken = Recipe(python="9.9", test_cmd="true")
 
-    async def main() -> list[str]:
-        messages = []
+    async def main() -> list[EnvSetupFailed]:
+        failures = []
         for _ in range(3):
             try:
                 await mgr.ensure(broken, "broken/repo 1.0")
             except EnvSetupFailed as exc:
-                messages.append(str(exc))
-        return messages
+                failures.append(exc)
+        return failures
 
-    messages = asyncio.run(main())
-    assert len(messages) == 3
-    assert "Python 9.9" in messages[0]
-    assert "failed 2 times in this run" in messages[2]
-    assert (tmp_path / "envs" / f"{broken.env_key('')}.failed.log").exists()
+    failures = asyncio.run(main())
+    assert len(failures) == 3 and all(f.permanent for f in failures)
+    assert "Python 9.9" in str(failures[0])
+    assert "failed 1 time(s) in this run" in str(failures[2])
+    key = broken.env_key("")
+    assert (tmp_path / "envs" / f"{key}.failed.log").exists()
+    # the machine may get the interpreter: not remembered beyond this process
+    assert not mgr.failure_path(key).exists()
+
+
+def test_a_recipe_that_cannot_build_is_remembered_until_a_rebuild_is_asked(
+    tmp_path: Path, host_env_module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built once; a later process (another run, another task) fails fast with the same
+    reason and the log's path, without building; --rebuild-envs builds it once more."""
+    root = tmp_path / "envs"
+    broken = Recipe(
+        python="host", packages=("this-package-does-not-exist-swegreen==0.0.1",), test_cmd="true"
+    )
+    key = broken.env_key("")
+
+    def attempt(mgr: EnvManager) -> EnvSetupFailed:
+        with pytest.raises(EnvSetupFailed) as info:
+            asyncio.run(mgr.ensure(broken, "broken/repo 1.0"))
+        return info.value
+
+    first = attempt(manager(root, host_env_module))
+    assert first.permanent and "installing the recipe's packages" in str(first)
+    remembered = json.loads(manager(root, host_env_module).failure_path(key).read_text())
+    assert remembered["reason"] == "env_setup_failed"
+    assert "this-package-does-not-exist" in remembered["log_tail"]
+
+    builds: list[str] = []
+    real_run = environments._Build.run
+
+    async def counting_run(self: environments._Build) -> None:
+        builds.append(self.key)
+        await real_run(self)
+
+    monkeypatch.setattr(environments._Build, "run", counting_run)
+    later = attempt(manager(root, host_env_module))
+    assert builds == [] and later.permanent
+    assert "remembered from" in str(later) and "--rebuild-envs" in str(later)
+    assert f"{key}.failed.log" in str(later)
+    assert "this-package-does-not-exist" in later.log_tail
+
+    rebuilding = EnvManager(
+        root, InterpreterSearch.from_environ(host_env_module), host_env_module, rebuild_failed=True
+    )
+    attempt(rebuilding)
+    attempt(rebuilding)  # the rebuild is tried once per process, then fails fast again
+    assert builds == [key]
+    assert rebuilding.failure_path(key).exists()
+
+
+@pytest.mark.parametrize(
+    ("output", "transient"),
+    [
+        ("ERROR: No matching distribution found for nope==1", False),
+        ("error: command 'gcc' failed with exit status 1", False),
+        ("Retrying ... NewConnectionError: Temporary failure in name resolution", True),
+        ("ERROR: Could not install packages due to an OSError: No space left on device", True),
+        ("error: Failed to fetch: `https://pypi.org/simple/numpy/`", True),
+    ],
+)
+def test_failures_of_the_moment_are_told_from_failures_of_the_recipe(
+    output: str, transient: bool
+) -> None:
+    assert transient_failure(output) is transient
 
 
 def test_project_installs_are_recognised_for_locking() -> None:

@@ -71,10 +71,12 @@ class BaseValidator:
                 return {
                     "ok": False,
                     "timed_out": True,
+                    "env_build_seconds": testbed.env_build_seconds,
                     "log": log_copy.name,
                     "f2p_passing_on_base": [],
                     "p2p_failing_on_base": [],
                 }
+            built = testbed.env_build_seconds
             grade = grade_log(
                 instance,
                 run.log_path,
@@ -90,6 +92,7 @@ class BaseValidator:
             "f2p_passing_on_base": f2p_passing,
             "p2p_failing_on_base": grade.p2p_failing,
             "log": log_copy.name,
+            "env_build_seconds": built,
         }
 
 

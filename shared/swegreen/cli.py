@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from swegreen import __version__
+from swegreen.classify import Status
 from swegreen.config import EvalConfig, load_config
 from swegreen.console import ProgressView, leaderboard_table, reasons_line
 from swegreen.dataset import load_dataset, select_instances
@@ -31,6 +32,13 @@ from swegreen.scrub import Scrubber
 from swegreen.sources import PredictionsSource, source_for
 
 LOCAL_ENV_KEYS = frozenset({"output_dir", "cache_dir"})
+# Exit codes (docs/usage.md): scripts tell a run that could not start from one that
+# finished with error rows, and both from an interrupted one.
+EXIT_OK = 0
+EXIT_UNEXPECTED = 1  # demo: a verdict other than the expected one
+EXIT_CANNOT_START = 2  # bad config, dataset or input; unavailable sandbox; nothing ran
+EXIT_ROWS_ERRORED = 3  # the run finished, but some rows are `error` (see the reasons)
+EXIT_INTERRUPTED = 130  # resumable with the same --run-id
 
 
 def _config_flags(p: argparse.ArgumentParser) -> None:
@@ -88,6 +96,12 @@ def _local_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--keep-workspaces", action="store_true", help="keep each instance's checkout")
     g.add_argument(
         "--allow-python-install", action="store_true", help="install missing interpreters with uv"
+    )
+    g.add_argument(
+        "--rebuild-envs",
+        action="store_true",
+        help="build again the environments whose earlier build failed (failures are "
+        "remembered per environment until the recipe changes)",
     )
     g.add_argument(
         "--no-progress", action="store_true", help="plain lines instead of a progress bar"
@@ -222,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
     except SweGreenError as exc:
         console.print(f"[red]error:[/] {exc}")
-        return 2
+        return EXIT_CANNOT_START
     raise AssertionError(args.command)
 
 
@@ -234,6 +248,7 @@ def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
         cache_dir=cache,
         keep_workspaces=args.keep_workspaces,
         allow_python_install=args.allow_python_install,
+        rebuild_envs=getattr(args, "rebuild_envs", False),
     )
 
 
@@ -291,7 +306,19 @@ def _run_command(
         live=not args.no_progress,
         scrubber=scrubber,
     )
-    return 0 if outcome is not None else 130
+    if outcome is None:
+        return EXIT_INTERRUPTED
+    errored = sum(r.status is Status.ERROR for r in outcome.results)
+    if errored:
+        console.print(
+            f"{errored} of {len(outcome.results)} row(s) ended in error "
+            f"(exit code {EXIT_ROWS_ERRORED}); their reasons are above, their logs under "
+            f"{settings.output_dir / run_id}. Re-run with --run-id {run_id} --retry-errors "
+            "to evaluate them again.",
+            markup=False,
+        )
+        return EXIT_ROWS_ERRORED
+    return EXIT_OK
 
 
 def _demo(
@@ -325,7 +352,7 @@ def _demo(
             scrubber=scrubber,
         )
         if outcome is None:
-            return 130
+            return EXIT_INTERRUPTED
         for r in outcome.results:
             want = expect or sample.expected[r.instance_id]["status"]
             if r.status.value != want:
@@ -336,7 +363,7 @@ def _demo(
                 )
     if mismatches:
         console.print(f"[red]{mismatches} row(s) did not get the expected verdict[/]")
-        return 1
+        return EXIT_UNEXPECTED
     console.print(
         "[green]All sample verdicts are as expected:[/] gold resolves every task, empty is "
         "no_op everywhere, crafted predictions cover every status."

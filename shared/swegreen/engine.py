@@ -47,6 +47,9 @@ class LocalSettings(BaseModel):
     cache_dir: Path = Field(description="Repository, environment and sample caches.")
     keep_workspaces: bool = False
     allow_python_install: bool = Field(False, description="Install missing interpreters with uv.")
+    rebuild_envs: bool = Field(
+        False, description="Build again environments whose earlier build failed (remembered)."
+    )
     memory_mb: int | None = Field(16384, description="Address-space limit of each test process.")
     max_processes: int | None = Field(4096, description="Process limit of a test run.")
 
@@ -88,6 +91,7 @@ def build_testbeds(
             cache / "envs",
             InterpreterSearch.from_environ(host_env, allow_install=settings.allow_python_install),
             host_env,
+            rebuild_failed=settings.rebuild_envs,
         ),
         sandbox=LocalSandbox(isolation),
         options=TestbedOptions(

@@ -33,7 +33,7 @@ from swegreen.constraints import (
     merge_requirements,
     yield_pins,
 )
-from swegreen.errors import EnvSetupFailed
+from swegreen.errors import EnvSetupFailed, InterpreterNotFound
 from swegreen.interpreters import (
     Interpreter,
     InterpreterSearch,
@@ -65,6 +65,20 @@ BASE_TOOLING = {
 }
 DEFAULT_TOOLING = ("pip==24.2", "setuptools==75.1.0", "wheel==0.44.0")
 _PIP_INSTALL = re.compile(r"\bpip\s+install\b(.*)$")
+# A build step that failed for one of these may succeed later: it is retried and not
+# remembered as the recipe's failure.
+_TRANSIENT = re.compile(
+    r"Temporary failure in name resolution|Name or service not known|Connection refused|"
+    r"Connection reset|Network is unreachable|Max retries exceeded|ReadTimeoutError|"
+    r"Could not fetch URL|error sending request|Failed to fetch|No space left on device|"
+    r"HTTP status server error|503 Service Unavailable|502 Bad Gateway",
+    re.IGNORECASE,
+)
+
+
+def transient_failure(output: str) -> bool:
+    """A failed build step's output blames the moment (network, disk), not the recipe."""
+    return _TRANSIENT.search(output) is not None
 
 
 def project_extras(install: str | None) -> str | None:
@@ -121,9 +135,15 @@ class Environment:
 
 
 class EnvManager:
-    """Builds and hands out environments. A key whose build failed ``max_builds`` times in
-    this process fails fast afterwards, so a broken recipe costs two builds, not one per row
-    and attempt."""
+    """Builds and hands out environments.
+
+    A build that fails for a reason of its own (a resolve conflict, a compile error) is
+    remembered on disk, per environment key, with its log (``<key>.failed.json`` and
+    ``.failed.log``): every later row that needs it fails fast with the same reason, in
+    this run and the next, until the recipe changes (another key) or the user asks for a
+    rebuild (``rebuild_failed``). A failure of the moment (the index unreachable, a full
+    disk) is not remembered on disk and may be retried, at most ``max_builds`` times per
+    process."""
 
     def __init__(
         self,
@@ -131,12 +151,36 @@ class EnvManager:
         search: InterpreterSearch,
         host_env: Mapping[str, str],
         max_builds: int = 2,
+        rebuild_failed: bool = False,
     ) -> None:
         self.root = root
         self.search = search
         self.host_env = dict(host_env)
         self.max_builds = max_builds
+        self.rebuild_failed = rebuild_failed
         self._failures: dict[str, list[EnvSetupFailed]] = {}
+        self._rebuilt: set[str] = set()  # keys whose remembered failure this process retried
+
+    def failure_path(self, key: str) -> Path:
+        return self.root / f"{key}.failed.json"
+
+    def remembered_failure(self, key: str) -> EnvSetupFailed | None:
+        """The failure remembered for ``key``, unless a rebuild was asked for and this
+        process has not tried it yet."""
+        path = self.failure_path(key)
+        if not path.exists() or (self.rebuild_failed and key not in self._rebuilt):
+            return None
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return EnvSetupFailed(
+            f"{data.get('message', 'the build failed')} (remembered from "
+            f"{data.get('when', 'an earlier build')}; log: {self.root / f'{key}.failed.log'}; "
+            "fix the recipe, or run with --rebuild-envs to build it again)",
+            log_tail=str(data.get("log_tail", "")),
+            permanent=True,
+        )
 
     def build_env(self, home: Path) -> dict[str, str]:
         """The clean environment every build step runs with (no host pip config leaks in)."""
@@ -174,17 +218,24 @@ class EnvManager:
         path = self.root / key
         if (path / COMPLETE).exists():
             return self._load(key, path)
+        if (known := self.remembered_failure(key)) is not None:
+            raise known
         async with file_lock(self.root / ".locks" / f"{key}.lock"):
             if (path / COMPLETE).exists():  # built by whoever held the lock before us
                 return self._load(key, path)
+            if (known := self.remembered_failure(key)) is not None:  # failed while we waited
+                raise known
             failures = self._failures.setdefault(key, [])
-            if len(failures) >= self.max_builds:
+            if failures and (failures[-1].permanent or len(failures) >= self.max_builds):
                 last = failures[-1]
                 raise EnvSetupFailed(
-                    f"{last} (failed {len(failures)} times in this run; "
+                    f"{last} (failed {len(failures)} time(s) in this run; "
                     f"log: {self.root / f'{key}.failed.log'})",
                     log_tail=last.log_tail,
+                    permanent=True,
                 )
+            self._rebuilt.add(key)
+            self.failure_path(key).unlink(missing_ok=True)
             start = time.monotonic()
             try:
                 build = _Build(
@@ -194,6 +245,8 @@ class EnvManager:
                 await build.run()
             except EnvSetupFailed as exc:
                 failures.append(exc)
+                if exc.permanent and not isinstance(exc, InterpreterNotFound):
+                    self._remember(key, label, exc)
                 raise
             env = self._load(key, path)
             return Environment(
@@ -205,6 +258,19 @@ class EnvManager:
                 build_seconds=time.monotonic() - start,
                 reused=False,
             )
+
+    def _remember(self, key: str, label: str, exc: EnvSetupFailed) -> None:
+        record = {
+            "key": key,
+            "for": label,
+            "reason": exc.reason,
+            "message": str(exc),
+            "log_tail": exc.log_tail[-4000:],
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        tmp = self.failure_path(key).with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=2))
+        os.replace(tmp, self.failure_path(key))
 
     def _load(self, key: str, path: Path) -> Environment:
         info = json.loads((path / ENV_INFO).read_text())
@@ -324,7 +390,9 @@ class _Build:
         if not result.ok:
             why = "timed out" if result.timed_out else f"exited {result.returncode}"
             raise EnvSetupFailed(
-                f"environment build for {self.label}: {what} {why}", log_tail=result.tail()
+                f"environment build for {self.label}: {what} {why}",
+                log_tail=result.tail(),
+                permanent=not result.timed_out and not transient_failure(result.output),
             )
         return result
 
@@ -343,6 +411,7 @@ class _Build:
                 raise EnvSetupFailed(
                     f"environment build for {self.label} failed: {exc}",
                     log_tail="\n".join(self.log)[-4000:],
+                    permanent=not isinstance(exc, OSError),
                 ) from exc
             raise
         (self.path / BUILD_LOG).write_text("\n".join(self.log))
@@ -443,7 +512,8 @@ class _Build:
             else:
                 raise EnvSetupFailed(
                     f"environment build for {self.label}: none of {', '.join(recipe.requirements)} "
-                    f"exists at {self.setup_commit}"
+                    f"exists at {self.setup_commit}",
+                    permanent=True,
                 )
         return merge_requirements([*recipe.packages, *from_files], recipe.pip_packages)
 

@@ -32,16 +32,25 @@ class EvaluationFailure(SweGreenError):
     """Evaluating one instance failed for a reason that is not the participant's patch.
 
     ``reason`` is the machine-readable reason recorded on the ``error`` row;
-    ``infrastructure`` failures (network, disk, a broken environment build) are retried
-    a bounded number of times and reported apart from participant failures.
+    ``infrastructure`` failures (network, disk, a broken environment build) are reported
+    apart from participant failures and retried a bounded number of times, unless they
+    are ``permanent``: the same input would fail the same way again (an object missing
+    from the source, a recipe that cannot build, no interpreter), so a retry only costs time.
     """
 
     reason: str = "internal_error"
     infrastructure: bool = True
+    permanent: bool = False
 
-    def __init__(self, message: str, *, log_tail: str = "") -> None:
+    def __init__(self, message: str, *, log_tail: str = "", permanent: bool | None = None) -> None:
         super().__init__(message)
         self.log_tail = log_tail
+        if permanent is not None:
+            self.permanent = permanent
+
+    @property
+    def retryable(self) -> bool:
+        return self.infrastructure and not self.permanent
 
 
 class RepoUnavailable(EvaluationFailure):
@@ -57,10 +66,12 @@ class NoRecipe(EvaluationFailure):
 
     reason = "no_recipe"
     infrastructure = False
+    permanent = True
 
 
 class InterpreterNotFound(EnvSetupFailed):
     reason = "interpreter_not_found"
+    permanent = True
 
 
 class TestPatchFailed(EvaluationFailure):

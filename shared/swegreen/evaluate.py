@@ -69,6 +69,10 @@ class Evaluator:
         self.artifacts.write_text(key(art.PATCH), patch.patch or "")
         if self.base_validator is not None:
             row.base_validation = await self.base_validator.validate(instance)
+            if not row.base_validation.get("cached"):
+                row.durations.env_build += float(
+                    row.base_validation.get("env_build_seconds") or 0.0
+                )
         return await self._evaluate(run_id, key, row)
 
     async def _evaluate(self, run_id: str, key: Key, row: RowBuilder) -> InstanceResult:
@@ -100,6 +104,7 @@ class Evaluator:
             async with self.testbeds.open(run_id, instance) as testbed:
                 notes = testbed.notes
                 row.durations.setup = time.monotonic() - t_setup
+                row.durations.env_build += testbed.env_build_seconds
                 t_apply = time.monotonic()
                 try:
                     check_against_tree(row.info, testbed.repo)

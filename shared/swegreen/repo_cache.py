@@ -10,6 +10,7 @@ match).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -21,6 +22,17 @@ from swegreen.locks import file_lock
 from swegreen.procs import CommandFailed, run_checked, run_process
 
 CLONE_TIMEOUT = 3600.0
+# What git says when the source lacks an object (a partial or pruned mirror): no retry
+# brings it back, unlike a network failure.
+MISSING_OBJECT = re.compile(
+    r"missing (blob|tree|commit|object)|unable to read [0-9a-f]{7,}|bad object|"
+    r"not our ref|could not read .* from the source|fatal: reference is not a tree",
+    re.IGNORECASE,
+)
+
+
+def missing_object(output: str) -> bool:
+    return MISSING_OBJECT.search(output) is not None
 
 
 def repo_url(template: str, repo: str, instance_id: str = "") -> str:
@@ -71,7 +83,9 @@ class RepoCache:
                 await self._fetch(repo, url, mirror, commit)
             if not await self._has_commit(mirror, commit):
                 raise RepoUnavailable(
-                    f"{repo}: commit {commit} is not in {url} (fetched all branches and tags)"
+                    f"{repo}: commit {commit} is not in {url} (fetched all branches and "
+                    "tags); point repo_url_template at a source that has it",
+                    permanent=True,
                 )
         return mirror
 
@@ -102,7 +116,10 @@ class RepoCache:
             await run_checked([*git, "remote", "remove", "origin"], env=self.env)
             await self._drop_future_tags(dest, commit)
         except CommandFailed as exc:
-            raise RepoUnavailable(f"{repo}: could not check out {commit}: {exc}") from exc
+            raise RepoUnavailable(
+                f"{repo}: could not check out {commit}: {exc}",
+                permanent=missing_object(str(exc)),
+            ) from exc
 
     async def _has_commit(self, mirror: Path, commit: str) -> bool:
         result = await run_process(

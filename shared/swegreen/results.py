@@ -24,6 +24,9 @@ class Durations(BaseModel):
 
     participant: float = 0.0
     setup: float = 0.0
+    # The part of setup (and of base validation) spent building the environment or the
+    # prepared workspace this row was the first to need: 0 when both were reused.
+    env_build: float = 0.0
     apply: float = 0.0
     tests: float = 0.0
     total: float = 0.0

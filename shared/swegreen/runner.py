@@ -247,7 +247,7 @@ async def evaluate_with_retries(
                 result = await evaluator.evaluate(run_id, inst, patch)
                 return result.model_copy(update={"attempts": attempt})
             except EvaluationFailure as exc:
-                if not exc.infrastructure or attempt == max_attempts:
+                if not exc.retryable or attempt == max_attempts:
                     return error_row(inst, patch, exc, attempt, started, t0)
                 if note is not None:
                     await note(f"attempt {attempt} failed ({exc.reason}); retrying")

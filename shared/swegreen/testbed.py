@@ -24,7 +24,7 @@ from pathlib import Path
 
 from swegreen import artifacts as art
 from swegreen.dataset import Instance
-from swegreen.environments import ENV_INFO, Environment, EnvManager
+from swegreen.environments import ENV_INFO, Environment, EnvManager, transient_failure
 from swegreen.errors import EnvSetupFailed
 from swegreen.eval_script import eval_phases, test_command_seconds
 from swegreen.procs import ProcResult, run_process
@@ -77,6 +77,7 @@ class Testbed:
     workspace: Path
     env: Environment
     notes: list[str] = field(default_factory=list)
+    env_build_seconds: float = 0.0  # spent building what this testbed was first to need
 
     @property
     def repo(self) -> Path:
@@ -174,7 +175,14 @@ class Testbeds:
             how = "reused" if built.reused else f"built in {built.build_seconds:.1f}s"
             notes.append(f"environment {built.key} ({how})")
             env = await self.envs.view(built, workspace / "env")
-            testbed = Testbed(instance, recipe, workspace, env, notes)
+            testbed = Testbed(
+                instance,
+                recipe,
+                workspace,
+                env,
+                notes,
+                env_build_seconds=0.0 if built.reused else built.build_seconds,
+            )
             await self._setup_repo(testbed)
             yield testbed
         finally:
@@ -359,4 +367,5 @@ class Testbeds:
             raise EnvSetupFailed(
                 f"repository setup (pre_install/install) failed: {recipe.install or 'commit'}",
                 log_tail=result.tail(),
+                permanent=not result.timed_out and not transient_failure(result.output),
             )

@@ -105,6 +105,7 @@ class SharedEnvs(EnvManager):
                 raise EnvSetupFailed(
                     f"environment {key} for {label} is not in the shared cache: {why}",
                     log_tail=tail,
+                    permanent=True,  # the prepare task already tried; a retry cannot help
                 )
             await localize(source, local)
         return self._load(key, local)
