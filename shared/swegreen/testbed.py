@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import json
 import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -27,6 +29,7 @@ from swegreen.dataset import Instance
 from swegreen.environments import ENV_INFO, Environment, EnvManager, transient_failure
 from swegreen.errors import EnvSetupFailed
 from swegreen.eval_script import eval_phases, test_command_seconds
+from swegreen.locks import file_lock
 from swegreen.procs import ProcResult, run_process
 from swegreen.recipes import Recipe, RecipeBook
 from swegreen.recorder import (
@@ -51,6 +54,9 @@ from swegreen.tamper import Guard, runner_files
 
 DEFAULT_EVAL_TIMEOUT = 1800.0  # the official harness's
 SETUP_TIMEOUT = 3600.0
+PREPARED_SCHEMA = 1
+PREPARED_COMPLETE = ".complete"
+PREPARED_INFO = "prepared.json"
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,13 @@ class TestbedOptions:
     keep_workspaces: bool = False
     # Instances whose tests reach real hosts upstream (where the container has the network).
     network_instances: frozenset[str] = frozenset()
+    # Prepared workspaces (one per instance, like the official instance images);
+    # default: beside work_root.
+    prepared_dir: Path | None = None
+
+    @property
+    def prepared_root(self) -> Path:
+        return self.prepared_dir or self.work_root.with_name("prepared")
 
 
 @dataclass
@@ -78,6 +91,7 @@ class Testbed:
     env: Environment
     notes: list[str] = field(default_factory=list)
     env_build_seconds: float = 0.0  # spent building what this testbed was first to need
+    prepared: Path | None = None  # the prepared workspace this one is a copy of
 
     @property
     def repo(self) -> Path:
@@ -145,7 +159,8 @@ class Testbeds:
 
     @contextlib.asynccontextmanager
     async def open(self, scope: str, instance: Instance) -> AsyncIterator[Testbed]:
-        """A fresh testbed for ``instance`` under ``work_root/scope``, removed afterwards."""
+        """A fresh testbed for ``instance`` under ``work_root/scope``, removed afterwards:
+        a private copy of the instance's prepared workspace (``prepared``)."""
         recipe = self.recipes.for_instance(instance)
         workspace = (
             self.options.work_root / scope / f"{instance.instance_id}.{uuid.uuid4().hex[:8]}"
@@ -156,8 +171,77 @@ class Testbeds:
         host_dir.chmod(0o711)  # the sandbox's uid may open the files it is given by name
         try:
             notes: list[str] = []
+            t0 = time.monotonic()
+            prepared, built = await self.prepared(instance, recipe, notes)
+            await asyncio.to_thread(_copy_tree, prepared.repo, workspace / "repo")
+            env = await self.envs.view(
+                prepared.env, workspace / "env", {str(prepared.repo): str(workspace / "repo")}
+            )
+            notes.append(
+                f"workspace copied from the prepared one in {time.monotonic() - t0:.1f}s "
+                f"(including {built:.1f}s of building)"
+                if built
+                else f"workspace copied from the prepared one in {time.monotonic() - t0:.1f}s"
+            )
+            yield Testbed(
+                instance,
+                recipe,
+                workspace,
+                env,
+                notes,
+                env_build_seconds=built,
+                prepared=prepared.workspace,
+            )
+        finally:
+            if not self.options.keep_workspaces:
+                scratch = scratch_dir(workspace / "repo", f"swegreen-{workspace.name}")
+                await asyncio.to_thread(shutil.rmtree, scratch, True)
+                await asyncio.to_thread(shutil.rmtree, workspace, True)
+                await asyncio.to_thread(shutil.rmtree, host_dir, True)
+
+    def prepared_dir(self, instance: Instance, recipe: Recipe) -> Path:
+        """Where the instance's prepared workspace lives: one per instance, environment and
+        setup steps (a changed recipe or a rebuilt environment prepares it again)."""
+        blob = json.dumps(
+            [
+                PREPARED_SCHEMA,
+                instance.base_commit,
+                recipe.env_key(instance.environment_setup_commit),
+                recipe.pre_install,
+                recipe.install,
+            ]
+        )
+        key = hashlib.sha256(blob.encode()).hexdigest()[:12]
+        return self.options.prepared_root / f"{instance.instance_id}.{key}"
+
+    async def prepared(
+        self, instance: Instance, recipe: Recipe, notes: list[str]
+    ) -> tuple[Testbed, float]:
+        """The instance's workspace as the official instance image holds it: the
+        repository at the base commit, its environment view, pre-install and install done
+        and committed. Built once (under a lock), then only copied: the eval script's own
+        install is the only one an evaluation runs. Returns it and the seconds this call
+        spent building (the environment included)."""
+        root = self.prepared_dir(instance, recipe)
+        done = root / PREPARED_COMPLETE
+        if not done.exists():
+            async with file_lock(self.options.prepared_root / ".locks" / f"{root.name}.lock"):
+                if not done.exists():
+                    return await self._prepare(instance, recipe, root, notes)
+        info = json.loads((root / PREPARED_INFO).read_text())
+        env = self.envs.loaded(info["env_key"], root / "env")
+        notes.append(f"environment {env.key} and prepared workspace {root.name} (reused)")
+        return Testbed(instance, recipe, root, env, []), 0.0
+
+    async def _prepare(
+        self, instance: Instance, recipe: Recipe, root: Path, notes: list[str]
+    ) -> tuple[Testbed, float]:
+        start = time.monotonic()
+        await asyncio.to_thread(shutil.rmtree, root, True)  # an interrupted earlier one
+        root.mkdir(parents=True)
+        try:
             # The checkout first: an unreachable repository should not cost an env build.
-            await self.repos.checkout(instance.repo, instance.base_commit, workspace / "repo")
+            await self.repos.checkout(instance.repo, instance.base_commit, root / "repo")
             await self.repos.ensure_commit(instance.repo, instance.environment_setup_commit)
             read = functools.partial(
                 self.repos.read_file, instance.repo, instance.environment_setup_commit
@@ -174,23 +258,21 @@ class Testbeds:
             )
             how = "reused" if built.reused else f"built in {built.build_seconds:.1f}s"
             notes.append(f"environment {built.key} ({how})")
-            env = await self.envs.view(built, workspace / "env")
-            testbed = Testbed(
-                instance,
-                recipe,
-                workspace,
-                env,
-                notes,
-                env_build_seconds=0.0 if built.reused else built.build_seconds,
-            )
+            env = await self.envs.view(built, root / "env")
+            testbed = Testbed(instance, recipe, root, env, notes)
             await self._setup_repo(testbed)
-            yield testbed
-        finally:
-            if not self.options.keep_workspaces:
-                scratch = scratch_dir(workspace / "repo", f"swegreen-{workspace.name}")
-                await asyncio.to_thread(shutil.rmtree, scratch, True)
-                await asyncio.to_thread(shutil.rmtree, workspace, True)
-                await asyncio.to_thread(shutil.rmtree, host_dir, True)
+            scratch = testbed.scratch
+            await asyncio.to_thread(shutil.rmtree, scratch, True)
+            (root / PREPARED_INFO).write_text(
+                json.dumps({"env_key": built.key, "instance_id": instance.instance_id})
+            )
+            (root / PREPARED_COMPLETE).write_text(str(time.time()))
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, root, True)
+            raise
+        seconds = time.monotonic() - start
+        notes.append(f"prepared workspace {root.name} built in {seconds:.1f}s")
+        return Testbed(instance, recipe, root, env, []), seconds
 
     def git_env(self, testbed: Testbed) -> dict[str, str]:
         return git_env(testbed.workspace / "home", self.host_env)
@@ -221,6 +303,8 @@ class Testbeds:
         (writable), the environment and git caches (read-only), and the interpreter a
         virtualenv-layout environment is based on."""
         readonly = [self.envs.root, self.repos.root]
+        if testbed.prepared is not None:  # the view's links lead through the prepared one
+            readonly.append(testbed.prepared)
         info = testbed.env.root / ENV_INFO
         if info.exists():
             data = json.loads(info.read_text())
@@ -369,3 +453,11 @@ class Testbeds:
                 log_tail=result.tail(),
                 permanent=not result.timed_out and not transient_failure(result.output),
             )
+
+
+def _copy_tree(source: Path, dest: Path) -> None:
+    """A real copy (reflinked where the filesystem can): the evaluation may write anywhere
+    in its checkout, and nothing it writes may reach the prepared one."""
+    subprocess.run(
+        ["cp", "-a", "--reflink=auto", str(source), str(dest)], check=True, capture_output=True
+    )

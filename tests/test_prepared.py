@@ -1,0 +1,136 @@
+"""Prepared workspaces: an instance's setup (pre-install, install) runs once; every
+evaluation works in a private copy that points at itself and leaks nothing back."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from swegreen.classify import Status
+from swegreen.dataset import load_dataset
+from swegreen.engine import LocalSettings, build_engine
+from swegreen.recipes import Recipe, RecipeBook
+from swegreen.sample import SampleBenchmark
+from swegreen.testbed import Testbed
+
+from .conftest import RunSample, sample_config
+
+PYPROJECT = (
+    '[project]\\nname = "calculator"\\nversion = "0"\\n'
+    '[build-system]\\nrequires = ["setuptools"]\\nbuild-backend = "setuptools.build_meta"\\n'
+)
+
+
+def editable_recipe(count: Path) -> Recipe:
+    """The sample's recipe, plus a setup that installs the project in editable mode (as
+    most Verified recipes do) and counts how often it runs."""
+    return Recipe(
+        python="host",
+        packages=("pytest==8.3.5",),
+        pre_install=(f"echo setup >> {count}", f"printf '{PYPROJECT}' > pyproject.toml"),
+        install="python -m pip install --no-build-isolation --no-index -q -e .",
+        test_cmd="pytest --no-header -rA --tb=no -p no:cacheprovider",
+        eval_timeout=120,
+    )
+
+
+def tree_digest(root: Path) -> str:
+    """Content, modes and links of a whole tree: any write into it changes the digest."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            h.update(str(path.relative_to(root)).encode())
+            if path.is_symlink():
+                h.update(os.readlink(path).encode())
+            else:
+                h.update(path.read_bytes())
+                h.update(str(path.stat().st_mode).encode())
+    return h.hexdigest()
+
+
+def where_imported(testbed: Testbed) -> str:
+    return subprocess.run(
+        [str(testbed.env.python), "-c", "import calculator; print(calculator.__file__)"],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+@pytest.fixture
+def engine_with_setup(settings: LocalSettings, sample: SampleBenchmark, host_env, tmp_path):
+    count = tmp_path / "setups"
+    book = RecipeBook({"sample/calculator": {"1.0": editable_recipe(count)}})
+    local = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
+    engine = build_engine(local, sample_config(sample), host_env, recipes=book)
+    yield engine, count, book
+    engine.close()
+
+
+def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
+    engine_with_setup, sample: SampleBenchmark
+) -> None:
+    engine, count, _ = engine_with_setup
+    testbeds = engine.testbeds
+    instance = next(
+        i for i in load_dataset(str(sample.dataset)).instances if i.repo == "sample/calculator"
+    )
+
+    async def main() -> None:
+        async with testbeds.open("one", instance) as first:
+            assert first.prepared is not None
+            prepared_digest = tree_digest(first.prepared)
+            assert where_imported(first).startswith(str(first.repo))
+            assert first.env_build_seconds > 0  # it paid for the environment and the setup
+            # what an evaluation may do to its copy: new files, in-place edits, installs
+            (first.repo / "calculator" / "junk.py").write_text("JUNK = 1\n")
+            with (first.repo / "calculator" / "__init__.py").open("a") as fh:
+                fh.write("LEAKED = True\n")
+            site = first.site_packages
+            assert site is not None
+            (site / "leaked.pth").write_text("/nowhere\n")
+            async with testbeds.open("two", instance) as second:
+                assert second.prepared == first.prepared
+                assert second.env_build_seconds == 0.0
+                assert where_imported(second).startswith(str(second.repo))
+                assert not (second.repo / "calculator" / "junk.py").exists()
+                init = (second.repo / "calculator" / "__init__.py").read_text()
+                assert "LEAKED" not in init
+                assert second.site_packages is not None
+                assert not (second.site_packages / "leaked.pth").exists()
+                status = subprocess.run(
+                    ["git", "status", "--porcelain", "--untracked-files=no"],
+                    cwd=second.repo,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+                assert status == ""  # setup committed (`commit -am`, as upstream's images)
+            assert tree_digest(first.prepared) == prepared_digest
+
+    asyncio.run(main())
+    assert count.read_text().count("setup") == 1
+
+
+def test_evaluations_start_from_the_prepared_workspace_and_still_resolve(
+    engine_with_setup, run_sample: RunSample
+) -> None:
+    """Gold patches resolve through the eval script's own install in the copy; a second
+    run of the same instances runs no setup at all."""
+    engine, count, _ = engine_with_setup
+    ids = ["sample__calculator-1", "sample__calculator-2"]
+    first = run_sample("gold", run_id="prep-1", engine=engine, instance_ids=ids)
+    assert {r.status for r in first.results} == {Status.RESOLVED}
+    assert count.read_text().count("setup") == 2  # one per instance
+    again = run_sample("gold", run_id="prep-2", engine=engine, instance_ids=ids)
+    assert {r.status for r in again.results} == {Status.RESOLVED}
+    assert all(r.durations.env_build == 0.0 for r in again.results)
+    assert count.read_text().count("setup") == 2
