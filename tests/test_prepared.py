@@ -65,6 +65,16 @@ def where_imported(testbed: Testbed) -> str:
     ).stdout.strip()
 
 
+def tracked_changes(repo: Path) -> str:
+    return subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
 @pytest.fixture
 def engine_with_setup(settings: LocalSettings, sample: SampleBenchmark, host_env, tmp_path):
     count = tmp_path / "setups"
@@ -106,14 +116,8 @@ def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
                 assert "LEAKED" not in init
                 assert second.site_packages is not None
                 assert not (second.site_packages / "leaked.pth").exists()
-                status = subprocess.run(
-                    ["git", "status", "--porcelain", "--untracked-files=no"],
-                    cwd=second.repo,
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                ).stdout
-                assert status == ""  # setup committed (`commit -am`, as upstream's images)
+                # the setup is committed (`commit -am`, as in upstream's images)
+                assert tracked_changes(second.repo) == ""
             assert tree_digest(first.prepared) == prepared_digest
 
     asyncio.run(main())
