@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from swegreen import environments
-from swegreen.environments import EnvManager, transient_failure
+from swegreen.constraints import merge_requirements
+from swegreen.environments import EnvManager, creation_stage, transient_failure
 from swegreen.errors import EnvSetupFailed
 from swegreen.interpreters import InterpreterSearch
 from swegreen.recipes import Recipe
@@ -250,3 +251,49 @@ def test_an_exempt_package_is_resolved_past_the_freeze_date(tmp_path: Path) -> N
     pins = dict(line.split("==") for line in out.read_text().splitlines() if "==" in line)
     assert pins["packaging"] == "24.1"  # the latest release before 2024-08-01
     assert tuple(map(int, pins["six"].split("."))) >= (1, 17)  # 1.17.0 came out in Dec 2024
+
+
+def test_a_conda_pin_that_satisfies_the_later_pip_request_stays() -> None:
+    """Upstream: conda creates with numpy==1.19.2, then `pip install numpy` leaves it."""
+    assert merge_requirements(
+        ["numpy==1.19.2", "scipy", "cython==0.29"], ["numpy", "scipy==1.5.2", "cython>=3"]
+    ) == ["numpy==1.19.2", "scipy==1.5.2", "cython>=3"]
+
+
+def test_the_creation_stage_takes_the_recipe_pins_and_the_lock_for_the_rest() -> None:
+    lock = [
+        "flake8==7.1.0",
+        "    # via -r requirements.in",
+        "mpmath==1.3.0",
+        "pycodestyle==2.12.0",
+        "setuptools==68.0.0",
+    ]
+    specs, constraints = creation_stage(["setuptools==38.2.4", "flake8", "mpmath"], lock)
+    assert specs == ["setuptools==38.2.4", "flake8==7.1.0", "mpmath==1.3.0"]
+    assert constraints == ["pycodestyle==2.12.0"]
+
+
+def test_creation_packages_are_in_place_before_anything_is_built(
+    tmp_path: Path, host_env_module
+) -> None:
+    """A legacy project that builds only against the setuptools the environment is
+    created with (astropy 1.3's MarkupSafe==1.0 and setuptools==38.2.4): installed in one
+    step with that pin, it would be built against the newer setuptools already there."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "setup.py").write_text(
+        "import setuptools\n"
+        "assert setuptools.__version__ == '68.2.2', 'built with ' + setuptools.__version__\n"
+        "setuptools.setup(name='probe', version='1')\n"
+    )
+    recipe = Recipe(
+        python="host",
+        packages=("setuptools==68.2.2",),
+        pip_packages=(f"probe @ file://{probe}",),
+        test_cmd="true",
+    )
+    env = asyncio.run(manager(tmp_path / "envs", host_env_module).ensure(recipe, "staged 1.0"))
+    lock = (env.root / "lock.txt").read_text()
+    assert "setuptools==68.2.2" in lock and "probe" in lock
+    log = (env.root / "build.log").read_text()
+    assert log.index("setuptools==68.2.2") < log.index("probe @ file://")

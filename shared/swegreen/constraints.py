@@ -15,6 +15,9 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion
+
 from swegreen.requirements import requirement_name
 
 NO_CAP = "2999-12-31"  # uv rejects 9999-12-31 (its end of day overflows a timestamp)
@@ -28,11 +31,38 @@ def find_uv(path: str) -> str | None:
 
 
 def merge_requirements(base: Iterable[str], overriding: Iterable[str]) -> list[str]:
-    """``base`` then ``overriding``, dropping base entries that ``overriding`` names again:
-    upstream installs pip_packages after the conda packages, so their pins win."""
-    overriding = list(overriding)
-    names = {requirement_name(r) for r in overriding}
-    return [r for r in base if requirement_name(r) not in names] + overriding
+    """``base`` then ``overriding``, as upstream installs them: the conda packages at
+    creation, then ``pip install`` of the pip packages. Where both name a package, the
+    pip package wins, unless the base pin already satisfies it: pip leaves a satisfied
+    requirement alone, so scikit-learn's ``numpy==1.19.2`` stays when pip is then asked
+    for plain ``numpy``."""
+    base, kept = list(base), []
+    pinned = {requirement_name(r): exact_pin(r) for r in base}
+    for req in overriding:
+        pin = pinned.get(requirement_name(req))
+        if pin is not None and _satisfied_by(req, pin):
+            continue
+        kept.append(req)
+    names = {requirement_name(r) for r in kept}
+    return [r for r in base if requirement_name(r) not in names] + kept
+
+
+def exact_pin(requirement: str) -> str | None:
+    """The version of a ``name==X`` requirement, else None."""
+    try:
+        specs = list(Requirement(requirement).specifier)
+    except InvalidRequirement:
+        return None
+    if len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
+        return specs[0].version
+    return None
+
+
+def _satisfied_by(requirement: str, version: str) -> bool:
+    try:
+        return Requirement(requirement).specifier.contains(version, prereleases=True)
+    except (InvalidRequirement, InvalidVersion):
+        return False
 
 
 def clashing_pins(pins: Iterable[str], resolver_output: str) -> set[str]:

@@ -44,7 +44,11 @@ from swegreen.interpreters import (
 from swegreen.locks import file_lock
 from swegreen.procs import ProcResult, run_process
 from swegreen.recipes import Recipe
-from swegreen.requirements import environment_yml_requirements, requirements_txt
+from swegreen.requirements import (
+    environment_yml_requirements,
+    requirement_name,
+    requirements_txt,
+)
 from swegreen.system_deps import (
     build_locales,
     build_sysroot,
@@ -473,6 +477,7 @@ class _Build:
             req_in = self.path / "requirements.in"
             req_in.write_text("\n".join(requirements) + "\n")
             locked = await self._freeze(requirements, project, interp)
+            await self._install_creation_packages(pip, locked)
             if locked is not None:
                 frozen = True
                 await self.step([*pip, "-r", str(locked)], "installing the locked packages")
@@ -499,6 +504,22 @@ class _Build:
                 indent=2,
             )
         )
+
+    async def _install_creation_packages(self, pip: list[str], locked: Path | None) -> None:
+        """Upstream creates the environment with its ``packages`` (``conda create python=X
+        setuptools==38.2.4``) and pip-installs the rest afterwards: a pinned setuptools
+        or numpy is in place before anything is built against it (MarkupSafe 1.0 builds
+        only with an old setuptools). Unpinned ones take the lock's version."""
+        if not self.recipe.packages:
+            return
+        lock_lines = locked.read_text().splitlines() if locked is not None else []
+        specs, constraints = creation_stage(list(self.recipe.packages), lock_lines)
+        argv = [*pip, *specs]
+        if constraints:
+            path = self.path / "creation-constraints.txt"
+            path.write_text("\n".join(constraints) + "\n")
+            argv += ["-c", str(path)]
+        await self.step(argv, "installing the recipe's packages present at creation")
 
     async def _make_prefix(self, interp: Interpreter, prefix: Path) -> None:
         if interp.relocatable:
@@ -628,6 +649,24 @@ class _Build:
         ]
         locked.write_text("\n".join(keep) + "\n")
         return locked
+
+
+def creation_stage(packages: list[str], lock_lines: list[str]) -> tuple[list[str], list[str]]:
+    """What the first install stage asks for, and the constraints it runs under: each
+    creation package as the recipe states it, or at the lock's version when the recipe
+    leaves it open; everything else the lock pins constrains their dependencies."""
+    locked: dict[str, str] = {}
+    for line in lock_lines:
+        text = line.split("#", 1)[0].strip()
+        if text and not text.startswith("-") and not line[:1].isspace() and "==" in text:
+            locked[requirement_name(text)] = text
+    specs = []
+    for package in packages:
+        name = requirement_name(package)
+        states_version = any(op in package for op in ("=", "<", ">", "~", "!", "@"))
+        specs.append(package if states_version or name not in locked else locked[name])
+    names = {requirement_name(p) for p in specs}
+    return specs, [line for name, line in locked.items() if name not in names]
 
 
 def relocate_runpath(binary: bytes, libdir: bytes) -> bytes:
