@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from swegreen.errors import RepoUnavailable
-from swegreen.repo_cache import RepoCache, repo_url
+from swegreen.repo_cache import RepoCache, github_repo, repo_url
 
 from .helpers import commit, git, make_repo
 
@@ -95,3 +95,58 @@ def test_a_missing_commit_is_named(tmp_path: Path, upstream) -> None:
         RepoUnavailable, match="commit 1234567890123456789012345678901234567890 is not in"
     ):
         asyncio.run(cache.ensure_commit("acme/widget", "1234567890" * 4))
+
+
+def commit_gitlink(repo: Path, target: str) -> str:
+    """Commit .gitmodules and a gitlink to ``target`` at helpers/ (no work tree for it)."""
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{target},helpers")
+    git(repo, "add", ".gitmodules")
+    git(repo, "commit", "-q", "-m", "with a submodule")
+    return git(repo, "rev-parse", "HEAD").stdout.strip()
+
+
+def test_submodules_come_from_the_same_source_as_the_repository_never_github(
+    tmp_path: Path,
+) -> None:
+    """astropy 1.3's astropy_helpers: the checkout has it at the recorded commit, from
+    the mirror the template names, and the checkout's git config names that mirror (a
+    later `git submodule update`, e.g. by setup.py, stays offline)."""
+    helpers = tmp_path / "mirrors" / "acme__helpers"
+    first = make_repo(helpers, {"h.py": "H = 1\n"})
+    commit(helpers, {"h.py": "H = 2\n"}, "newer, not the recorded one")
+    main = tmp_path / "mirrors" / "acme__widget"
+    make_repo(main, {"w.py": "v = 1\n"})
+    (main / ".gitmodules").write_text(
+        '[submodule "helpers"]\n\tpath = helpers\n\turl = https://github.com/acme/helpers.git\n'
+    )
+    base = commit_gitlink(main, first)
+    dest = tmp_path / "ws"
+    asyncio.run(cache_for(tmp_path).checkout("acme/widget", base, dest))
+    assert (dest / "helpers" / "h.py").read_text() == "H = 1\n"
+    assert git(dest, "submodule", "status").stdout.startswith(f" {first} helpers")
+    assert git(dest, "status", "--porcelain").stdout == ""
+    # a later `git submodule update` in the checkout would use the local mirror
+    url = git(dest, "config", "submodule.helpers.url").stdout.strip()
+    assert url.startswith("file://") and "acme__helpers" in url
+
+
+def test_a_submodule_the_source_lacks_is_a_clear_error(tmp_path: Path) -> None:
+    main = tmp_path / "mirrors" / "acme__widget"
+    make_repo(main, {"w.py": "v = 1\n"})
+    (main / ".gitmodules").write_text(
+        '[submodule "helpers"]\n\tpath = helpers\n\turl = https://github.com/acme/helpers.git\n'
+    )
+    base = commit_gitlink(main, "1" * 40)
+    with pytest.raises(RepoUnavailable, match="acme/helpers"):
+        asyncio.run(cache_for(tmp_path).checkout("acme/widget", base, tmp_path / "ws"))
+
+
+def test_github_submodule_urls_name_their_repository() -> None:
+    assert github_repo("https://github.com/astropy/astropy-helpers.git", "x/y") == (
+        "astropy/astropy-helpers"
+    )
+    assert github_repo("git@github.com:astropy/astropy-helpers.git", "x/y") == (
+        "astropy/astropy-helpers"
+    )
+    assert github_repo("../sibling.git", "owner/main") == "owner/sibling"
+    assert github_repo("https://gitlab.com/a/b.git", "x/y") is None

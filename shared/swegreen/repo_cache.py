@@ -40,6 +40,22 @@ def repo_url(template: str, repo: str, instance_id: str = "") -> str:
     return template.format(repo=repo, owner=owner, name=name, instance_id=instance_id)
 
 
+_GITHUB = re.compile(
+    r"^(?:https?://|git://|ssh://git@|git@)github\.com[/:]([^/]+)/([^/]+?)(?:\.git)?/?$"
+)
+
+
+def github_repo(url: str, parent: str) -> str | None:
+    """``owner/name`` of a submodule URL on GitHub (relative URLs resolve against the
+    parent repository's owner), else None."""
+    if url.startswith("../"):
+        owner = parent.partition("/")[0]
+        name = url.removeprefix("../").removesuffix(".git").strip("/")
+        return f"{owner}/{name}" if name and "/" not in name else None
+    m = _GITHUB.match(url.strip())
+    return f"{m.group(1)}/{m.group(2)}" if m else None
+
+
 def git_env(home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """A git environment that never prompts and ignores the host's git configuration."""
     env = {
@@ -115,11 +131,69 @@ class RepoCache:
             )
             await run_checked([*git, "remote", "remove", "origin"], env=self.env)
             await self._drop_future_tags(dest, commit)
+            await self._submodules(repo, dest, commit)
         except CommandFailed as exc:
             raise RepoUnavailable(
                 f"{repo}: could not check out {commit}: {exc}",
                 permanent=missing_object(str(exc)),
             ) from exc
+
+    async def _submodules(self, repo: str, dest: Path, commit: str) -> None:
+        """Submodules initialized at their recorded commits from the same kind of source
+        as the repository itself (``repo_url_template``), never from GitHub directly:
+        astropy's ``astropy_helpers``, which its setup.py would otherwise fetch with ``git
+        submodule update``. The checkout's config names the local copy for each, so a
+        later ``git submodule update`` inside the sandbox finds it too."""
+        if not (dest / ".gitmodules").is_file():
+            return
+        git = ["git", "-C", str(dest)]
+        listed = await run_process(
+            [*git, "config", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.(path|url)$"],
+            env=self.env,
+            timeout=60,
+        )
+        modules: dict[str, dict[str, str]] = {}
+        for line in listed.output.splitlines():
+            key, _, value = line.partition(" ")
+            name, _, field = key.removeprefix("submodule.").rpartition(".")
+            modules.setdefault(name, {})[field] = value.strip()
+        for name, entry in sorted(modules.items()):
+            path, url = entry.get("path"), entry.get("url")
+            if not path or not url:
+                continue
+            tree = await run_checked([*git, "ls-tree", commit, "--", path], env=self.env)
+            fields = tree.output.split()
+            if len(fields) < 3 or fields[1] != "commit":
+                continue  # not a gitlink at this commit
+            sub_repo = github_repo(url, repo)
+            if sub_repo is None:
+                raise RepoUnavailable(
+                    f"{repo}: submodule {name} comes from {url}, which is not a GitHub "
+                    "repository that repo_url_template can name",
+                    permanent=True,
+                )
+            mirror = await self.ensure_commit(sub_repo, fields[2])
+            # init copies the URL from .gitmodules; the checkout's own config then names
+            # the local copy, which every later `git submodule update` uses
+            await run_checked([*git, "submodule", "--quiet", "init", "--", path], env=self.env)
+            await run_checked(
+                [*git, "config", f"submodule.{name}.url", mirror.resolve().as_uri()],
+                env=self.env,
+            )
+            await run_checked(
+                [
+                    *git,
+                    "-c",
+                    "protocol.file.allow=always",
+                    "submodule",
+                    "--quiet",
+                    "update",
+                    "--",
+                    path,
+                ],
+                env=self.env,
+                timeout=CLONE_TIMEOUT,
+            )
 
     async def _has_commit(self, mirror: Path, commit: str) -> bool:
         result = await run_process(
