@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from swegreen.artifacts import LocalArtifacts, ScrubbedArtifacts
 from swegreen.base_validation import BaseValidator
 from swegreen.config import EvalConfig
+from swegreen.dated_index import DEFAULT_UPSTREAM, DatedIndex, index_env
 from swegreen.environments import EnvManager
 from swegreen.evaluate import Evaluator
 from swegreen.interpreters import InterpreterSearch
@@ -70,6 +71,7 @@ class Engine:
 
     def close(self) -> None:
         self.store.close()
+        self.testbeds.close()
 
 
 def build_testbeds(
@@ -92,6 +94,9 @@ def build_testbeds(
             InterpreterSearch.from_environ(host_env, allow_install=settings.allow_python_install),
             host_env,
             rebuild_failed=settings.rebuild_envs,
+            dated_index=DatedIndex(
+                host_env.get("PIP_INDEX_URL") or DEFAULT_UPSTREAM, index_env(host_env)
+            ),
         ),
         sandbox=LocalSandbox(isolation),
         options=TestbedOptions(

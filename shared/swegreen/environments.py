@@ -34,6 +34,7 @@ from swegreen.constraints import (
     merge_requirements,
     yield_pins,
 )
+from swegreen.dated_index import DatedIndex
 from swegreen.errors import EnvSetupFailed, InterpreterNotFound
 from swegreen.interpreters import (
     Interpreter,
@@ -157,8 +158,10 @@ class EnvManager:
         host_env: Mapping[str, str],
         max_builds: int = 2,
         rebuild_failed: bool = False,
+        dated_index: DatedIndex | None = None,
     ) -> None:
         self.root = root
+        self.dated_index = dated_index
         self.search = search
         self.host_env = dict(host_env)
         self.max_builds = max_builds
@@ -286,6 +289,12 @@ class EnvManager:
             runtime_env=dict(info.get("runtime_env", {})),
             extra_bin=tuple(Path(p) for p in info.get("extra_bin", [])),
         )
+
+    async def index_url(self, recipe: Recipe) -> str | None:
+        """The index every pip of ``recipe`` should see: as of its date, when it has one."""
+        if not recipe.exclude_newer or self.dated_index is None:
+            return None
+        return await self.dated_index.url(recipe.exclude_newer, recipe.exclude_newer_exempt)
 
     def loaded(self, key: str, prefix: Path) -> Environment:
         """The built environment ``key``, seen through the view at ``prefix``."""
@@ -446,6 +455,9 @@ class _Build:
 
     async def _build(self) -> None:
         recipe, prefix = self.recipe, self.path / "py"
+        if (url := await self.mgr.index_url(recipe)) is not None:
+            self.env["PIP_INDEX_URL"] = url  # build isolation included (dated_index.py)
+            self.log.append(f"# pip sees the index as of {recipe.exclude_newer}: {url}")
         found = await asyncio.to_thread(
             find_interpreter, recipe.python, self.mgr.search, self.label
         )

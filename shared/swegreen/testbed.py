@@ -92,6 +92,7 @@ class Testbed:
     notes: list[str] = field(default_factory=list)
     env_build_seconds: float = 0.0  # spent building what this testbed was first to need
     prepared: Path | None = None  # the prepared workspace this one is a copy of
+    index_url: str | None = None  # the package index as of the recipe's date (dated_index)
 
     @property
     def repo(self) -> Path:
@@ -154,6 +155,10 @@ class Testbeds:
         self.options = options
         self.host_env = dict(host_env)
 
+    def close(self) -> None:
+        if self.envs.dated_index is not None:
+            self.envs.dated_index.close()
+
     def timeout_for(self, recipe: Recipe) -> float:
         return self.options.eval_timeout or recipe.eval_timeout or DEFAULT_EVAL_TIMEOUT
 
@@ -191,6 +196,7 @@ class Testbeds:
                 notes,
                 env_build_seconds=built,
                 prepared=prepared.workspace,
+                index_url=prepared.index_url,
             )
         finally:
             if not self.options.keep_workspaces:
@@ -231,7 +237,8 @@ class Testbeds:
         info = json.loads((root / PREPARED_INFO).read_text())
         env = self.envs.loaded(info["env_key"], root / "env")
         notes.append(f"environment {env.key} and prepared workspace {root.name} (reused)")
-        return Testbed(instance, recipe, root, env, []), 0.0
+        index_url = await self.envs.index_url(recipe)
+        return Testbed(instance, recipe, root, env, [], index_url=index_url), 0.0
 
     async def _prepare(
         self, instance: Instance, recipe: Recipe, root: Path, notes: list[str]
@@ -259,7 +266,8 @@ class Testbeds:
             how = "reused" if built.reused else f"built in {built.build_seconds:.1f}s"
             notes.append(f"environment {built.key} ({how})")
             env = await self.envs.view(built, root / "env")
-            testbed = Testbed(instance, recipe, root, env, notes)
+            index_url = await self.envs.index_url(recipe)
+            testbed = Testbed(instance, recipe, root, env, notes, index_url=index_url)
             await self._setup_repo(testbed)
             scratch = testbed.scratch
             await asyncio.to_thread(shutil.rmtree, scratch, True)
@@ -272,7 +280,7 @@ class Testbeds:
             raise
         seconds = time.monotonic() - start
         notes.append(f"prepared workspace {root.name} built in {seconds:.1f}s")
-        return Testbed(instance, recipe, root, env, []), seconds
+        return Testbed(instance, recipe, root, env, [], index_url=index_url), seconds
 
     def git_env(self, testbed: Testbed) -> dict[str, str]:
         return git_env(testbed.workspace / "home", self.host_env)
@@ -413,6 +421,8 @@ class Testbeds:
             "SWEGREEN_REPO": str(testbed.repo),
             **dict(testbed.recipe.env_vars),
         }
+        if testbed.index_url:  # installs (and their build isolation) see the recipe's date
+            extra["PIP_INDEX_URL"] = testbed.index_url
         venv = env.prefix if (env.prefix / "pyvenv.cfg").exists() else None
         return sandbox_env(
             bin_dirs=env.bin_dirs,

@@ -1,0 +1,195 @@
+"""The dated index: pip, and every build environment pip makes, sees the index as it was
+on the recipe's date. Real pip, real HTTP on 127.0.0.1, a test-made upstream index."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from swegreen.dated_index import JSON_API, DatedIndex, index_env
+
+OLD, NEW = "2020-06-01T00:00:00Z", "2025-06-01T00:00:00Z"
+
+
+def wheel(directory: Path, name: str, version: str, files: dict[str, str]) -> Path:
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as z:
+        for arcname, text in files.items():
+            z.writestr(arcname, text)
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        z.writestr(f"{info}/RECORD", "")
+    return path
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> Iterator[str]:
+    """An index that speaks only the JSON simple API, with buildhelper 1.0 (2020) and 2.0
+    (2025)."""
+    files = tmp_path / "files"
+    files.mkdir()
+    entries = []
+    for version, when in (("1.0", OLD), ("2.0", NEW)):
+        w = wheel(
+            files, "buildhelper", version, {"buildhelper/__init__.py": f"VERSION = {version!r}\n"}
+        )
+        entries.append((w, when))
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            port = self.server.server_address[1]
+            if self.path.rstrip("/") == "/simple/buildhelper":
+                body = json.dumps(
+                    {
+                        "meta": {"api-version": "1.1"},
+                        "name": "buildhelper",
+                        "files": [
+                            {
+                                "filename": w.name,
+                                "url": f"http://127.0.0.1:{port}/files/{w.name}",
+                                "hashes": {"sha256": hashlib.sha256(w.read_bytes()).hexdigest()},
+                                "upload-time": when,
+                            }
+                            for w, when in entries
+                        ],
+                    }
+                ).encode()
+                kind = JSON_API
+            elif self.path.startswith("/files/") and (files / self.path[7:]).is_file():
+                body, kind = (files / self.path[7:]).read_bytes(), "application/octet-stream"
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    server.shutdown()
+
+
+def pip(*args: str, index: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(cwd),
+        "PIP_CONFIG_FILE": "/dev/null",  # no host pip config (find-links, constraints)
+        "PIP_INDEX_URL": index,  # inherited by pip's build environments, as in a build
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "pip", *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+def project_needing_the_old_helper(root: Path) -> Path:
+    """A project whose build (PEP 517, isolated, its backend in-tree) works only with the
+    build requirement as it was in 2020, as an old astropy with its old helpers."""
+    proj = root / "proj"
+    proj.mkdir()
+    (proj / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["buildhelper"]\nbuild-backend = "backend"\n'
+        'backend-path = ["."]\n'
+    )
+    (proj / "backend.py").write_text(
+        "import os, zipfile, buildhelper\n"
+        "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
+        "    assert buildhelper.VERSION == '1.0', 'built with buildhelper ' + buildhelper.VERSION\n"
+        "    name = 'proj-0.1-py3-none-any.whl'\n"
+        "    with zipfile.ZipFile(os.path.join(wheel_directory, name), 'w') as z:\n"
+        "        z.writestr('proj/__init__.py', '')\n"
+        "        z.writestr('proj-0.1.dist-info/METADATA',\n"
+        "                   'Metadata-Version: 2.1\\nName: proj\\nVersion: 0.1\\n')\n"
+        "        z.writestr('proj-0.1.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: t\\n'\n"
+        "                   'Root-Is-Purelib: true\\nTag: py3-none-any\\n')\n"
+        "        z.writestr('proj-0.1.dist-info/RECORD', '')\n"
+        "    return name\n"
+    )
+    return proj
+
+
+def test_pip_sees_only_what_was_uploaded_before_the_date(upstream: str, tmp_path: Path) -> None:
+    index = DatedIndex(upstream, index_env(os.environ))
+
+    async def urls() -> list[str]:
+        return [
+            await index.url("2021-01-01"),
+            await index.url("2026-01-01"),
+            await index.url("2021-01-01", ("BuildHelper",)),
+        ]
+
+    try:
+        then, now, exempt = asyncio.run(urls())
+        for url, version in ((then, "1.0"), (now, "2.0"), (exempt, "2.0")):
+            out = pip("download", "--no-deps", "-d", "dl", "buildhelper", index=url, cwd=tmp_path)
+            assert out.returncode == 0, out.stderr
+            assert (tmp_path / "dl" / f"buildhelper-{version}-py3-none-any.whl").exists()
+            for w in (tmp_path / "dl").iterdir():
+                w.unlink()
+    finally:
+        index.close()
+
+
+def test_build_isolation_gets_build_requirements_as_of_the_date(
+    upstream: str, tmp_path: Path
+) -> None:
+    proj = project_needing_the_old_helper(tmp_path)
+    # straight from today's index, the isolated build takes today's helper and fails
+    today = pip("wheel", "--no-deps", "-w", "out", str(proj), index=upstream, cwd=tmp_path)
+    assert today.returncode != 0 and "built with buildhelper 2.0" in today.stdout + today.stderr
+    index = DatedIndex(upstream, index_env(os.environ))
+    try:
+        url = asyncio.run(index.url("2021-01-01"))
+        assert url.endswith("/2021-01-01/-/")
+        built = pip("wheel", "--no-deps", "-w", "out", str(proj), index=url, cwd=tmp_path)
+        assert built.returncode == 0, built.stdout + built.stderr
+        assert (tmp_path / "out" / "proj-0.1-py3-none-any.whl").exists()
+    finally:
+        index.close()
+
+
+def test_an_upstream_without_upload_times_is_refused_clearly(tmp_path: Path) -> None:
+    """Files whose upload time the index does not give are never served as old enough."""
+    from swegreen.dated_index import cutoff_of, render, uploaded_before
+
+    cutoff = cutoff_of("2021-01-01")
+    assert not uploaded_before({"filename": "x-1.whl"}, cutoff)
+    assert uploaded_before({"upload-time": "2021-01-01T12:00:00.5Z"}, cutoff)
+    assert not uploaded_before({"upload-time": "2021-01-02T00:00:00Z"}, cutoff)
+    page = render(
+        "x",
+        [
+            {
+                "filename": "x-1.whl",
+                "url": "https://h/x-1.whl",
+                "hashes": {"sha256": "ab"},
+                "requires-python": ">=3.6",
+                "yanked": "broken",
+            }
+        ],
+    )
+    assert 'href="https://h/x-1.whl#sha256=ab"' in page
+    assert 'data-requires-python="&gt;=3.6"' in page and 'data-yanked="broken"' in page
