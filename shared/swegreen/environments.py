@@ -497,6 +497,7 @@ class _Build:
                 await self.step([*pip, "-r", str(req_in)], "installing the recipe's packages")
             if project:
                 shutil.rmtree(project[0], ignore_errors=True)
+        dated = "PIP_INDEX_URL" in self.env and self.mgr.dated_index is not None
         freeze = await self.step([python, "-m", "pip", "freeze", "--all"], "listing packages")
         (self.path / LOCK_LIST).write_text(freeze.output)
         (self.path / ENV_INFO).write_text(
@@ -508,7 +509,8 @@ class _Build:
                     "interpreter": str(interp.path),
                     "python": interp.version,
                     "layout": "interpreter copy" if interp.relocatable else "virtualenv",
-                    "frozen_as_of": recipe.exclude_newer if frozen else None,
+                    "frozen_as_of": recipe.exclude_newer if frozen or dated else None,
+                    "frozen_by": "lock" if frozen else ("dated index" if dated else None),
                     "runtime_env": runtime,
                     "extra_bin": extra_bin,
                     "recipe": recipe.model_dump(mode="json"),
@@ -651,7 +653,14 @@ class _Build:
             )
             ok, output = await resolve(self.path / "requirements.in")
         if not ok:
-            self.log.append("# could not resolve as of the freeze date: installing unfrozen")
+            self.log.append(
+                "# uv could not resolve as of the freeze date: pip resolves instead, "
+                + (
+                    "through the dated index (still as of the date)"
+                    if "PIP_INDEX_URL" in self.env and self.mgr.dated_index is not None
+                    else "unfrozen"
+                )
+            )
             return None
         locked = self.path / "locked.txt"
         keep = [
