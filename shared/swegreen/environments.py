@@ -402,6 +402,7 @@ class _Build:
         self.mgr, self.recipe, self.key, self.path = mgr, recipe, key, path
         self.label, self.setup_commit, self.read_file = label, setup_commit, read_file
         self.checkout: Checkout | None = None
+        self.dated_index_url: str | None = None
         self.log: list[str] = [
             f"# environment {key} for {label}",
             f"# recipe {recipe.model_dump_json()}",
@@ -455,7 +456,8 @@ class _Build:
 
     async def _build(self) -> None:
         recipe, prefix = self.recipe, self.path / "py"
-        if (url := await self.mgr.index_url(recipe)) is not None:
+        self.dated_index_url = await self.mgr.index_url(recipe)
+        if (url := self.dated_index_url) is not None:
             self.env["PIP_INDEX_URL"] = url  # build isolation included (dated_index.py)
             self.log.append(f"# pip sees the index as of {recipe.exclude_newer}: {url}")
         found = await asyncio.to_thread(
@@ -497,7 +499,7 @@ class _Build:
                 await self.step([*pip, "-r", str(req_in)], "installing the recipe's packages")
             if project:
                 shutil.rmtree(project[0], ignore_errors=True)
-        dated = "PIP_INDEX_URL" in self.env and self.mgr.dated_index is not None
+        dated = self.dated_index_url is not None
         freeze = await self.step([python, "-m", "pip", "freeze", "--all"], "listing packages")
         (self.path / LOCK_LIST).write_text(freeze.output)
         (self.path / ENV_INFO).write_text(
@@ -657,7 +659,7 @@ class _Build:
                 "# uv could not resolve as of the freeze date: pip resolves instead, "
                 + (
                     "through the dated index (still as of the date)"
-                    if "PIP_INDEX_URL" in self.env and self.mgr.dated_index is not None
+                    if self.dated_index_url is not None
                     else "unfrozen"
                 )
             )
