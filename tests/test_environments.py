@@ -297,3 +297,29 @@ def test_creation_packages_are_in_place_before_anything_is_built(
     assert "setuptools==68.2.2" in lock and "probe" in lock
     log = (env.root / "build.log").read_text()
     assert log.index("setuptools==68.2.2") < log.index("probe @ file://")
+
+
+def test_a_dated_recipe_builds_through_the_dated_index(tmp_path: Path, host_env_module) -> None:
+    """Every pip of the build (and of its build environments) gets the index as of the
+    recipe's date; here iniconfig 2.x (2023) does not exist yet in 2021."""
+    from swegreen.dated_index import DatedIndex, index_env
+
+    index = DatedIndex(env=index_env(host_env_module))
+    mgr = EnvManager(
+        tmp_path / "envs",
+        InterpreterSearch.from_environ(host_env_module),
+        host_env_module,
+        dated_index=index,
+    )
+    recipe = Recipe(
+        python="host", packages=("iniconfig",), exclude_newer="2021-01-01", test_cmd="true"
+    )
+    try:
+        env = asyncio.run(mgr.ensure(recipe, "dated 1.0"))
+    finally:
+        index.close()
+    assert "iniconfig==1.1.1" in (env.root / "lock.txt").read_text()
+    log = (env.root / "build.log").read_text()
+    assert "# pip sees the index as of 2021-01-01: http://127.0.0.1:" in log
+    info = json.loads((env.root / "env.json").read_text())
+    assert (info["frozen_as_of"], info["frozen_by"]) == ("2021-01-01", "lock")

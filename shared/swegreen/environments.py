@@ -457,9 +457,6 @@ class _Build:
     async def _build(self) -> None:
         recipe, prefix = self.recipe, self.path / "py"
         self.dated_index_url = await self.mgr.index_url(recipe)
-        if (url := self.dated_index_url) is not None:
-            self.env["PIP_INDEX_URL"] = url  # build isolation included (dated_index.py)
-            self.log.append(f"# pip sees the index as of {recipe.exclude_newer}: {url}")
         found = await asyncio.to_thread(
             find_interpreter, recipe.python, self.mgr.search, self.label
         )
@@ -471,6 +468,11 @@ class _Build:
         await self.step(
             [*pip, *BASE_TOOLING.get(interp.version, DEFAULT_TOOLING)], "installing base tooling"
         )
+        # Upstream's images carry these versions whatever the recipe's date (setuptools
+        # 75.1.0 is newer than 2024-08-01); every pip after them sees the dated index.
+        if (url := self.dated_index_url) is not None:
+            self.env["PIP_INDEX_URL"] = url  # build isolation included (dated_index.py)
+            self.log.append(f"# pip sees the index as of {recipe.exclude_newer}: {url}")
         runtime: dict[str, str] = {}
         extra_bin: list[str] = []
         if recipe.system_packages:
