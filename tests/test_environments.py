@@ -61,13 +61,17 @@ def test_the_environment_is_a_copy_of_the_interpreter_without_host_packages(buil
         [
             str(prefix / "bin" / "python"),
             "-c",
-            "import sys, iniconfig; print(sys.prefix); print(iniconfig.__file__)",
+            "import sys, sysconfig, iniconfig; print(sys.prefix); print(iniconfig.__file__);"
+            "print(sysconfig.get_config_var('LIBDIR'))",
         ],
         capture_output=True,
         text=True,
         check=True,
     ).stdout.split()
     assert out[0] == str(prefix) and out[1].startswith(str(prefix))
+    # extensions link against the copy (the sandbox shows no other tree): Python <= 3.7
+    # links them against libpython, from LIBDIR
+    assert out[2] == str(prefix / "lib")
     assert not list((prefix / "bin").glob("aws*"))  # host-installed scripts stay out
 
 

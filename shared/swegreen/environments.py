@@ -729,6 +729,20 @@ def _copy_interpreter(interp: Interpreter, dest: Path) -> None:
                 relocated = relocate_runpath(data, old + b"/lib")
                 if relocated != data:
                     path.write_bytes(relocated)
+    # Build configuration names the original tree (LIBDIR, -L and -rpath for extensions,
+    # which Python <= 3.7 links against libpython): point it at the copy, which the
+    # sandbox shows, as conda rewrites prefixes when it relocates an environment.
+    for pattern in (
+        "lib/python*/_sysconfigdata*.py",
+        "lib/python*/config-*/Makefile",
+        "lib/pkgconfig/*.pc",
+    ):
+        for path in dest.glob(pattern):
+            data = path.read_bytes()
+            if old in data:
+                path.write_bytes(data.replace(old, new))
+    for stale in dest.glob("lib/python*/__pycache__/_sysconfigdata*.pyc"):
+        stale.unlink()
     python = dest / "bin" / "python"
     if not python.exists():
         python.symlink_to(f"python{interp.version}")

@@ -21,8 +21,9 @@ from swegreen.errors import ConfigError, NoRecipe
 
 # 2: environments also lock the project's own dependencies; 4: interpreter copies find
 # their libpython relative to themselves (they run where the original tree is out of sight);
-# 5: built in upstream's order (creation packages first), a satisfied conda pin kept
-RECIPE_SCHEMA_VERSION = 5
+# 5: built in upstream's order (creation packages first), a satisfied conda pin kept;
+# 6: interpreter copies' build configuration (sysconfig, Makefile) names the copy
+RECIPE_SCHEMA_VERSION = 6
 # 3: where the project disagrees with a recipe pin, the project wins (as upstream), and
 #    exempt packages really are exempt (schema 2 envs with exemptions were built unfrozen)
 # Fields that decide what an environment contains; the rest only affect evaluation.
