@@ -123,6 +123,18 @@ def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
     asyncio.run(main())
     assert count.read_text().count("setup") == 1
 
+    # an environment built again since (the cache cleared, say) prepares the workspace again
+    (env_complete,) = (testbeds.envs.root).glob("*/.complete")
+    env_complete.write_text("rebuilt")
+
+    async def again() -> float:
+        async with testbeds.open("three", instance) as third:
+            assert where_imported(third).startswith(str(third.repo))
+            return third.env_build_seconds
+
+    assert asyncio.run(again()) > 0
+    assert count.read_text().count("setup") == 2
+
 
 def test_evaluations_start_from_the_prepared_workspace_and_still_resolve(
     engine_with_setup, run_sample: RunSample

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from swegreen import artifacts as art
 from swegreen.dataset import Instance
+from swegreen.environments import COMPLETE as ENV_COMPLETE
 from swegreen.environments import ENV_INFO, Environment, EnvManager, transient_failure
 from swegreen.errors import EnvSetupFailed
 from swegreen.eval_script import eval_phases, test_command_seconds
@@ -229,16 +230,28 @@ class Testbeds:
         install is the only one an evaluation runs. Returns it and the seconds this call
         spent building (the environment included)."""
         root = self.prepared_dir(instance, recipe)
-        done = root / PREPARED_COMPLETE
-        if not done.exists():
+        if not self._usable(root):
             async with file_lock(self.options.prepared_root / ".locks" / f"{root.name}.lock"):
-                if not done.exists():
+                if not self._usable(root):
                     return await self._prepare(instance, recipe, root, notes)
-        info = json.loads((root / PREPARED_INFO).read_text())
-        env = self.envs.loaded(info["env_key"], root / "env")
+        env = self.envs.loaded(
+            json.loads((root / PREPARED_INFO).read_text())["env_key"], root / "env"
+        )
         notes.append(f"environment {env.key} and prepared workspace {root.name} (reused)")
         index_url = await self.envs.index_url(recipe)
         return Testbed(instance, recipe, root, env, [], index_url=index_url), 0.0
+
+    def _usable(self, root: Path) -> bool:
+        """Complete, and made from the environment build that exists now (one rebuilt
+        since, e.g. after the cache was cleared, prepares it again)."""
+        if not (root / PREPARED_COMPLETE).exists():
+            return False
+        try:
+            info = json.loads((root / PREPARED_INFO).read_text())
+            built = (self.envs.root / info["env_key"] / ENV_COMPLETE).read_text()
+        except (OSError, ValueError, KeyError):
+            return False
+        return built == info.get("env_built")
 
     async def _prepare(
         self, instance: Instance, recipe: Recipe, root: Path, notes: list[str]
@@ -272,7 +285,13 @@ class Testbeds:
             scratch = testbed.scratch
             await asyncio.to_thread(shutil.rmtree, scratch, True)
             (root / PREPARED_INFO).write_text(
-                json.dumps({"env_key": built.key, "instance_id": instance.instance_id})
+                json.dumps(
+                    {
+                        "env_key": built.key,
+                        "env_built": (built.root / ENV_COMPLETE).read_text(),
+                        "instance_id": instance.instance_id,
+                    }
+                )
             )
             (root / PREPARED_COMPLETE).write_text(str(time.time()))
         except BaseException:
