@@ -31,6 +31,9 @@ log = logging.getLogger("swegreen.agent")
 _STOPPING: set[asyncio.Future[None]] = set()
 
 
+STOP_ATTEMPTS = 5  # DELETE tries per run when an assessment is cancelled
+
+
 class RemoteAssessment:
     def __init__(self, settings: AgentSettings, request: AssessmentRequest, notify: Notify) -> None:
         assert settings.front_door is not None
@@ -88,14 +91,29 @@ class RemoteAssessment:
         return AssessmentOutcome(list(rows), "\n".join(lines))
 
     async def _stop(self, runs: dict[str, str]) -> None:
+        """DELETE each run, again while it still says "running": one slow or mis-mapped
+        answer (an API Gateway error that comes back as 404) must not leave it running."""
         async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as http:
             client = FrontDoorClient(self.front_door, http)
             for run_id in runs.values():
-                try:
-                    stopped = await client.stop(run_id)
-                    log.info("run %s: %s", run_id, "stopping" if stopped else "already ended")
-                except (FrontDoorError, httpx.HTTPError) as exc:
-                    log.warning("could not stop run %s: %s", run_id, exc)
+                for attempt in range(STOP_ATTEMPTS):
+                    try:
+                        if await client.stop(run_id):
+                            log.info("run %s: stopping", run_id)
+                            break
+                        state = await client.run(run_id)
+                        if state is None or state["state"] != "running":
+                            log.info("run %s: already ended", run_id)
+                            break
+                    except (FrontDoorError, httpx.HTTPError) as exc:
+                        log.warning(
+                            "could not stop run %s (attempt %d): %s", run_id, attempt + 1, exc
+                        )
+                    await asyncio.sleep(min(2.0**attempt, 10.0))
+                else:
+                    log.warning(
+                        "run %s: still running after %d stop requests", run_id, STOP_ATTEMPTS
+                    )
 
     async def _follow(self, client: FrontDoorClient, role: str, run_id: str) -> dict[str, Any]:
         started = time.monotonic()
