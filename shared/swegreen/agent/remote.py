@@ -91,8 +91,9 @@ class RemoteAssessment:
         return AssessmentOutcome(list(rows), "\n".join(lines))
 
     async def _stop(self, runs: dict[str, str]) -> None:
-        """DELETE each run, again while it still says "running": one slow or mis-mapped
-        answer (an API Gateway error that comes back as 404) must not leave it running."""
+        """DELETE each run, again while it still says "running" or is not recorded yet:
+        one slow or mis-mapped answer (an API Gateway error that comes back as 404), or a
+        cancel that comes before the run's record, must not leave it running."""
         async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as http:
             client = FrontDoorClient(self.front_door, http)
             for run_id in runs.values():
@@ -101,8 +102,9 @@ class RemoteAssessment:
                         if await client.stop(run_id):
                             log.info("run %s: stopping", run_id)
                             break
+                        # 404: ended, or not recorded yet (the record lags the start)
                         state = await client.run(run_id)
-                        if state is None or state["state"] != "running":
+                        if state is not None and state["state"] != "running":
                             log.info("run %s: already ended", run_id)
                             break
                     except (FrontDoorError, httpx.HTTPError) as exc:
