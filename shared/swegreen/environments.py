@@ -35,7 +35,7 @@ from swegreen.constraints import (
     yield_pins,
 )
 from swegreen.dated_index import DatedIndex
-from swegreen.errors import EnvSetupFailed, InterpreterNotFound
+from swegreen.errors import EnvSetupFailed, EvaluationFailure, InterpreterNotFound
 from swegreen.interpreters import (
     Interpreter,
     InterpreterSearch,
@@ -444,7 +444,8 @@ class _Build:
             self.log.append(f"# FAILED: {exc}")
             failed_log.write_text("\n".join(self.log))
             shutil.rmtree(self.path, ignore_errors=True)
-            if isinstance(exc, Exception) and not isinstance(exc, EnvSetupFailed):
+            # a repository that cannot be checked out keeps its own reason and permanence
+            if isinstance(exc, Exception) and not isinstance(exc, EvaluationFailure):
                 raise EnvSetupFailed(
                     f"environment build for {self.label} failed: {exc}",
                     log_tail="\n".join(self.log)[-4000:],
