@@ -112,10 +112,26 @@ class Emulator:
                 response_headers["x-amz-function-error"] = "Unhandled"
             return payload
 
+        # moto's ECS backend is not thread-safe: DescribeTasks (the .sync integration's
+        # poll) iterates the task table while RunTask or StopTask from another request
+        # thread changes it ("dictionary changed size during iteration", a 500 that the
+        # state machine turned into an error row under load). One lock serializes them.
+        ecs_lock = threading.RLock()
+
+        def serialized(name: str) -> Any:
+            method = getattr(EC2ContainerServiceBackend, name)
+
+            def call(backend: Any, *args: Any, **kwargs: Any) -> Any:
+                with ecs_lock:
+                    return method(backend, *args, **kwargs)
+
+            return call
+
         def run_task(backend: Any, *args: Any, **kwargs: Any) -> list[Any]:
             overrides = kwargs.get("overrides") or (args[3] if len(args) > 3 else None) or {}
             emulator._check_overrides(overrides)
-            tasks = original_run_task(backend, *args, **kwargs)
+            with ecs_lock:
+                tasks = original_run_task(backend, *args, **kwargs)
             for task in tasks:
                 emulator._start_container(backend, task)
             return tasks
@@ -124,6 +140,10 @@ class Emulator:
             *cloudformation_gaps(),
             mock.patch.object(LambdaFunction, "invoke", invoke),
             mock.patch.object(EC2ContainerServiceBackend, "run_task", run_task),
+            *(
+                mock.patch.object(EC2ContainerServiceBackend, name, serialized(name))
+                for name in ("describe_tasks", "stop_task", "list_tasks")
+            ),
             # CloudFormation's state machines go where executions run.
             mock.patch.object(sfn_models, "stepfunctions_backends", stepfunctions_parser_backends),
             mock.patch.dict(os.environ, {"MOTO_PORT": str(self.port)}),
