@@ -95,7 +95,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         m = _PATH.match(self.path.split("?", 1)[0])
         if not m:
-            self._answer(404, "text/plain", "ask /<YYYY-MM-DD>/<project>/\n")
+            self._answer(404, "text/plain", "ask /<YYYY-MM-DD>/<exempt or ->/<project>/\n")
             return
         day, exempt, project = m.groups()
         try:
