@@ -91,31 +91,28 @@ class RemoteAssessment:
         return AssessmentOutcome(list(rows), "\n".join(lines))
 
     async def _stop(self, runs: dict[str, str]) -> None:
-        """DELETE each run, again while it still says "running" or is not recorded yet:
-        one slow or mis-mapped answer (an API Gateway error that comes back as 404), or a
-        cancel that comes before the run's record, must not leave it running."""
+        """DELETE each run until its record says it ended (at most STOP_ATTEMPTS times):
+        a 202 from a failed stop, an API Gateway error that comes back as 404, or a cancel
+        that comes before the run's record must not leave it running."""
         async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as http:
             client = FrontDoorClient(self.front_door, http)
             for run_id in runs.values():
                 for attempt in range(STOP_ATTEMPTS):
                     try:
-                        if await client.stop(run_id):
-                            log.info("run %s: stopping", run_id)
-                            break
-                        # 404: ended, or not recorded yet (the record lags the start)
-                        state = await client.run(run_id)
-                        if state is not None and state["state"] != "running":
-                            log.info("run %s: already ended", run_id)
-                            break
+                        stopping = await client.stop(run_id)
+                        log.info("run %s: %s", run_id, "stopping" if stopping else "not found")
                     except (FrontDoorError, httpx.HTTPError) as exc:
-                        log.warning(
-                            "could not stop run %s (attempt %d): %s", run_id, attempt + 1, exc
-                        )
+                        log.warning("could not stop run %s (try %d): %s", run_id, attempt + 1, exc)
                     await asyncio.sleep(min(2.0**attempt, 10.0))
+                    try:
+                        state = await client.run(run_id)
+                    except (FrontDoorError, httpx.HTTPError):
+                        continue
+                    if state is not None and state["state"] != "running":
+                        log.info("run %s: %s", run_id, state["state"])
+                        break
                 else:
-                    log.warning(
-                        "run %s: still running after %d stop requests", run_id, STOP_ATTEMPTS
-                    )
+                    log.warning("run %s: still says running after %d stops", run_id, STOP_ATTEMPTS)
 
     async def _follow(self, client: FrontDoorClient, role: str, run_id: str) -> dict[str, Any]:
         started = time.monotonic()
