@@ -76,7 +76,6 @@ class BaseValidator:
                     "f2p_passing_on_base": [],
                     "p2p_failing_on_base": [],
                 }
-            built = testbed.env_build_seconds
             grade = grade_log(
                 instance,
                 run.log_path,
@@ -92,7 +91,7 @@ class BaseValidator:
             "f2p_passing_on_base": f2p_passing,
             "p2p_failing_on_base": grade.p2p_failing,
             "log": log_copy.name,
-            "env_build_seconds": built,
+            "env_build_seconds": testbed.env_build_seconds,
         }
 
 

@@ -290,6 +290,11 @@ class EnvManager:
             extra_bin=tuple(Path(p) for p in info.get("extra_bin", [])),
         )
 
+    def close(self) -> None:
+        """Stop what the manager started (the dated index process)."""
+        if self.dated_index is not None:
+            self.dated_index.close()
+
     async def index_url(self, recipe: Recipe) -> str | None:
         """The index every pip of ``recipe`` should see: as of its date, when it has one."""
         if not recipe.exclude_newer or self.dated_index is None:

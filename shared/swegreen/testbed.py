@@ -157,8 +157,7 @@ class Testbeds:
         self.host_env = dict(host_env)
 
     def close(self) -> None:
-        if self.envs.dated_index is not None:
-            self.envs.dated_index.close()
+        self.envs.close()
 
     def timeout_for(self, recipe: Recipe) -> float:
         return self.options.eval_timeout or recipe.eval_timeout or DEFAULT_EVAL_TIMEOUT
@@ -178,16 +177,15 @@ class Testbeds:
         try:
             notes: list[str] = []
             t0 = time.monotonic()
-            prepared, built = await self.prepared(instance, recipe, notes)
+            prepared = await self.prepared(instance, recipe, notes)
             await asyncio.to_thread(_copy_tree, prepared.repo, workspace / "repo")
             env = await self.envs.view(
                 prepared.env, workspace / "env", {str(prepared.repo): str(workspace / "repo")}
             )
+            built = prepared.env_build_seconds
             notes.append(
-                f"workspace copied from the prepared one in {time.monotonic() - t0:.1f}s "
-                f"(including {built:.1f}s of building)"
-                if built
-                else f"workspace copied from the prepared one in {time.monotonic() - t0:.1f}s"
+                f"workspace copied from the prepared one in {time.monotonic() - t0:.1f}s"
+                + (f" (including {built:.1f}s of building)" if built else "")
             )
             yield Testbed(
                 instance,
@@ -221,14 +219,12 @@ class Testbeds:
         key = hashlib.sha256(blob.encode()).hexdigest()[:12]
         return self.options.prepared_root / f"{instance.instance_id}.{key}"
 
-    async def prepared(
-        self, instance: Instance, recipe: Recipe, notes: list[str]
-    ) -> tuple[Testbed, float]:
+    async def prepared(self, instance: Instance, recipe: Recipe, notes: list[str]) -> Testbed:
         """The instance's workspace as the official instance image holds it: the
         repository at the base commit, its environment view, pre-install and install done
         and committed. Built once (under a lock), then only copied: the eval script's own
-        install is the only one an evaluation runs. Returns it and the seconds this call
-        spent building (the environment included)."""
+        install is the only one an evaluation runs. Its ``env_build_seconds`` are what this
+        call spent building (the environment included)."""
         root = self.prepared_dir(instance, recipe)
         if not self._usable(root):
             async with file_lock(self.options.prepared_root / ".locks" / f"{root.name}.lock"):
@@ -239,7 +235,7 @@ class Testbeds:
         )
         notes.append(f"environment {env.key} and prepared workspace {root.name} (reused)")
         index_url = await self.envs.index_url(recipe)
-        return Testbed(instance, recipe, root, env, [], index_url=index_url), 0.0
+        return Testbed(instance, recipe, root, env, [], index_url=index_url)
 
     def _usable(self, root: Path) -> bool:
         """Complete, and made from the environment build that exists now (one rebuilt
@@ -255,7 +251,7 @@ class Testbeds:
 
     async def _prepare(
         self, instance: Instance, recipe: Recipe, root: Path, notes: list[str]
-    ) -> tuple[Testbed, float]:
+    ) -> Testbed:
         start = time.monotonic()
         await asyncio.to_thread(shutil.rmtree, root, True)  # an interrupted earlier one
         root.mkdir(parents=True)
@@ -299,7 +295,9 @@ class Testbeds:
             raise
         seconds = time.monotonic() - start
         notes.append(f"prepared workspace {root.name} built in {seconds:.1f}s")
-        return Testbed(instance, recipe, root, env, [], index_url=index_url), seconds
+        return Testbed(
+            instance, recipe, root, env, [], env_build_seconds=seconds, index_url=index_url
+        )
 
     def git_env(self, testbed: Testbed) -> dict[str, str]:
         return git_env(testbed.workspace / "home", self.host_env)
