@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from swegreen.artifacts import LocalArtifacts, ScrubbedArtifacts
 from swegreen.base_validation import BaseValidator
+from swegreen.compile_cache import CompileCache
 from swegreen.config import EvalConfig
 from swegreen.dated_index import DEFAULT_UPSTREAM, DatedIndex, index_env
 from swegreen.environments import EnvManager
@@ -53,6 +54,11 @@ class LocalSettings(BaseModel):
     )
     memory_mb: int | None = Field(16384, description="Address-space limit of each test process.")
     max_processes: int | None = Field(4096, description="Process limit of a test run.")
+    compile_cache: bool = Field(
+        True,
+        description="Compile an instance's extensions once, where the host has ccache "
+        "(compile_cache.py); off: every evaluation's install compiles them again.",
+    )
 
     @property
     def store_path(self) -> Path:
@@ -108,6 +114,7 @@ def build_testbeds(
             network_instances=known_network_instances() | set(config.network_instances),
         ),
         host_env=host_env,
+        compile_cache=CompileCache.find(host_env) if settings.compile_cache else None,
     )
 
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swegreen import artifacts as art
+from swegreen.compile_cache import CACHE_DIR as COMPILE_CACHE_DIR
+from swegreen.compile_cache import CompileCache
 from swegreen.dataset import Instance
 from swegreen.environments import COMPLETE as ENV_COMPLETE
 from swegreen.environments import ENV_INFO, Environment, EnvManager, transient_failure
@@ -148,8 +150,10 @@ class Testbeds:
         sandbox: LocalSandbox,
         options: TestbedOptions,
         host_env: Mapping[str, str],
+        compile_cache: CompileCache | None = None,
     ) -> None:
         self.repos = repos
+        self.compile_cache = compile_cache
         self.recipes = recipes
         self.envs = envs
         self.sandbox = sandbox
@@ -355,13 +359,14 @@ class Testbeds:
         prepare.write_text(phases.prepare)
         guard = guard or self.guard(testbed)
         await guard.snapshot()
+        install_env = self._with_compile_cache(testbed, env, writable=False)
         self.sandbox.lend([testbed.workspace, testbed.scratch])
         # The install may need the package index (as in upstream's containers); the
         # tests never get the network unless the recipe or the instance needs it.
         result = await self.sandbox.run_script(
             prepare,
             cwd=testbed.repo,
-            env=env,
+            env=install_env,
             policy=policy,
             log_path=log_path,
             mounts=mounts,
@@ -450,6 +455,23 @@ class Testbeds:
             extra=extra,
         )
 
+    def _with_compile_cache(
+        self, testbed: Testbed, env: dict[str, str], *, writable: bool
+    ) -> dict[str, str]:
+        """``env`` for an install step, compiling through the prepared workspace's
+        compiler cache (compile_cache.py): written while the prepared workspace is built,
+        read by evaluations. Unchanged where the host has no ccache."""
+        prepared = testbed.workspace if writable else testbed.prepared
+        if self.compile_cache is None or prepared is None:
+            return env
+        cache = prepared / COMPILE_CACHE_DIR
+        if not writable and not cache.is_dir():
+            return env  # prepared before the cache existed, or nothing was compiled
+        shims, extra = self.compile_cache.environment(
+            testbed.workspace, cache, Path(env["TMPDIR"]), writable=writable
+        )
+        return {**env, **extra, "PATH": f"{shims}:{env['PATH']}"}
+
     async def _services(self, recipe: Recipe, policy: SandboxPolicy) -> tuple[str, ...]:
         """Start snippets for the local services the recipe's tests call."""
         snippets = []
@@ -465,7 +487,7 @@ class Testbeds:
         one commit of the result, so that ``git diff`` shows only the patch."""
         recipe = testbed.recipe
         steps = [*recipe.pre_install, *([recipe.install] if recipe.install else [])]
-        environ = self._test_env(testbed)
+        environ = self._with_compile_cache(testbed, self._test_env(testbed), writable=True)
         environ.update({k: v for k, v in self.git_env(testbed).items() if k.startswith("GIT_")})
         script = "\n".join(
             ["set -euxo pipefail", *steps, "git commit --quiet --allow-empty -am SWE-bench"]
