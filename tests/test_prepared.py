@@ -32,7 +32,12 @@ def editable_recipe(count: Path) -> Recipe:
     return Recipe(
         python="host",
         packages=("pytest==8.3.5",),
-        pre_install=(f"echo setup >> {count}", f"printf '{PYPROJECT}' > pyproject.toml"),
+        pre_install=(
+            f"echo setup >> {count}",
+            f"printf '{PYPROJECT}' > pyproject.toml",
+            # what pip keeps of the setup's downloads (build requirements, say)
+            'mkdir -p "$PIP_CACHE_DIR/http" && echo cached > "$PIP_CACHE_DIR/http/entry"',
+        ),
         install="python -m pip install --no-build-isolation --no-index -q -e .",
         test_cmd="pytest --no-header -rA --tb=no -p no:cacheprovider",
         eval_timeout=120,
@@ -107,6 +112,10 @@ def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
             site = first.site_packages
             assert site is not None
             (site / "leaked.pth").write_text("/nowhere\n")
+            # the setup's pip cache, as a private copy (the eval-time install finds it)
+            entry = first.scratch / "pip-cache" / "http" / "entry"
+            assert entry.read_text() == "cached\n"
+            entry.write_text("poisoned\n")
             async with testbeds.open("two", instance) as second:
                 assert second.prepared == first.prepared
                 assert second.env_build_seconds == 0.0
@@ -116,6 +125,7 @@ def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
                 assert "LEAKED" not in init
                 assert second.site_packages is not None
                 assert not (second.site_packages / "leaked.pth").exists()
+                assert (second.scratch / "pip-cache" / "http" / "entry").read_text() == "cached\n"
                 # the setup is committed (`commit -am`, as in upstream's images)
                 assert tracked_changes(second.repo) == ""
             assert tree_digest(first.prepared) == prepared_digest

@@ -60,6 +60,7 @@ SETUP_TIMEOUT = 3600.0
 PREPARED_SCHEMA = 1
 PREPARED_COMPLETE = ".complete"
 PREPARED_INFO = "prepared.json"
+PIP_CACHE = "pip-cache"  # in a prepared workspace, and in each evaluation's scratch dir
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,14 @@ class Testbeds:
             t0 = time.monotonic()
             prepared = await self.prepared(instance, recipe, notes)
             await asyncio.to_thread(_copy_tree, prepared.repo, workspace / "repo")
+            # What the setup's install downloaded (build requirements of an isolated
+            # build, say), as a private copy: the eval-time install finds it, as it finds
+            # the pip cache of upstream's image, and nothing it writes reaches another.
+            cached = prepared.workspace / PIP_CACHE
+            if cached.is_dir():
+                scratch = scratch_dir(workspace / "repo", f"swegreen-{workspace.name}")
+                scratch.mkdir(parents=True, exist_ok=True)
+                await asyncio.to_thread(_copy_tree, cached, scratch / PIP_CACHE)
             env = await self.envs.view(
                 prepared.env, workspace / "env", {str(prepared.repo): str(workspace / "repo")}
             )
@@ -283,6 +292,8 @@ class Testbeds:
             testbed = Testbed(instance, recipe, root, env, notes, index_url=index_url)
             await self._setup_repo(testbed)
             scratch = testbed.scratch
+            if (scratch / PIP_CACHE).is_dir():  # kept for the evaluations (open)
+                await asyncio.to_thread(shutil.move, scratch / PIP_CACHE, root / PIP_CACHE)
             await asyncio.to_thread(shutil.rmtree, scratch, True)
             (root / PREPARED_INFO).write_text(
                 json.dumps(
@@ -451,7 +462,7 @@ class Testbeds:
             virtual_env=venv,
             scratch=testbed.scratch,
             host_env=self.host_env,
-            pip_cache=testbed.scratch / "pip-cache",  # private: a shared one could be poisoned
+            pip_cache=testbed.scratch / PIP_CACHE,  # private: a shared one could be poisoned
             extra=extra,
         )
 
