@@ -97,6 +97,18 @@ def test_a_missing_commit_is_named(tmp_path: Path, upstream) -> None:
         asyncio.run(cache.ensure_commit("acme/widget", "1234567890" * 4))
 
 
+def test_a_blob_the_source_lacks_is_a_permanent_failure(tmp_path: Path, upstream) -> None:
+    """As the public astropy snapshot lacks a large data file: the checkout fails with
+    git's "unable to read sha1 file of <path>", which no retry can mend."""
+    path, shas = upstream
+    blob = git(path, "rev-parse", f"{shas[2]}:future.txt").stdout.strip()
+    (path / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    cache = cache_for(tmp_path)
+    with pytest.raises(RepoUnavailable, match="unable to read sha1 file") as failed:
+        asyncio.run(cache.checkout("acme/widget", shas[2], tmp_path / "work"))
+    assert failed.value.permanent
+
+
 def commit_gitlink(repo: Path, target: str) -> str:
     """Commit .gitmodules and a gitlink to ``target`` at helpers/ (no work tree for it)."""
     git(repo, "update-index", "--add", "--cacheinfo", f"160000,{target},helpers")

@@ -25,7 +25,8 @@ CLONE_TIMEOUT = 3600.0
 # What git says when the source lacks an object (a partial or pruned mirror): no retry
 # brings it back, unlike a network failure.
 MISSING_OBJECT = re.compile(
-    r"missing (blob|tree|commit|object)|unable to read [0-9a-f]{7,}|bad object|"
+    r"missing (blob|tree|commit|object)|unable to read [0-9a-f]{7,}|"
+    r"unable to read sha1 file of|bad object|"
     r"not our ref|could not read .* from the source|fatal: reference is not a tree",
     re.IGNORECASE,
 )
