@@ -180,6 +180,40 @@ def test_a_recipe_that_cannot_build_is_remembered_until_a_rebuild_is_asked(
     assert rebuilding.failure_path(key).exists()
 
 
+def test_an_object_missing_at_the_setup_commit_is_remembered_with_its_own_reason(
+    tmp_path: Path, host_env_module
+) -> None:
+    """astropy 5.1's environment_setup_commit references a blob the public snapshot lacks:
+    every row of that environment failed the same way, each after a new checkout. Now
+    the first failure is remembered, as repo_unavailable (the source's fault, not the
+    recipe's), and later builds of the key fail without trying."""
+    from swegreen.errors import RepoUnavailable
+
+    recipe = Recipe(
+        python="host",
+        install="python -m pip install -e .",
+        test_cmd="true",
+        exclude_newer="2024-01-01",
+    )
+    checkouts: list[Path] = []
+
+    async def checkout(dest: Path) -> None:
+        checkouts.append(dest)
+        raise RepoUnavailable("unable to read sha1 file of big/data (4a48cb8)", permanent=True)
+
+    def attempt(mgr: EnvManager) -> RepoUnavailable:
+        with pytest.raises(RepoUnavailable) as info:
+            asyncio.run(mgr.ensure(recipe, "o/r 5.1", "c" * 40, lambda _p: None, checkout))
+        return info.value
+
+    root = tmp_path / "envs"
+    first = attempt(manager(root, host_env_module))
+    assert first.permanent and len(checkouts) == 1
+    later = attempt(manager(root, host_env_module))  # another run
+    assert later.permanent and "remembered from" in str(later) and "sha1 file" in str(later)
+    assert len(checkouts) == 1
+
+
 @pytest.mark.parametrize(
     ("output", "transient"),
     [

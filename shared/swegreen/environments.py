@@ -35,7 +35,7 @@ from swegreen.constraints import (
     yield_pins,
 )
 from swegreen.dated_index import DatedIndex
-from swegreen.errors import EnvSetupFailed, EvaluationFailure, InterpreterNotFound
+from swegreen.errors import EnvSetupFailed, EvaluationFailure, InterpreterNotFound, RepoUnavailable
 from swegreen.interpreters import (
     Interpreter,
     InterpreterSearch,
@@ -166,13 +166,13 @@ class EnvManager:
         self.host_env = dict(host_env)
         self.max_builds = max_builds
         self.rebuild_failed = rebuild_failed
-        self._failures: dict[str, list[EnvSetupFailed]] = {}
+        self._failures: dict[str, list[EvaluationFailure]] = {}
         self._rebuilt: set[str] = set()  # keys whose remembered failure this process retried
 
     def failure_path(self, key: str) -> Path:
         return self.root / f"{key}.failed.json"
 
-    def remembered_failure(self, key: str) -> EnvSetupFailed | None:
+    def remembered_failure(self, key: str) -> EvaluationFailure | None:
         """The failure remembered for ``key``, unless a rebuild was asked for and this
         process has not tried it yet."""
         path = self.failure_path(key)
@@ -182,7 +182,8 @@ class EnvManager:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             return None
-        return EnvSetupFailed(
+        cls = RepoUnavailable if data.get("reason") == RepoUnavailable.reason else EnvSetupFailed
+        return cls(
             f"{data.get('message', 'the build failed')} (remembered from "
             f"{data.get('when', 'an earlier build')}; log: {self.root / f'{key}.failed.log'}; "
             "fix the recipe, or run with --rebuild-envs to build it again)",
@@ -236,7 +237,7 @@ class EnvManager:
             failures = self._failures.setdefault(key, [])
             if failures and (failures[-1].permanent or len(failures) >= self.max_builds):
                 last = failures[-1]
-                raise EnvSetupFailed(
+                raise type(last)(
                     f"{last} (failed {len(failures)} time(s) in this run; "
                     f"log: {self.root / f'{key}.failed.log'})",
                     log_tail=last.log_tail,
@@ -251,7 +252,10 @@ class EnvManager:
                 )
                 build.checkout = checkout
                 await build.run()
-            except EnvSetupFailed as exc:
+            except (EnvSetupFailed, RepoUnavailable) as exc:
+                # A permanent failure (the recipe's own, or an object the source lacks at
+                # the setup commit) fails every later build of this key the same way: kept
+                # for this run, and on disk but for a missing interpreter (installable).
                 failures.append(exc)
                 if exc.permanent and not isinstance(exc, InterpreterNotFound):
                     self._remember(key, label, exc)
@@ -267,7 +271,7 @@ class EnvManager:
                 reused=False,
             )
 
-    def _remember(self, key: str, label: str, exc: EnvSetupFailed) -> None:
+    def _remember(self, key: str, label: str, exc: EvaluationFailure) -> None:
         record = {
             "key": key,
             "for": label,
