@@ -1,22 +1,31 @@
-"""Simulate a full run of the AWS pipeline: state transitions, wall time, cost.
+"""A cost and wall-time model of one run of the AWS pipeline (infra/workflow.py), driven by
+figures measured on real instances here.
 
-The state machine is the one in infra/workflow.py; per row it enters
+Measured (this repository's benchmarks, on the 2-core machine of docs/benchmarks.md):
+  * WARM_EVAL: a warm evaluation per repository (benchmarks/overhead.py: workspace copy,
+    patch, the eval script with its install, grading), the time an evaluate task works;
+  * ARTIFACT_MB and UNPACK_SECONDS: what a row downloads and how long unpacking it takes
+    (benchmarks/artifacts.py, median over the same instances);
+  * COLD_BUILD: the build phase's environment and prepared-workspace build per instance
+    (benchmarks/overhead.py's cold column).
+Assumed (not measurable without an AWS account; flags change them): a Fargate task's start
+(placement and image pull), S3 throughput into a task, the Spot discount and interruption
+rate, Lambda durations.
 
-    Dispatch, PatchReady, (WaitForParticipant, Poll, PatchReady) x polls, HasPatch,
-    Sandbox, Classify
+Per row the Rows machine runs Participant?, Dispatch, HasPatch, Presign, EvaluateFirstAttempt,
+EvaluateCapacity?, EvaluateSpot, EvaluateDone, Classify (one Standard child execution per
+row: ~11 transitions with its start and end); a row whose Spot task is reclaimed runs
+EvaluateFailed, EvaluateAgain?, EvaluateBackoff, EvaluateCapacity? and an on-demand task
+again. Rows are scheduled on ``max_concurrent_rows`` slots in dataset order; each row's
+evaluate time is its repository's measured warm evaluation spread log-normally (seeded:
+every scenario sees the same rows), so the run's wall time includes the slow tail.
+Repositories not measured here (django, matplotlib, scikit-learn) take the median of the
+measured ones.
 
-(a predictions run's Dispatch returns the patch at once: no polls), and per run Resolve,
-LargeRun?, the Map, Aggregate. Rows are scheduled on ``max_concurrent_rows`` slots in
-dataset order, each taking participant time + sandbox time drawn from log-normal
-distributions with the given means (seeded, so figures are reproducible); the makespan is
-the run's wall time. Prices are us-east-1 list prices (see PRICES); change them with
---price name=value.
+    python benchmarks/aws_cost.py                          # the docs' scenarios
+    python benchmarks/aws_cost.py --concurrency 100 --task-start-seconds 60
 
-    python benchmarks/aws_cost.py                          # 500 rows, the docs' scenarios
-    python benchmarks/aws_cost.py --rows 500 --concurrency 40 --sandbox-minutes 6 \\
-        --participant-minutes 10 --poll-seconds 30
-
-Prints a markdown table (docs/aws.md keeps the latest, with its date).
+Prints markdown tables (docs/aws.md keeps the latest, with the date).
 """
 
 from __future__ import annotations
@@ -25,15 +34,18 @@ import argparse
 import heapq
 import math
 import random
+import statistics
 from dataclasses import dataclass, field
 
-# us-east-1 list prices, USD (checked 2026-11; Fargate Linux/x86, Lambda x86, Step
-# Functions standard workflows, DynamoDB on-demand, S3 standard, EFS standard + elastic
-# throughput). Free tiers are ignored.
+# us-east-1 list prices, USD (2026-11; Fargate Linux/x86, Fargate Spot at its usual ~70%
+# discount (it varies), Lambda x86, Step Functions Standard, DynamoDB on-demand, S3
+# Standard). Data from S3 to tasks goes through the VPC's gateway endpoint: free. Free
+# tiers are ignored.
 PRICES = {
     "fargate_vcpu_hour": 0.04048,
     "fargate_gb_hour": 0.004445,
     "fargate_ephemeral_gb_hour": 0.000111,  # above the 20 GB included
+    "spot_discount": 0.70,
     "lambda_gb_second": 0.0000166667,
     "lambda_request": 0.20 / 1e6,
     "sfn_transition": 0.025 / 1000,
@@ -41,128 +53,207 @@ PRICES = {
     "ddb_read_unit": 0.125 / 1e6,
     "s3_put": 0.005 / 1000,
     "s3_get": 0.0004 / 1000,
-    "efs_read_gb": 0.03,
-    "efs_write_gb": 0.06,
+    "s3_gb_month": 0.023,
     "logs_ingest_gb": 0.50,
 }
+
+# Measured 2026-11-23 (docs/benchmarks.md): best warm evaluation of one instance per
+# repository, seconds, on 2 cores.
+WARM_EVAL = {
+    "astropy/astropy": (33.1 + 17.8) / 2,
+    "mwaskom/seaborn": 58.1,
+    "pallets/flask": 10.6,
+    "psf/requests": 4.9,
+    "pydata/xarray": 16.4,
+    "pylint-dev/pylint": 66.5,
+    "pytest-dev/pytest": 29.9,
+    "sphinx-doc/sphinx": 12.6,
+    "sympy/sympy": 140.0,
+}
+# The build phase's cold build of one instance (environment + prepared workspace), s.
+COLD_BUILD = {
+    "astropy/astropy": (275.8 + 299.6) / 2,
+    "mwaskom/seaborn": 79.2,
+    "pallets/flask": 55.1,
+    "psf/requests": 32.2,
+    "pydata/xarray": 185.7,
+    "pylint-dev/pylint": 82.5,
+    "pytest-dev/pytest": 52.2,
+    "sphinx-doc/sphinx": 66.1,
+    "sympy/sympy": 34.1,
+}
+ARTIFACT_MB = 263.0  # median a row downloads (mirror + environment + prepared), artifacts.py
+UNPACK_SECONDS = 12.8  # median unpack of those, artifacts.py (measured on a loaded machine)
+# SWE-bench Verified's rows per repository (500) and distinct (repo, version) environments.
+VERIFIED = {
+    "django/django": 231,
+    "sympy/sympy": 75,
+    "sphinx-doc/sphinx": 44,
+    "matplotlib/matplotlib": 34,
+    "scikit-learn/scikit-learn": 32,
+    "astropy/astropy": 22,
+    "pydata/xarray": 22,
+    "pytest-dev/pytest": 19,
+    "pylint-dev/pylint": 10,
+    "psf/requests": 8,
+    "mwaskom/seaborn": 2,
+    "pallets/flask": 1,
+}
+VERIFIED_ENVIRONMENTS = 80
 
 
 @dataclass
 class Scenario:
+    concurrency: int = 100
     rows: int = 500
-    concurrency: int = 40
-    sandbox_minutes: float = 6.0  # mean Fargate task time per row, image pull included
-    participant_minutes: float = 0.0  # 0: a predictions run (no participant)
-    poll_seconds: int = 30
-    vcpu: float = 4.0
-    memory_gb: float = 16.0
-    ephemeral_gb: float = 100.0
-    lambda_memory_gb: float = 0.5
-    dispatch_seconds: float = 1.5
-    poll_call_seconds: float = 0.5
-    classify_seconds: float = 1.0
-    environments: int = 60  # distinct (repo, version) environments in Verified
-    environment_gb: float = 1.5  # written once to EFS, then read by every task of it
-    read_gb_per_task: float = 0.5  # the environment's view a task copies from EFS
-    log_mb_per_task: float = 2.0
+    vcpu: float = 2.0  # the evaluate task (infra/settings.py: sandbox_cpu)
+    memory_gb: float = 8.0
+    ephemeral_gb: float = 50.0
+    build_vcpu: float = 4.0
+    build_memory_gb: float = 16.0
+    task_start_seconds: float = 40.0  # assumed: placement + image pull (billed from the pull)
+    s3_mb_per_second: float = 100.0  # assumed: one task's download from S3
+    spot: bool = True
+    spot_interruptions: float = 0.05  # assumed: share of Spot tasks reclaimed (run again)
+    participant_minutes: float = 0.0  # an A2A participant's time per row (0: predictions)
+    lambda_seconds_per_row: float = 3.0  # Dispatch + Presign + Classify, at 512 MB
+    log_mb_per_row: float = 1.0
+    longest_first: bool = True  # Resolve's order (swegreen.schedule): slowest first
+    spread: float = 0.6  # log-normal sigma of a row's time around its repository's figure
     seed: int = 0
     prices: dict[str, float] = field(default_factory=lambda: dict(PRICES))
 
 
 @dataclass
 class Figures:
+    wall_minutes: float
+    task_hours: float
     transitions: int
-    wall_hours: float
-    fargate_task_hours: float
     cost: dict[str, float]
+    row_seconds_median: float
 
     @property
     def total(self) -> float:
         return sum(self.cost.values())
 
 
-def _lognormal(rng: random.Random, mean: float, sigma: float = 0.8) -> float:
-    """A right-skewed duration with the given mean (a few rows take far longer)."""
-    if mean <= 0:
-        return 0.0
+def _lognormal(rng: random.Random, mean: float, sigma: float) -> float:
     mu = math.log(mean) - sigma**2 / 2
     return rng.lognormvariate(mu, sigma)
 
 
+def _rows(s: Scenario) -> list[str]:
+    """The rows' repositories in the order the Map takes them: slowest repositories first
+    (Resolve's order), or the dataset's (instance ids sorted: sympy, the slowest, last)."""
+    repos = [repo for repo in sorted(VERIFIED) for _ in range(VERIFIED[repo])]
+    repos = [repos[i % len(repos)] for i in range(s.rows)]
+    if s.longest_first:
+        fallback = statistics.median(WARM_EVAL.values())
+        repos.sort(key=lambda r: -WARM_EVAL.get(r, fallback))
+    return repos
+
+
+def _vcpu_gb_hour(s: Scenario, vcpu: float, memory: float, spot: bool) -> float:
+    p = s.prices
+    hourly = vcpu * p["fargate_vcpu_hour"] + memory * p["fargate_gb_hour"]
+    hourly += max(0.0, s.ephemeral_gb - 20) * p["fargate_ephemeral_gb_hour"]
+    return hourly * ((1 - p["spot_discount"]) if spot else 1.0)
+
+
 def simulate(s: Scenario) -> Figures:
-    # Separate streams: the same rows take the same sandbox time in every scenario.
-    rng_participant, rng_sandbox = random.Random(s.seed), random.Random(s.seed + 1)
-    participant = [_lognormal(rng_participant, s.participant_minutes * 60) for _ in range(s.rows)]
-    sandbox = [_lognormal(rng_sandbox, s.sandbox_minutes * 60) for _ in range(s.rows)]
-    # Each row: dispatch, then polls every poll_seconds until the participant is done.
-    polls = [math.ceil(p / s.poll_seconds) if p else 0 for p in participant]
-    row_seconds = [
-        s.dispatch_seconds + n * (s.poll_seconds + s.poll_call_seconds) + sb + s.classify_seconds
-        for n, sb in zip(polls, sandbox, strict=True)
-    ]
+    rng = random.Random(s.seed)
+    fallback = statistics.median(WARM_EVAL.values())
+    start = s.task_start_seconds + ARTIFACT_MB / s.s3_mb_per_second + UNPACK_SECONDS
+    first_rate = _vcpu_gb_hour(s, s.vcpu, s.memory_gb, s.spot)
+    on_demand_rate = _vcpu_gb_hour(s, s.vcpu, s.memory_gb, False)
+    task_seconds = 0.0
+    fargate = 0.0
+    row_seconds: list[float] = []  # a row's wall time, participant included
+    interrupted = 0
+    for repo in _rows(s):
+        work = start + _lognormal(rng, WARM_EVAL.get(repo, fallback), s.spread)
+        wall = s.participant_minutes * 60 + work + s.lambda_seconds_per_row
+        if s.spot and rng.random() < s.spot_interruptions:
+            # reclaimed halfway on average (billed at Spot), then run again on demand
+            # (TaskRetry: on-demand after Spot failed twice; modelled as at once)
+            interrupted += 1
+            fargate += work / 2 / 3600 * first_rate + work / 3600 * on_demand_rate
+            task_seconds += work * 1.5
+            wall += work / 2 + 10
+        else:
+            fargate += work / 3600 * first_rate
+            task_seconds += work
+        row_seconds.append(wall)
     slots = [0.0] * min(s.concurrency, s.rows)
     heapq.heapify(slots)
     end = 0.0
     for seconds in row_seconds:  # the Map starts the next row when a slot frees up
-        start = heapq.heappop(slots)
-        end = max(end, start + seconds)
-        heapq.heappush(slots, start + seconds)
-
-    per_row = [5 + 3 * n for n in polls]
-    transitions = sum(per_row) + 5  # + Resolve, LargeRun?, Map, Aggregate, end
+        began = heapq.heappop(slots)
+        end = max(end, began + seconds)
+        heapq.heappush(slots, began + seconds)
+    end += 30  # Resolve, the child execution's start, Aggregate
     p = s.prices
-    task_hours = sum(sandbox) / 3600
-    fargate = task_hours * (
-        s.vcpu * p["fargate_vcpu_hour"]
-        + s.memory_gb * p["fargate_gb_hour"]
-        + max(0.0, s.ephemeral_gb - 20) * p["fargate_ephemeral_gb_hour"]
-    )
-    lambda_seconds = (
-        s.rows * (s.dispatch_seconds + s.classify_seconds)
-        + sum(polls) * s.poll_call_seconds
-        + 2 * 5.0  # Resolve and Aggregate
-    )
-    invocations = 2 * s.rows + sum(polls) + 2
+    task_hours = task_seconds / 3600
+    transitions = s.rows * 11 + interrupted * 5 + 12
+    lambda_gb_s = s.rows * s.lambda_seconds_per_row * 0.5 + 2 * 10 * 1.0
+    watch = 0.0
+    if s.participant_minutes:  # Watch every minute while rows wait, 1 s at 512 MB
+        watch = end / 60 * 1.0 * 0.5
     cost = {
         "Fargate": fargate,
-        "Lambda": lambda_seconds * s.lambda_memory_gb * p["lambda_gb_second"]
-        + invocations * p["lambda_request"],
+        "Lambda": (lambda_gb_s + watch) * p["lambda_gb_second"]
+        + (3 * s.rows + end / 60) * p["lambda_request"],
         "Step Functions": transitions * p["sfn_transition"],
-        # Per row: the row, its idempotency record (write + read), the run's done-set update.
-        "DynamoDB": s.rows * 3 * p["ddb_write_unit"] + s.rows * 2 * p["ddb_read_unit"],
-        # Per row: patch, log, report, row put; patch and dataset get; plus the leaderboard.
-        "S3": s.rows * 4 * p["s3_put"] + s.rows * 2 * p["s3_get"] + 4 * p["s3_put"],
-        "EFS": s.environments * s.environment_gb * p["efs_write_gb"]
-        + s.rows * s.read_gb_per_task * p["efs_read_gb"],
-        "CloudWatch Logs": s.rows * s.log_mb_per_task / 1024 * p["logs_ingest_gb"],
+        "DynamoDB": s.rows * 4 * p["ddb_write_unit"] + s.rows * 3 * p["ddb_read_unit"],
+        # Per row: 3 artifact GETs, input, patch; 6 uploads and the row; plus the run's.
+        "S3": s.rows * (5 * p["s3_get"] + 8 * p["s3_put"]) + 10 * p["s3_put"],
+        "CloudWatch Logs": s.rows * s.log_mb_per_row / 1024 * p["logs_ingest_gb"],
     }
-    return Figures(transitions, end / 3600, task_hours, cost)
+    return Figures(end / 60, task_hours, transitions, cost, statistics.median(row_seconds))
+
+
+def one_time_build(s: Scenario) -> tuple[float, float, float]:
+    """The build phase on a cold artifact store: (task-hours, USD, artifact GB stored)."""
+    fallback = statistics.median(COLD_BUILD.values())
+    seconds = sum(COLD_BUILD.get(repo, fallback) + s.task_start_seconds for repo in _rows(s))
+    hours = seconds / 3600  # an upper bound: an environment is built once, not per row
+    usd = hours * _vcpu_gb_hour(s, s.build_vcpu, s.build_memory_gb, s.spot)
+    stored_gb = (VERIFIED_ENVIRONMENTS * 120 + s.rows * 30 + 12 * 150) / 1000
+    return hours, usd, stored_gb
 
 
 SCENARIOS = [
-    ("predictions, 40 at a time", {"concurrency": 40}),
+    ("predictions, 50 at a time", {"concurrency": 50}),
     ("predictions, 100 at a time", {"concurrency": 100}),
-    ("A2A agent (10 min), 40 at a time", {"concurrency": 40, "participant_minutes": 10}),
-    ("A2A agent (30 min), 100 at a time", {"concurrency": 100, "participant_minutes": 30}),
-    ("A2A agent (10 min), 1 at a time", {"concurrency": 1, "participant_minutes": 10}),
+    ("predictions, 200 at a time", {"concurrency": 200}),
+    (
+        "predictions, 100 at a time, in the dataset's order",
+        {"concurrency": 100, "longest_first": False},
+    ),
+    ("predictions, 100 at a time, on demand only", {"concurrency": 100, "spot": False}),
+    (
+        "predictions, 100 at a time, 4 vCPU / 16 GB",
+        {"concurrency": 100, "vcpu": 4, "memory_gb": 16},
+    ),
+    ("A2A agent (10 min per row), 100 at a time", {"concurrency": 100, "participant_minutes": 10}),
+    ("A2A agent (10 min per row), 10 at a time", {"concurrency": 10, "participant_minutes": 10}),
 ]
 
 
-def table(rows: int, base: dict[str, object], scenarios: list[tuple[str, dict]]) -> str:
-    head = (
-        "| scenario | transitions | wall time | Fargate task-hours | Fargate | Lambda "
-        "| Step Functions | DynamoDB | S3 | EFS | Logs | total |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    )
-    lines = [head]
+def table(base: dict[str, object], scenarios: list[tuple[str, dict]]) -> str:
+    lines = [
+        "| scenario | wall time | median row | task-hours | Fargate | Lambda | Step Functions "
+        "| DynamoDB + S3 + Logs | total per run |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for label, extra in scenarios:
-        f = simulate(Scenario(rows=rows, **{**base, **extra}))  # type: ignore[arg-type]
+        f = simulate(Scenario(**{**base, **extra}))  # type: ignore[arg-type]
         c = f.cost
+        small = c["DynamoDB"] + c["S3"] + c["CloudWatch Logs"]
         lines.append(
-            f"| {label} | {f.transitions:,} | {f.wall_hours:.1f} h | {f.fargate_task_hours:.1f} "
-            f"| ${c['Fargate']:.2f} | ${c['Lambda']:.3f} | ${c['Step Functions']:.2f} "
-            f"| ${c['DynamoDB']:.4f} | ${c['S3']:.3f} | ${c['EFS']:.2f} "
-            f"| ${c['CloudWatch Logs']:.2f} | **${f.total:.2f}** |"
+            f"| {label} | {f.wall_minutes:.1f} min | {f.row_seconds_median:.0f} s "
+            f"| {f.task_hours:.1f} | ${c['Fargate']:.2f} | ${c['Lambda']:.3f} "
+            f"| ${c['Step Functions']:.3f} | ${small:.3f} | **${f.total:.2f}** |"
         )
     return "\n".join(lines)
 
@@ -170,12 +261,11 @@ def table(rows: int, base: dict[str, object], scenarios: list[tuple[str, dict]])
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=500)
-    ap.add_argument("--concurrency", type=int)
-    ap.add_argument("--sandbox-minutes", type=float, default=6.0)
-    ap.add_argument("--participant-minutes", type=float)
-    ap.add_argument("--poll-seconds", type=int, default=30)
-    ap.add_argument("--vcpu", type=float, default=4.0)
-    ap.add_argument("--memory-gb", type=float, default=16.0)
+    ap.add_argument("--concurrency", type=int, help="one scenario at this max_concurrent_rows")
+    ap.add_argument("--participant-minutes", type=float, default=0.0)
+    ap.add_argument("--task-start-seconds", type=float, default=40.0)
+    ap.add_argument("--s3-mb-per-second", type=float, default=100.0)
+    ap.add_argument("--spot-interruptions", type=float, default=0.05)
     ap.add_argument("--price", action="append", default=[], metavar="NAME=USD")
     args = ap.parse_args()
     prices = dict(PRICES)
@@ -185,23 +275,34 @@ def main() -> None:
             ap.error(f"unknown price {name!r}; one of {', '.join(prices)}")
         prices[name] = float(value)
     base: dict[str, object] = {
-        "sandbox_minutes": args.sandbox_minutes,
-        "poll_seconds": args.poll_seconds,
-        "vcpu": args.vcpu,
-        "memory_gb": args.memory_gb,
+        "rows": args.rows,
+        "task_start_seconds": args.task_start_seconds,
+        "s3_mb_per_second": args.s3_mb_per_second,
+        "spot_interruptions": args.spot_interruptions,
         "prices": prices,
     }
     scenarios = SCENARIOS
-    if args.concurrency is not None or args.participant_minutes is not None:
-        one = {"concurrency": args.concurrency or 40}
-        one["participant_minutes"] = args.participant_minutes or 0.0
-        scenarios = [("as given", one)]
+    if args.concurrency is not None:
+        scenarios = [
+            (
+                "as given",
+                {"concurrency": args.concurrency, "participant_minutes": args.participant_minutes},
+            )
+        ]
+    s = Scenario(**base)  # type: ignore[arg-type]
     print(
-        f"{args.rows} rows; sandbox task mean {args.sandbox_minutes:g} min on "
-        f"{args.vcpu:g} vCPU / {args.memory_gb:g} GB; participant polled every "
-        f"{args.poll_seconds} s\n"
+        f"{args.rows} rows; a row's task: {s.task_start_seconds:g} s start, "
+        f"{ARTIFACT_MB:g} MB at {s.s3_mb_per_second:g} MB/s, {UNPACK_SECONDS:g} s unpack, "
+        f"then its repository's measured warm evaluation\n"
     )
-    print(table(args.rows, base, scenarios))
+    print(table(base, scenarios))
+    hours, usd, stored = one_time_build(s)
+    print(
+        f"\nOne-time build phase (cold artifact store, every row's environment and prepared "
+        f"workspace, upper bound): {hours:.1f} task-hours on {s.build_vcpu:g} vCPU / "
+        f"{s.build_memory_gb:g} GB Spot, ${usd:.2f}; about {stored:.0f} GB of artifacts "
+        f"(${stored * prices['s3_gb_month']:.2f} per month in S3)."
+    )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ from swegreen.aws.pipeline import StartEvent
 def handler(event: StartEvent, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(run_id=event.run_id)
     out = pipeline().resolve(event)
-    logger.info("resolved", extra={"rows": out["count"], "distributed": out["distributed"]})
+    logger.info(
+        "resolved",
+        extra={"rows": out["count"], "builds": out["builds"], "prepares": out["prepares"]},
+    )
     metrics.add_metric(name="RowsResolved", unit=MetricUnit.Count, value=out["count"])
     return out

@@ -32,3 +32,9 @@ def pipeline() -> Pipeline:
     # SigV4 for the sandbox's pre-signed URLs (Presign).
     s3 = boto3.client("s3", config=Config(signature_version="s3v4"))
     return Pipeline(s, s3, DynamoStore(table))
+
+
+@functools.cache
+def stepfunctions() -> object:
+    """For callback tokens (Dispatch, Watch)."""
+    return boto3.client("stepfunctions")

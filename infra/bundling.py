@@ -1,6 +1,7 @@
 """Building the Lambda code asset without Docker: pip installs manylinux wheels for the
-Lambda runtime into a cached directory, and the handlers plus the core library (without
-its sample and recipe data) are copied beside them."""
+Lambda runtime into a cached directory, and the handlers plus the core library are copied
+beside them (its recipes and the sample's included: Resolve and Presign name the prebuilt
+artifacts a row needs)."""
 
 from __future__ import annotations
 
@@ -24,15 +25,15 @@ LAMBDA_REQUIREMENTS = (
 )
 PYTHON_VERSION = "3.12"
 PLATFORM = "manylinux2014_x86_64"
-SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "sample", "data")
+SKIP = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
 def sources_hash() -> str:
     """The asset's identity: handlers, library sources and requirements."""
     h = hashlib.sha256("\n".join(LAMBDA_REQUIREMENTS).encode())
     for base in (ROOT / "functions", ROOT / "shared" / "swegreen"):
-        for path in sorted(base.rglob("*.py")):
-            if "sample" in path.parts:
+        for path in sorted(base.rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts or path.suffix == ".pyc":
                 continue
             h.update(str(path.relative_to(ROOT)).encode())
             h.update(path.read_bytes())

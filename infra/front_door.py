@@ -34,6 +34,7 @@ RUN_REQUEST_SCHEMA = {
         },
         "patches": {"type": "string", "minLength": 1},
         "config": {"type": "object"},
+        "rebuild_envs": {"type": "boolean"},
     },
     "additionalProperties": False,
 }
@@ -122,19 +123,17 @@ class FrontDoor(Construct):
             "StartExecution",
             template("start_execution", state_machine_arn=state_machine.state_machine_arn),
             apigw.IntegrationResponse(
-                status_code="202", response_templates={JSON: template("started")}
+                status_code="202",
+                selection_pattern="2\\d{2}",
+                response_templates={JSON: template("started")},
             ),
-            apigw.IntegrationResponse(status_code="400", selection_pattern="4\\d{2}"),
         )
         runs.add_method(
             "POST",
             start,
             request_models={"application/json": model},
             request_validator=validator,
-            method_responses=[
-                apigw.MethodResponse(status_code="202"),
-                apigw.MethodResponse(status_code="400"),
-            ],
+            method_responses=_method_responses("202"),
             **method_options,
         )
         run = runs.add_resource("{id}")
@@ -144,7 +143,9 @@ class FrontDoor(Construct):
             "GetItem",
             template("get_run", table_name=table.table_name),
             apigw.IntegrationResponse(
-                status_code="200", response_templates={JSON: template("run")}
+                status_code="200",
+                selection_pattern="2\\d{2}",
+                response_templates={JSON: template("run")},
             ),
         )
 
@@ -155,10 +156,7 @@ class FrontDoor(Construct):
                 integration,
                 request_parameters={"method.request.path.id": True},
                 request_validator=validator,
-                method_responses=[
-                    apigw.MethodResponse(status_code=ok),
-                    apigw.MethodResponse(status_code="404"),
-                ],
+                method_responses=_method_responses(ok),
                 **method_options,
             )
 
@@ -169,12 +167,9 @@ class FrontDoor(Construct):
             "StopExecution",
             template("stop_execution", state_machine_arn=state_machine.state_machine_arn),
             apigw.IntegrationResponse(
-                status_code="202", response_templates={JSON: template("stopping")}
-            ),
-            apigw.IntegrationResponse(
-                status_code="404",
-                selection_pattern="4\\d{2}",
-                response_templates={JSON: '{"error": "no such run"}'},
+                status_code="202",
+                selection_pattern="2\\d{2}",
+                response_templates={JSON: template("stopping")},
             ),
         )
         on_run("DELETE", stop, "202")
@@ -187,8 +182,18 @@ class FrontDoor(Construct):
                 credentials_role=role,
                 request_parameters={"integration.request.path.id": "method.request.path.id"},
                 integration_responses=[
-                    apigw.IntegrationResponse(status_code="200"),
-                    apigw.IntegrationResponse(status_code="404", selection_pattern="4\\d{2}"),
+                    apigw.IntegrationResponse(status_code="200", selection_pattern="2\\d{2}"),
+                    apigw.IntegrationResponse(
+                        status_code="404",
+                        selection_pattern="40[34]",  # S3 says 403 for a missing key
+                        response_templates={JSON: '{"error": "no results for this run (yet)"}'},
+                    ),
+                    apigw.IntegrationResponse(
+                        status_code="429",
+                        selection_pattern="429|503",
+                        response_templates={JSON: '{"error": "throttled: try again"}'},
+                    ),
+                    _BAD_GATEWAY,
                 ],
             ),
         )
@@ -196,19 +201,36 @@ class FrontDoor(Construct):
             "GET",
             get_results,
             request_parameters={"method.request.path.id": True},
-            method_responses=[
-                apigw.MethodResponse(status_code="200"),
-                apigw.MethodResponse(status_code="404"),
-            ],
+            method_responses=_method_responses("200"),
             **method_options,
         )
         if api_key_required:
             key = self.api.add_api_key("Key")
             plan = self.api.add_usage_plan(
-                "Plan", throttle=apigw.ThrottleSettings(rate_limit=10, burst_limit=20)
+                "Plan",
+                throttle=apigw.ThrottleSettings(rate_limit=10, burst_limit=20),
+                quota=apigw.QuotaSettings(
+                    limit=settings.api_quota_per_day, period=apigw.Period.DAY
+                ),
             )
             plan.add_api_key(key)
             plan.add_api_stage(stage=self.api.deployment_stage)
+
+
+# Whatever no other response matched (a 5xx of the service, a broken integration): never a
+# success. Integration responses without a selection pattern are the default.
+_BAD_GATEWAY = apigw.IntegrationResponse(
+    status_code="502",
+    response_templates={
+        JSON: '{"error": "the service behind this API failed; try again later", '
+        '"status": "$context.integration.status"}'
+    },
+)
+ERROR_STATUSES = ("400", "404", "409", "429", "502")
+
+
+def _method_responses(ok: str) -> list[apigw.MethodResponse]:
+    return [apigw.MethodResponse(status_code=c) for c in (ok, *ERROR_STATUSES)]
 
 
 def _service_call(
@@ -216,17 +238,26 @@ def _service_call(
     service: str,
     action: str,
     request_template: str,
-    *responses: apigw.IntegrationResponse,
+    success: apigw.IntegrationResponse,
 ) -> apigw.AwsIntegration:
-    """A direct AWS service integration: the request mapped by a VTL template, the answers
-    by ``responses``; anything unmapped is refused rather than passed through."""
+    """A direct AWS service integration: the request mapped by a VTL template; a 2xx by
+    ``success``, a 4xx by ``service_error.vtl`` (404, 409, 429 or 400 by the error's type),
+    anything else 502. Unmapped requests are refused rather than passed through."""
     return apigw.AwsIntegration(
         service=service,
         action=action,
         options=apigw.IntegrationOptions(
             credentials_role=role,
             request_templates={JSON: request_template},
-            integration_responses=list(responses),
+            integration_responses=[
+                success,
+                apigw.IntegrationResponse(
+                    status_code="400",
+                    selection_pattern="4\\d{2}",
+                    response_templates={JSON: template("service_error")},
+                ),
+                _BAD_GATEWAY,
+            ],
             passthrough_behavior=apigw.PassthroughBehavior.NEVER,
         ),
     )

@@ -1,15 +1,16 @@
-"""Where patches are evaluated: two Fargate tasks per row, split by trust (docs/security-aws.md).
+"""Where the work runs: Fargate tasks of the sandbox image, split by trust
+(docs/security-aws.md), on each task's own disk (no shared file system).
 
-prepare   runs no participant code; fills the shared cache on EFS (git mirrors,
-          environments, base runs), mounted read-write; its role may mount the cache
-          read-write and read the row's instance.json, nothing else.
-evaluate  applies the patch and runs the tests; mounts the cache read-only, copies what it
-          needs to its own disk; its role may only mount the cache read-only (no S3: its
-          input and outputs go through the Presign step's pre-signed URLs).
+builder   the build phase (``build``, ``prepare``): runs no participant code; its role may
+          read the run's item lists and instance.json files, and read and write the
+          prebuilt artifacts (``artifacts/``), nothing else.
+evaluate  one row: applies the patch and runs the tests; its role may do nothing at all
+          (its input, artifacts and outputs go through the Presign step's pre-signed URLs).
 
-Both run the sandbox image as a non-root user; the EFS access point makes every file
-that user's. Fargate cannot run bubblewrap, so both opt in to the weaker ``process``
-isolation (SWEGREEN_ISOLATION), which the rows' provenance records.
+Both run the sandbox image, pinned to linux/amd64, as a non-root user. Fargate cannot run
+bubblewrap, so both opt in to the weaker ``process`` isolation (SWEGREEN_ISOLATION), which
+the rows' provenance records. Both can run on Fargate Spot or on-demand (the state machine
+chooses per attempt: infra/workflow.py).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from pathlib import Path
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
-from aws_cdk import aws_efs as efs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
@@ -28,22 +29,13 @@ from constructs import Construct
 from infra.settings import StackSettings, retention
 
 ROOT = Path(__file__).resolve().parents[1]
-# The prepare task mounts the shared cache here; the evaluate task has its own cache here
-# (on its disk) and the shared one read-only at SHARED_MOUNT. Environments hold absolute
-# paths, so a copy evaluates only where it was built.
+# Every task's cache, on its own disk. Environments hold absolute paths, so an artifact is
+# unpacked where it was built: the same path in every task.
 CACHE_MOUNT = "/var/cache/swegreen"
-SHARED_MOUNT = "/mnt/shared-cache"
-# The sandbox image's user (container/Dockerfile, ARG SANDBOX_UID); the access point
-# writes every file as this user whatever the client claims.
+# The sandbox image's user (container/Dockerfile, ARG SANDBOX_UID).
 SANDBOX_UID = 10001
-ACCESS_POINT_PATH = "/sandbox-cache"  # earlier versions wrote /swegreen as root
 # Fargate has no user namespaces for bubblewrap: the explicit opt-in to the weaker mode.
 ISOLATION = "process"
-CLIENT_ACTIONS = (
-    "elasticfilesystem:ClientMount",
-    "elasticfilesystem:ClientWrite",
-    "elasticfilesystem:ClientRootAccess",
-)
 IMAGE_EXCLUDES = [
     ".venv",
     ".venv-*",
@@ -65,6 +57,7 @@ class Sandbox(Construct):
         settings: StackSettings,
         bucket: s3.IBucket,
         runs_prefix: str,
+        artifacts_prefix: str,
         instance_name: str,
     ) -> None:
         super().__init__(scope, id)
@@ -74,7 +67,8 @@ class Sandbox(Construct):
             self.public_ip = False
         else:
             # Tasks need the internet (repositories, package index, participants): public
-            # subnets and public IPs instead of a NAT gateway's hourly cost.
+            # subnets and public IPs instead of a NAT gateway's hourly cost; S3 through a
+            # gateway endpoint (free, and artifact downloads stay off the internet).
             self.vpc = ec2.Vpc(
                 self,
                 "Vpc",
@@ -83,44 +77,22 @@ class Sandbox(Construct):
                 subnet_configuration=[
                     ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC)
                 ],
+                gateway_endpoints={
+                    "S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)
+                },
             )
             self.subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC)
             self.public_ip = True
+        # No inbound rule: the tasks only call out.
         self.security_group = ec2.SecurityGroup(
             self, "Tasks", vpc=self.vpc, description="swegreen sandbox tasks"
         )
-        # Any file system policy replaces EFS's default one, which lets every client that
-        # reaches a mount target in as root without IAM. This one only adds "TLS or
-        # nothing": with it, a client needs a role that is granted below.
-        self.file_system = efs.FileSystem(
-            self,
-            "Cache",
-            vpc=self.vpc,
-            encrypted=True,
-            throughput_mode=efs.ThroughputMode.ELASTIC,
-            removal_policy=RemovalPolicy.RETAIN if settings.retain_data else RemovalPolicy.DESTROY,
-            file_system_policy=iam.PolicyDocument(
-                statements=[
-                    iam.PolicyStatement(
-                        effect=iam.Effect.DENY,
-                        principals=[iam.AnyPrincipal()],
-                        actions=list(CLIENT_ACTIONS),
-                        resources=["*"],
-                        conditions={"Bool": {"aws:SecureTransport": "false"}},
-                    )
-                ]
-            ),
-        )
-        self.file_system.connections.allow_default_port_from(self.security_group)
-        uid = str(SANDBOX_UID)
-        self.access_point = self.file_system.add_access_point(
-            "SandboxRoot",
-            path=ACCESS_POINT_PATH,
-            posix_user=efs.PosixUser(uid=uid, gid=uid),
-            create_acl=efs.Acl(owner_uid=uid, owner_gid=uid, permissions="755"),
-        )
         self.cluster = ecs.Cluster(
-            self, "Cluster", vpc=self.vpc, container_insights_v2=ecs.ContainerInsights.ENABLED
+            self,
+            "Cluster",
+            vpc=self.vpc,
+            container_insights_v2=ecs.ContainerInsights.ENABLED,
+            enable_fargate_capacity_providers=True,  # FARGATE and FARGATE_SPOT
         )
         self.log_group = logs.LogGroup(
             self,
@@ -129,72 +101,79 @@ class Sandbox(Construct):
             removal_policy=RemovalPolicy.DESTROY,
         )
         image = ecs.ContainerImage.from_asset(
-            str(ROOT), file="container/Dockerfile", target="sandbox", exclude=IMAGE_EXCLUDES
+            str(ROOT),
+            file="container/Dockerfile",
+            target="sandbox",
+            exclude=IMAGE_EXCLUDES,
+            # the task definitions say X86_64: an image built on an ARM machine must not
+            # deploy tasks that fail at start
+            platform=ecr_assets.Platform.LINUX_AMD64,
         )
 
-        # prepare: the shared cache read-write, the row's instance.json.
-        self.prepare_definition = self._task_definition("Prepare", settings)
-        self.prepare_container = self._container(
-            self.prepare_definition,
-            "prepare",
-            "prepare",
+        # builder: the build phase; the artifacts read-write, the run's inputs read-only.
+        self.builder_definition = self._task_definition(
+            "Builder", settings.build_cpu, settings.build_memory_mib, settings
+        )
+        self.builder_container = self._container(
+            self.builder_definition,
+            "builder",
+            "build",
             image,
-            {
-                "SWEGREEN_BUCKET": bucket.bucket_name,
-                "SWEGREEN_RUNS_PREFIX": runs_prefix,
-                "SWEGREEN_CACHE_DIR": CACHE_MOUNT,
-            },
-            settings.sandbox_memory_mib,
+            {"SWEGREEN_BUCKET": bucket.bucket_name, "SWEGREEN_RUNS_PREFIX": runs_prefix},
+            settings.build_memory_mib,
         )
-        self.prepare_container.add_mount_points(
-            ecs.MountPoint(container_path=CACHE_MOUNT, source_volume="cache", read_only=False)
-        )
-        self._grant_mount(self.prepare_definition.task_role, write=True)
-        self.prepare_definition.task_role.add_to_principal_policy(
+        role = self.builder_definition.task_role
+        role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["s3:GetObject"],
-                resources=[bucket.arn_for_objects(f"{runs_prefix}*/instances/*/{instance_name}")],
+                resources=[
+                    bucket.arn_for_objects(f"{runs_prefix}*/instances/*/{instance_name}"),
+                    bucket.arn_for_objects(f"{runs_prefix}*/builds.json"),
+                    bucket.arn_for_objects(f"{runs_prefix}*/prepares.json"),
+                ],
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject", "s3:PutObject"],
+                resources=[bucket.arn_for_objects(f"{artifacts_prefix}*")],
+            )
+        )
+        role.add_to_principal_policy(  # a missing artifact is a 404, not a 403
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{artifacts_prefix}*"]}},
             )
         )
 
-        # evaluate: the shared cache read-only, no S3 (pre-signed URLs instead).
-        self.task_definition = self._task_definition("Task", settings)  # ids as before the split
+        # evaluate: no permissions at all (pre-signed URLs instead).
+        self.task_definition = self._task_definition(
+            "Task", settings.sandbox_cpu, settings.sandbox_memory_mib, settings
+        )
         self.container = self._container(
             self.task_definition,
             "sandbox",
             "evaluate",
             image,
-            {"SWEGREEN_CACHE_DIR": CACHE_MOUNT, "SWEGREEN_SHARED_CACHE": SHARED_MOUNT},
+            {},
             settings.sandbox_memory_mib,
         )
-        self.container.add_mount_points(
-            ecs.MountPoint(container_path=SHARED_MOUNT, source_volume="cache", read_only=True)
-        )
-        self._grant_mount(self.task_definition.task_role, write=False)
 
-    def _task_definition(self, id: str, settings: StackSettings) -> ecs.FargateTaskDefinition:
-        definition = ecs.FargateTaskDefinition(
+    def _task_definition(
+        self, id: str, cpu: int, memory: int, settings: StackSettings
+    ) -> ecs.FargateTaskDefinition:
+        return ecs.FargateTaskDefinition(
             self,
             id,
-            cpu=settings.sandbox_cpu,
-            memory_limit_mib=settings.sandbox_memory_mib,
+            cpu=cpu,
+            memory_limit_mib=memory,
             ephemeral_storage_gib=settings.sandbox_ephemeral_gib,
             runtime_platform=ecs.RuntimePlatform(
                 cpu_architecture=ecs.CpuArchitecture.X86_64,
                 operating_system_family=ecs.OperatingSystemFamily.LINUX,
             ),
         )
-        definition.add_volume(
-            name="cache",
-            efs_volume_configuration=ecs.EfsVolumeConfiguration(
-                file_system_id=self.file_system.file_system_id,
-                transit_encryption="ENABLED",
-                authorization_config=ecs.AuthorizationConfig(
-                    access_point_id=self.access_point.access_point_id, iam="ENABLED"
-                ),
-            ),
-        )
-        return definition
 
     def _container(
         self,
@@ -214,19 +193,18 @@ class Sandbox(Construct):
             user=f"{SANDBOX_UID}:{SANDBOX_UID}",
             logging=ecs.LogDrivers.aws_logs(stream_prefix=name, log_group=self.log_group),
             memory_limit_mib=memory_mib,
-            environment={**environment, "SWEGREEN_ISOLATION": ISOLATION},
+            environment={
+                **environment,
+                "SWEGREEN_CACHE_DIR": CACHE_MOUNT,
+                "SWEGREEN_ISOLATION": ISOLATION,
+            },
         )
 
-    def _grant_mount(self, role: iam.IRole, *, write: bool) -> None:
-        """Mounting the cache through the access point only; never as root."""
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=list(CLIENT_ACTIONS[:2] if write else CLIENT_ACTIONS[:1]),
-                resources=[self.file_system.file_system_arn],
-                conditions={
-                    "StringEquals": {
-                        "elasticfilesystem:AccessPointArn": self.access_point.access_point_arn
-                    }
-                },
-            )
+    def task_arn_pattern(self) -> str:
+        """Every task of this cluster (what StopTask and DescribeTasks act on)."""
+        from aws_cdk import Stack
+
+        stack = Stack.of(self)
+        return stack.format_arn(
+            service="ecs", resource="task", resource_name=f"{self.cluster.cluster_name}/*"
         )

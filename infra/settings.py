@@ -6,7 +6,14 @@ import json
 from typing import Any, Literal
 
 from constructs import Node
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 PREFIX = "swegreen:"
 RETENTION_NAMES = {
@@ -38,11 +45,19 @@ class StackSettings(BaseModel):
 
     vpc_id: str = Field("", description="an existing VPC; empty: a new one, public subnets, no NAT")
     api_auth: Literal["iam", "api_key"] = "iam"
-    sandbox_cpu: int = 4096
-    sandbox_memory_mib: int = 16384
-    sandbox_ephemeral_gib: int = Field(100, ge=21, le=200)
-    distributed_threshold: int = Field(40, ge=0, description="rows above which the Map reads S3")
-    poll_seconds: int = Field(30, ge=5, le=3600)
+    sandbox_cpu: int = Field(2048, description="CPU units of a row's evaluate task")
+    sandbox_memory_mib: int = 8192
+    build_cpu: int = Field(4096, description="CPU units of a build-phase task")
+    build_memory_mib: int = 16384
+    sandbox_ephemeral_gib: int = Field(50, ge=21, le=200)
+    build_concurrency: int = Field(
+        50, ge=1, le=10000, description="build-phase tasks at once (environments, prepares)"
+    )
+    prepare_batch: int = Field(4, ge=1, le=50, description="instances prepared per task")
+    api_quota_per_day: int = Field(
+        1000, ge=1, description="api_key mode: requests a key may make per day"
+    )
+    alarm_email: str = Field("", description="where alarms are sent (empty: the topic only)")
     log_retention_days: int = 30
     default_config: dict[str, Any] = Field(default_factory=dict)
     retain_data: bool = True
@@ -59,19 +74,22 @@ class StackSettings(BaseModel):
             raise ValueError(f"must be one of {sorted(RETENTION_NAMES)} (CloudWatch's values)")
         return value
 
-    @field_validator("sandbox_memory_mib")
-    @classmethod
-    def _fargate_size(cls, value: int, info: Any) -> int:
-        cpu = info.data.get("sandbox_cpu")
-        if cpu not in FARGATE_MEMORY:
-            raise ValueError(f"sandbox_cpu must be one of {sorted(FARGATE_MEMORY)}, not {cpu}")
-        if value not in FARGATE_MEMORY[cpu]:
+    @model_validator(mode="after")
+    def _fargate_sizes(self) -> StackSettings:
+        for cpu_key, memory_key in (
+            ("sandbox_cpu", "sandbox_memory_mib"),
+            ("build_cpu", "build_memory_mib"),
+        ):
+            cpu, memory = getattr(self, cpu_key), getattr(self, memory_key)
+            if cpu not in FARGATE_MEMORY:
+                raise ValueError(f"{cpu_key} must be one of {sorted(FARGATE_MEMORY)}, not {cpu}")
             sizes = FARGATE_MEMORY[cpu]
-            raise ValueError(
-                f"Fargate with {cpu} CPU units takes {sizes.start}-{sizes.stop - 1} MiB "
-                f"in steps of {sizes.step}, not {value}"
-            )
-        return value
+            if memory not in sizes:
+                raise ValueError(
+                    f"{memory_key}: Fargate with {cpu} CPU units takes "
+                    f"{sizes.start}-{sizes.stop - 1} MiB in steps of {sizes.step}, not {memory}"
+                )
+        return self
 
     @classmethod
     def from_context(cls, node: Node) -> StackSettings:
@@ -84,7 +102,10 @@ class StackSettings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{PREFIX}{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
+                f"{PREFIX}{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                if e["loc"]
+                else f"{PREFIX}{e['msg'].removeprefix('Value error, ')}"
+                for e in exc.errors()
             )
             raise ValueError(f"bad CDK context ({problems}); see docs/aws.md") from None
 

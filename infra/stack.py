@@ -13,9 +13,11 @@ from infra.settings import StackSettings
 from infra.storage import Storage
 from infra.workflow import Workflow
 from swegreen.aws.pipeline import INSTANCE
+from swegreen.aws.prebuilt import PREFIX
 
 RUNS_PREFIX = "runs/"
 DATASETS_PREFIX = "datasets/"
+ARTIFACTS_PREFIX = PREFIX  # prebuilt environments, mirrors, prepared workspaces
 
 
 class SweGreenStack(Stack):
@@ -30,6 +32,7 @@ class SweGreenStack(Stack):
             settings=settings,
             bucket=storage.bucket,
             runs_prefix=RUNS_PREFIX,
+            artifacts_prefix=ARTIFACTS_PREFIX,
             instance_name=INSTANCE,
         )
         workflow = Workflow(
@@ -42,6 +45,7 @@ class SweGreenStack(Stack):
             sandbox=sandbox,
             runs_prefix=RUNS_PREFIX,
             datasets_prefix=DATASETS_PREFIX,
+            artifacts_prefix=ARTIFACTS_PREFIX,
             grader=f"swebench {version('swebench')}",
         )
         front = FrontDoor(
@@ -55,5 +59,8 @@ class SweGreenStack(Stack):
         )
         CfnOutput(self, "ApiUrl", value=front.api.url)
         CfnOutput(self, "StateMachineArn", value=workflow.state_machine.state_machine_arn)
+        CfnOutput(self, "RowsStateMachineArn", value=workflow.rows_machine.state_machine_arn)
+        CfnOutput(self, "WatchFunctionName", value=workflow.watch.function_name)
+        CfnOutput(self, "AlarmTopicArn", value=workflow.alarms.topic_arn)
         CfnOutput(self, "BucketName", value=storage.bucket.bucket_name)
         CfnOutput(self, "TableName", value=storage.table.table_name)

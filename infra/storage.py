@@ -44,7 +44,13 @@ class Storage(Construct):
             enforce_ssl=True,
             versioned=True,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            lifecycle_rules=[s3.LifecycleRule(noncurrent_version_expiration=Duration.days(30))],
+            lifecycle_rules=[
+                s3.LifecycleRule(noncurrent_version_expiration=Duration.days(30)),
+                # artifact uploads are multipart: a task that died mid-upload leaves parts
+                s3.LifecycleRule(abort_incomplete_multipart_upload_after=Duration.days(1)),
+                # the distributed maps' result files (infra/workflow.py, MAP_RESULTS)
+                s3.LifecycleRule(prefix="map-results/", expiration=Duration.days(14)),
+            ],
             removal_policy=policy,
             auto_delete_objects=not retain,
         )

@@ -48,6 +48,7 @@ class Reason(StrEnum):
     TEST_PATCH_FAILED = "test_patch_failed"
     TEST_TIMEOUT = "test_timeout"
     SANDBOX_CRASHED = "sandbox_crashed"
+    OUT_OF_MEMORY = "out_of_memory"
     ENVIRONMENT_FAULT = "environment_fault"
     LOG_TAMPERING = "log_tampering"
     INTERNAL_ERROR = "internal_error"

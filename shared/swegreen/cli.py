@@ -183,9 +183,11 @@ def parser() -> argparse.ArgumentParser:
     part.add_argument(
         "--dataset",
         default="SWE-bench/SWE-bench_Verified",
-        help="where gold patches come from (gold, scripted fenced); swegreen:sample works",
+        help="where gold patches come from (gold, scripted fenced/slow); swegreen:sample works",
     )
-    part.add_argument("--mode", default="prose", help="scripted: hang, prose, fenced or http500")
+    part.add_argument(
+        "--mode", default="prose", help="scripted: hang, prose, fenced, slow or http500"
+    )
     part.add_argument(
         "--predictions", type=Path, help="predictions: a SWE-bench predictions file to replay"
     )
@@ -609,7 +611,7 @@ def _participant(args: argparse.Namespace, settings: LocalSettings) -> int:
         from swegreen.sample import resolve_sample
 
         dataset = None
-        if args.kind == "gold" or args.mode == "fenced":  # the others need no patches
+        if args.kind == "gold" or args.mode in ("fenced", "slow"):  # the others need none
             config = resolve_sample(EvalConfig(dataset=args.dataset), settings.cache_dir)
             dataset = load_dataset(config.dataset)
         solver = (

@@ -33,7 +33,9 @@ class EvalConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_concurrent_rows: int = Field(1, ge=1, le=256, description="Rows evaluated at once.")
+    # 10,000: a distributed Map's own limit (the AWS pipeline); a local run is bounded by
+    # its machine long before.
+    max_concurrent_rows: int = Field(1, ge=1, le=10_000, description="Rows evaluated at once.")
     max_rows: int = Field(3, description="Rows to evaluate; -1 for all of the selection.")
     num_instances: int | None = Field(
         None, description="AgentBeats v2 name for max_rows; when given it must agree with it."

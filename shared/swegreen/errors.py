@@ -93,6 +93,14 @@ class TestTimeout(EvaluationFailure):
     infrastructure = False
 
 
+class OutOfMemory(EvaluationFailure):
+    """The evaluation's container was killed for its memory use: like a time-out, possibly
+    the patch's doing, so the row's verdict and not retried."""
+
+    reason = "out_of_memory"
+    infrastructure = False
+
+
 class EnvironmentFault(EvaluationFailure):
     """The test log shows an environment fault (out of memory, no network, ...)."""
 

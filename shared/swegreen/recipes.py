@@ -201,3 +201,22 @@ def builtin_recipes() -> RecipeBook:
                 RecipeBook.from_data(json.loads(entry.read_text()), f"swegreen/data/{name}")
             )
     return RecipeBook.merged(books)
+
+
+PREPARED_SCHEMA = 1
+
+
+def prepared_name(instance: Instance, recipe: Recipe) -> str:
+    """The name of an instance's prepared workspace (testbed.py): one per instance,
+    environment and setup steps (a changed recipe or a rebuilt environment prepares it
+    again). Here, not in testbed.py, because the AWS pipeline's Lambdas name them too."""
+    blob = json.dumps(
+        [
+            PREPARED_SCHEMA,
+            instance.base_commit,
+            recipe.env_key(instance.environment_setup_commit),
+            recipe.pre_install,
+            recipe.install,
+        ]
+    )
+    return f"{instance.instance_id}.{hashlib.sha256(blob.encode()).hexdigest()[:12]}"

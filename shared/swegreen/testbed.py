@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import json
 import shutil
 import subprocess
@@ -34,7 +33,7 @@ from swegreen.errors import EnvSetupFailed
 from swegreen.eval_script import eval_phases, test_command_seconds
 from swegreen.locks import file_lock
 from swegreen.procs import ProcResult, run_process
-from swegreen.recipes import Recipe, RecipeBook
+from swegreen.recipes import Recipe, RecipeBook, prepared_name
 from swegreen.recorder import (
     INSIDE_PATH,
     RecordChannel,
@@ -57,7 +56,6 @@ from swegreen.tamper import Guard, runner_files
 
 DEFAULT_EVAL_TIMEOUT = 1800.0  # the official harness's
 SETUP_TIMEOUT = 3600.0
-PREPARED_SCHEMA = 1
 PREPARED_COMPLETE = ".complete"
 PREPARED_INFO = "prepared.json"
 PIP_CACHE = "pip-cache"  # in a prepared workspace, and in each evaluation's scratch dir
@@ -218,19 +216,7 @@ class Testbeds:
                 await asyncio.to_thread(shutil.rmtree, host_dir, True)
 
     def prepared_dir(self, instance: Instance, recipe: Recipe) -> Path:
-        """Where the instance's prepared workspace lives: one per instance, environment and
-        setup steps (a changed recipe or a rebuilt environment prepares it again)."""
-        blob = json.dumps(
-            [
-                PREPARED_SCHEMA,
-                instance.base_commit,
-                recipe.env_key(instance.environment_setup_commit),
-                recipe.pre_install,
-                recipe.install,
-            ]
-        )
-        key = hashlib.sha256(blob.encode()).hexdigest()[:12]
-        return self.options.prepared_root / f"{instance.instance_id}.{key}"
+        return self.options.prepared_root / prepared_name(instance, recipe)
 
     async def prepared(self, instance: Instance, recipe: Recipe, notes: list[str]) -> Testbed:
         """The instance's workspace as the official instance image holds it: the

@@ -7,26 +7,35 @@ three gaps ../shared/docs/aws-offline.md lists filled from the test side.
   its timeout. As in Lambda, an execution environment is reused by later invocations
   while it is warm (a few per function), and discarded when an invocation times out.
 - ECS: ``RunTask`` starts the task's container entry point (``python -m
-  swegreen.aws.sandbox_task`` and the container's command, as in container/Dockerfile) as
-  a local process with the task definition's environment plus the container overrides;
-  the task stops when the process exits, with its exit code. Like real ECS, a non-string
-  environment value and overrides over 8192 characters are refused. The process gets AWS
-  credentials only if its task role is granted some S3 action (the template says), as a
-  container reaches nothing without them. Its filesystem is the container's, as far as
-  bubblewrap can show it (``mount_view``): the EFS volume is ``efs_dir``, mounted where the
-  task definition says and read-only where it says so; a task that does not mount it at
-  the image's cache directory gets an empty one of its own there.
+  swegreen.aws.sandbox_task`` and the container's command, the override's if it has one, as
+  in container/Dockerfile) as a local process with the task definition's environment plus
+  the container overrides; the task stops when the process exits, with its exit code. Like
+  real ECS, a non-string environment value and overrides over 8192 characters are refused.
+  The process gets AWS credentials only if its task role is granted some S3 action (the
+  template says), as a container reaches nothing without them. Each task has a disk of its
+  own: under bubblewrap, its own empty directory is mounted at ``cache_path`` (where the
+  image's cache directory is, for every task: prebuilt artifacts unpack where they were
+  built).
+- Step Functions' ``states:startExecution.sync:2`` (the rows phase's child execution): its
+  parameters and answers are translated between Step Functions' casing and botocore's
+  (moto passes them as written), as for ECS.
+- Step Functions' ``ecs:runTask`` passes CapacityProviderStrategy on, as AWS's does (moto
+  drops it), and ``ecs:runTask.sync`` fails the state (``States.TaskFailed``, the task's
+  description as the cause) when the task stopped with a non-zero exit code or none at
+  all, as AWS does; moto would report success.
 - Step Functions: a state machine created by CloudFormation is executable.
 
 Faults for the failure tests, per (run id, instance id) so runs can share the emulator:
-``lambda_faults`` (function-name fragment -> rows whose invocation throws) and
-``sandbox_faults`` (rows whose container exits 3 instead of evaluating).
+``lambda_faults`` (function-name fragment -> rows whose invocation throws),
+``sandbox_faults`` (rows whose evaluate container exits 3 instead of evaluating) and
+``spot_faults`` (rows whose first N evaluate tasks Spot reclaims before they run).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import io
 import json
 import logging
@@ -77,14 +86,16 @@ def _host_env() -> dict[str, str]:
 
 
 class Emulator:
-    def __init__(self, workdir: Path, lambda_python: Path, efs_dir: Path) -> None:
+    def __init__(self, workdir: Path, lambda_python: Path) -> None:
         self.workdir = workdir
         self.lambda_python = lambda_python
-        self.efs_dir = efs_dir
+        self.cache_path = workdir / "task-cache"  # every task's own disk is mounted here
+        self.cache_path.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.lambda_faults: dict[str, set[tuple[str, str]]] = {}
         self.sandbox_faults: set[tuple[str, str]] = set()
+        self.spot_faults: dict[tuple[str, str], int] = {}
         self.invocations: list[tuple[str, float, bool]] = []  # (function, seconds, errored)
         self.tasks: list[dict[str, Any]] = []
         self.task_roles: dict[str, set[str]] = {}  # task definition family -> role's actions
@@ -127,13 +138,18 @@ class Emulator:
 
             return call
 
+        signature = inspect.signature(original_run_task)
+
         def run_task(backend: Any, *args: Any, **kwargs: Any) -> list[Any]:
-            overrides = kwargs.get("overrides") or (args[3] if len(args) > 3 else None) or {}
-            emulator._check_overrides(overrides)
+            # moto's ECS responses pass everything positionally
+            given = signature.bind(backend, *args, **kwargs).arguments
+            emulator._check_overrides(given.get("overrides") or {})
+            strategy = given.get("capacity_provider_strategy") or []
+            capacity = strategy[0]["capacityProvider"] if strategy else given.get("launch_type")
             with ecs_lock:
                 tasks = original_run_task(backend, *args, **kwargs)
             for task in tasks:
-                emulator._start_container(backend, task)
+                emulator._start_container(backend, task, capacity)
             return tasks
 
         patches = [
@@ -364,35 +380,53 @@ class Emulator:
                 f"Container Overrides length must be at most {OVERRIDES_LIMIT}, not {size}"
             )
 
-    def _start_container(self, backend: Any, task: Any) -> None:
+    def _start_container(self, backend: Any, task: Any, capacity: str | None) -> None:
         definition = backend.describe_task_definition(task.task_definition_arn)
         container = definition.container_definitions[0]
         env = {p["name"]: p["value"] for p in container.get("environment") or []}
+        command = list(container.get("command", []))
         for override in task.overrides.get("containerOverrides", []):
             if override.get("name") == container["name"]:
                 env.update({p["name"]: p["value"] for p in override.get("environment", [])})
-        instance_id = env.get("SWEGREEN_INSTANCE_ID", task.id)
+                command = list(override.get("command") or command)
+        phase = command[0] if command else "evaluate"
+        instance_id = env.get("SWEGREEN_INSTANCE_ID") or f"{phase}-{env.get('SWEGREEN_ITEM_INDEX')}"
         task_dir = self.workdir / "tasks" / f"{instance_id}-{task.id[:8]}"
         task_dir.mkdir(parents=True)
-        view, paths = self._mount_view(container, definition.volumes, task_dir)
-        env = {k: paths.get(v, v) for k, v in env.items()}  # container paths -> host paths
-        command = [*SANDBOX_COMMAND, *container.get("command", [])]
-        if (env.get("SWEGREEN_RUN_ID"), instance_id) in self.sandbox_faults:
+        view = self._own_disk(task_dir)
+        env = {k: str(self.cache_path) if v == CACHE_MOUNT else v for k, v in env.items()}
+        command = [*SANDBOX_COMMAND, *command]
+        row = (env.get("SWEGREEN_RUN_ID", ""), instance_id)
+        if row in self.sandbox_faults:
             command = [sys.executable, "-c", "import sys; print('injected crash'); sys.exit(3)"]
         actions = self.task_roles.get(definition.family, set())
         credentials = self.env() if any(a.startswith("s3:") for a in actions) else {}
         log = task_dir / "output.log"
-        record = {
+        record: dict[str, Any] = {
             "instance_id": instance_id,
+            "phase": phase,
+            "capacity": capacity,
             "task": task.id,
             "container": container["name"],
             "log": str(log),
             "env": env,
             "credentials": bool(credentials),
-            "mounts_enforced": self.bwrap is not None,
+            "own_disk": self.bwrap is not None,
         }
         with self._lock:
             self.tasks.append(record)
+            reclaim = self.spot_faults.get(row, 0) > 0 and capacity == "FARGATE_SPOT"
+            if reclaim:
+                self.spot_faults[row] -= 1
+        if reclaim:  # Spot took the capacity back before the container ran
+            record["exit_code"] = None
+            for c in task.containers:
+                c.exitCode = None  # moto's default is 0; a reclaimed container has none
+                c.last_status = "STOPPED"
+            task.stopped_reason = "Your Spot Task was interrupted."
+            task.stop_code = "SpotInterruption"
+            task.desired_status = task.last_status = "STOPPED"
+            return
 
         def run() -> None:
             with log.open("wb") as out:
@@ -415,44 +449,23 @@ class Emulator:
 
         threading.Thread(target=run, daemon=True, name=f"task-{instance_id}").start()
 
-    def _mount_view(
-        self, container: dict[str, Any], volumes: list[dict[str, Any]], task_dir: Path
-    ) -> tuple[list[str], dict[str, str]]:
-        """The bubblewrap prefix that shows the process the container's mounts, and where
-        each container path is on this host. The image's cache directory is at
-        ``efs_dir``'s path: the prepare task builds environments there (on EFS), and the
-        evaluate task's copies land there (on its own disk), absolute paths and all."""
-        # moto camel-cases the template's keys: EFSVolumeConfiguration -> eFSVolumeConfiguration
-        efs = {v["name"] for v in volumes if "efsvolumeconfiguration" in map(str.lower, v)}
-        paths = {CACHE_MOUNT: str(self.efs_dir)}
-        binds: list[str] = []
-        shadow = True  # the image's own, empty cache directory
-        for mount in container.get("mountPoints") or []:
-            if mount["sourceVolume"] not in efs:
-                continue
-            target = self.host_path(mount["containerPath"])
-            paths[mount["containerPath"]] = str(target)
-            target.mkdir(parents=True, exist_ok=True)
-            read_only = bool(mount.get("readOnly"))
-            if target == self.efs_dir:
-                shadow = False
-                if read_only:
-                    binds += ["--ro-bind", str(self.efs_dir), str(target)]
-            else:
-                binds += ["--ro-bind" if read_only else "--bind", str(self.efs_dir), str(target)]
-        if shadow:
-            own = task_dir / "image-cache"
-            own.mkdir()
-            binds += ["--bind", str(own), str(self.efs_dir)]
-        if self.bwrap is None:  # no mount namespaces here: the host's directories as they are
-            return [], {k: str(self.efs_dir) for k in paths}
-        return [self.bwrap, "--dev-bind", "/", "/", *binds, "--die-with-parent", "--"], paths
-
-    def host_path(self, container_path: str) -> Path:
-        """Where a mount of the EFS volume at ``container_path`` is on this host."""
-        if container_path == CACHE_MOUNT:
-            return self.efs_dir
-        return self.workdir / "mounts" / container_path.strip("/").replace("/", "__")
+    def _own_disk(self, task_dir: Path) -> list[str]:
+        """The bubblewrap prefix that gives the task a disk of its own at ``cache_path``."""
+        own = task_dir / "disk"
+        own.mkdir()
+        if self.bwrap is None:  # no mount namespaces here: every task shares cache_path
+            return []
+        return [
+            self.bwrap,
+            "--dev-bind",
+            "/",
+            "/",
+            "--bind",
+            str(own),
+            str(self.cache_path),
+            "--die-with-parent",
+            "--",
+        ]
 
 
 def bwrap_usable() -> str | None:
@@ -578,7 +591,80 @@ def cloudformation_gaps() -> list[Any]:
         task._from_boto_response(response, op.output_shape)
 
     ecs_task = sfn_ecs.StateTaskServiceEcs
+    original_sync = ecs_task._build_sync_resolver
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_sfn as sfn_sfn,
+    )
+
+    sfn_task = sfn_sfn.StateTaskServiceSfn
+    original_sfn_parameters = sfn_task._normalise_parameters
+
+    def sfn_parameters(
+        task: Any,
+        parameters: dict,
+        boto_service_name: str | None = None,
+        service_action_name: str | None = None,
+    ) -> None:
+        """startExecution's parameters (a child execution): moto's own step (Input to a
+        string), then the casing botocore wants, as for ECS."""
+        original_sfn_parameters(task, parameters, boto_service_name, service_action_name)
+        normalise_parameters(task, parameters, boto_service_name, service_action_name)
+
+    def sync_resolver(task: Any, env: Any, *args: Any, **kwargs: Any) -> Any:
+        """As AWS: a task that stopped without exit code 0 fails the state with
+        States.TaskFailed, the task's description as the cause."""
+        from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
+        from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+            FailureEvent,
+            FailureEventException,
+        )
+        from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
+            StatesErrorName,
+        )
+        from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (  # noqa: E501
+            StatesErrorNameType,
+        )
+        from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+        from moto.stepfunctions.parser.asl.utils.encoding import to_json_str
+
+        resolve = original_sync(task, env, *args, **kwargs)
+
+        def checked() -> Any:
+            described = resolve()
+            if described is None:
+                return None
+            codes = [c.get("ExitCode") for c in described.get("Containers", [])]
+            if codes and all(code == 0 for code in codes):
+                return described
+            failed = StatesErrorNameType.StatesTaskFailed
+            raise FailureEventException(
+                FailureEvent(
+                    env=env,
+                    error_name=StatesErrorName(typ=failed),
+                    event_type=HistoryEventType.TaskFailed,
+                    event_details=EventDetails(
+                        taskFailedEventDetails=TaskFailedEventDetails(
+                            resource=task._get_sfn_resource(),
+                            resourceType=task._get_sfn_resource_type(),
+                            error=failed.to_name(),
+                            cause=to_json_str(described),
+                        )
+                    ),
+                )
+            )
+
+        return checked
+
+    # AWS's ecs:runTask integration takes CapacityProviderStrategy (Spot); moto's list of
+    # the parameters it passes on lacks it and would drop it silently.
+    run_task_parameters = {
+        "runtask": sfn_ecs._SUPPORTED_API_PARAM_BINDINGS["runtask"] | {"CapacityProviderStrategy"}
+    }
     return [
+        mock.patch.dict(sfn_ecs._SUPPORTED_API_PARAM_BINDINGS, run_task_parameters),
+        mock.patch.object(ecs_task, "_build_sync_resolver", sync_resolver),
+        mock.patch.object(sfn_task, "_normalise_parameters", sfn_parameters),
+        mock.patch.object(sfn_task, "_normalise_response", normalise_response),
         mock.patch.object(ecs_task, "_normalise_parameters", normalise_parameters),
         mock.patch.object(ecs_task, "_normalise_response", normalise_response),
         mock.patch.object(StepFunctionsParserBackend, "create_state_machine", create_with_number),

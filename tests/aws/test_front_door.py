@@ -131,6 +131,35 @@ def test_a_run_started_through_the_api_reports_progress_and_its_leaderboard(
     assert status == "SUCCEEDED"
 
 
+def test_quotes_in_a_request_reach_the_execution_as_valid_json(deployed: Deployed) -> None:
+    """API Gateway's escapeJavaScript writes ' as \\' (invalid JSON): the template undoes it."""
+    key = 'predictions/it\'s "quoted".jsonl'
+    config = deployed.config(notes='it\'s a "test"')
+    answer = httpx.post(
+        f"{deployed.api}runs",
+        json={"patches": key, "config": config, "rebuild_envs": True},
+        timeout=30,
+    )
+    assert answer.status_code == 202, answer.text
+    sfn = deployed.localstack.client("stepfunctions")
+    execution = sfn.describe_execution(executionArn=answer.json()["execution_arn"])
+    event = StartEvent.model_validate_json(execution["input"])
+    assert (event.patches, event.config["notes"], event.rebuild_envs) == (
+        key,
+        config["notes"],
+        True,
+    )
+    # an unknown config key is the pipeline's to refuse, and it says which
+    state = deployed.follow(event.run_id)
+    assert state["state"] == "failed" and "notes" in state["error"], state
+
+
+def test_missing_results_are_404_with_a_reason(deployed: Deployed) -> None:
+    answer = httpx.get(f"{deployed.api}runs/no-such-run/results", timeout=30)
+    assert answer.status_code == 404, answer.text
+    assert answer.json() == {"error": "no results for this run (yet)"}
+
+
 def test_a_run_that_cannot_start_is_recorded_as_failed(deployed: Deployed) -> None:
     config = deployed.config(dataset=f"s3://{deployed.bucket}/datasets/missing.jsonl")
     answer = httpx.post(
@@ -265,9 +294,27 @@ def test_a_stopped_execution_marks_its_run_cancelled_once(
     while sfn.describe_execution(executionArn=started["execution_arn"])["status"] == "RUNNING":
         assert time.monotonic() < deadline
         time.sleep(1.0)
-    time.sleep(3.0)  # the execution's own status event reaches the Stopped function
+    # the execution's own status event reaches the Stopped function: its second call
+    while _stopped_calls(deployed, started["run_id"]) < 2:
+        assert time.monotonic() < deadline + 60, "the status event never reached Stopped"
+        time.sleep(1.0)
     again = httpx.get(f"{deployed.api}runs/{started['run_id']}", timeout=30).json()
     assert (again["state"], again["error"]) == ("cancelled", "the execution was stopped: by a test")
+
+
+def _stopped_calls(deployed: Deployed, run_id: str) -> int:
+    """How often the Stopped function has handled ``run_id`` (its log lines)."""
+    logs = deployed.localstack.client("logs")
+    groups = [
+        g["logGroupName"]
+        for g in logs.describe_log_groups()["logGroups"]
+        if "Stopped" in g["logGroupName"]
+    ]
+    calls = 0
+    for group in groups:
+        events = logs.filter_log_events(logGroupName=group)["events"]
+        calls += sum(1 for e in events if "run stopped" in e["message"] and run_id in e["message"])
+    return calls
 
 
 def test_cancelling_the_assessment_cancels_its_runs(

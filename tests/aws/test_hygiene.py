@@ -119,7 +119,8 @@ def test_the_pipeline_refuses_an_oversized_patch_before_storing_it(
             "max_patch_bytes": 100,
         }
         resolved = pipeline.resolve(StartEvent(run_id="aws-big", patches="gold", config=config))
-        [raw] = resolved["items"]
+        items = s3.get_object(Bucket=BUCKET, Key=resolved["items_key"])["Body"].read()
+        [raw] = json.loads(items)
         item = Item.model_validate(raw)
         assert json.loads(item.config_json)["max_patch_bytes"] == 100
         state = asyncio.run(pipeline.dispatch(item))

@@ -1,8 +1,11 @@
 """The AWS pipeline end to end, offline: the synthesized stack deployed by CloudFormation
 into the moto server, executions started on the sample benchmark, the real Lambda code
-running in Python 3.12 and the real sandbox entry point preparing and evaluating each row
-(see emulator.py). Verdicts and leaderboards must equal the local run's for the same
-patches; the evaluate task works without credentials and cannot write the shared cache.
+running in Python 3.12 and the real sandbox entry point running each Fargate task (see
+emulator.py). A first run builds the prebuilt artifacts (git mirrors, the environment,
+prepared workspaces); every later run starts from them. Verdicts and leaderboards must
+equal the local run's for the same patches; the evaluate task works without credentials;
+waits on participants are callbacks that the Watch function completes; Spot
+interruptions are retried, on-demand in the end.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from infra.sandbox import SHARED_MOUNT
 from swegreen.sample import SampleBenchmark
 from tests.aws.conftest import STACK
 from tests.aws.emulator import Emulator
@@ -27,9 +29,9 @@ from tests.conftest import RunSample
 from tests.helpers import Server, start
 
 # The first test's setup synthesizes the stack (up to 900 s, conftest.py) and waits for
-# every execution (up to EXECUTIONS_TIMEOUT): the limit must exceed both together.
-EXECUTIONS_TIMEOUT = 900.0
-pytestmark = pytest.mark.timeout(2400)
+# two waves of executions (up to EXECUTIONS_TIMEOUT each): the limit exceeds all three.
+EXECUTIONS_TIMEOUT = 1200.0
+pytestmark = pytest.mark.timeout(900 + 2 * EXECUTIONS_TIMEOUT + 300)
 # Per-row fields that describe the evaluation, not when or how fast it ran.
 VERDICT = (
     "status",
@@ -47,30 +49,29 @@ VERDICT = (
 LEADERBOARD_SKIP = {"run_id", "instances", "provenance"}
 CRAFTED_KEY = "predictions/crafted.jsonl"
 FAULTS = "faults"
+SPOT = "spot"
 HOSTILE = "hostile"
 HOSTILE_ROW = "sample__calculator-1"
 MARK = "swegreen-poisoned"
-# Module-level code a hostile patch adds: when the tests import it, it tries to leave a
-# file in every environment and git mirror of every cache it can find among the mounts,
-# and reports (to a path on this host) what it could write and what it could not.
+# Module-level code a hostile patch adds: when the tests import it, it reports (to a path on
+# this host) whether it holds AWS credentials, and tries to leave a file in every
+# environment of the task's cache, to be found by nobody: the task's disk dies with it.
 HOSTILE_CODE = f"""\
 def _poison(report={{report!r}}):
     import os
 
-    seen = []
-    for line in open("/proc/self/mountinfo"):
-        mount = line.split()[4].replace("\\\\040", " ")
-        for top in ("envs", "repos"):
-            base = os.path.join(mount, top)
-            for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-                target = os.path.join(base, name)
-                if name.startswith(".") or not os.path.isdir(target):
-                    continue
-                try:
-                    open(os.path.join(target, "{MARK}"), "w").close()
-                    seen.append("wrote " + target)
-                except OSError as exc:
-                    seen.append("refused " + target + ": " + exc.strerror)
+    seen = ["credentials: " + ",".join(sorted(k for k in os.environ if k.startswith("AWS_")))]
+    cache = os.environ.get("SWEGREEN_CACHE_DIR") or {{cache!r}}
+    base = os.path.join(cache, "envs")
+    for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        target = os.path.join(base, name)
+        if name.startswith(".") or not os.path.isdir(target):
+            continue
+        try:
+            open(os.path.join(target, "{MARK}"), "w").close()
+            seen.append("wrote " + target)
+        except OSError as exc:
+            seen.append("refused " + target + ": " + exc.strerror)
     with open(report, "a") as out:
         out.write("\\n".join(seen) + "\\n")
 
@@ -89,6 +90,8 @@ class Cloud:
     executions: dict[str, str] = field(default_factory=dict)
     outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
     hostile_report: Path | None = None
+    watch_results: list[dict[str, Any]] = field(default_factory=list)
+    built: dict[str, str] = field(default_factory=dict)  # artifacts after the first run
 
     @property
     def bucket(self) -> str:
@@ -104,27 +107,56 @@ class Cloud:
         }
 
     def start(self, run_id: str, **request: Any) -> None:
-        event = {"run_id": run_id, "participants": {}, "patches": None, "config": {}, **request}
+        event = {
+            "run_id": run_id,
+            "participants": {},
+            "patches": None,
+            "config": {},
+            "rebuild_envs": False,
+            **request,
+        }
         started = self.emulator.client("stepfunctions").start_execution(
             stateMachineArn=self.outputs["StateMachineArn"], name=run_id, input=json.dumps(event)
         )
         self.executions[run_id] = started["executionArn"]
 
     def wait(self, timeout: float = EXECUTIONS_TIMEOUT) -> dict[str, dict[str, Any]]:
+        """Every started execution's end, Watch invoked meanwhile as its schedule would."""
         sfn = self.emulator.client("stepfunctions")
         deadline = time.monotonic() + timeout
-        done: dict[str, dict[str, Any]] = {}
+        done = dict(self.outcomes)
         while len(done) < len(self.executions) and time.monotonic() < deadline:
             for run_id, arn in self.executions.items():
                 if run_id not in done:
                     described = sfn.describe_execution(executionArn=arn)
                     if described["status"] != "RUNNING":
                         done[run_id] = described
+            self.watch()
             time.sleep(1.0)
         assert len(done) == len(self.executions), (
             f"still running: {set(self.executions) - set(done)}"
         )
+        self.outcomes = done
         return done
+
+    def watch(self) -> None:
+        """One tick of the Watch function's schedule (EventBridge has no runner here)."""
+        answer = self.emulator.client("lambda").invoke(
+            FunctionName=self.outputs["WatchFunctionName"], Payload=b"{}"
+        )
+        self.watch_results.append(json.loads(answer["Payload"].read() or b"{}"))
+
+    def artifacts(self) -> dict[str, str]:
+        """Every prebuilt artifact's key and ETag."""
+        listed = self.emulator.client("s3").list_objects_v2(Bucket=self.bucket, Prefix="artifacts/")
+        return {o["Key"]: o["ETag"] for o in listed.get("Contents", [])}
+
+    def tasks(self, run_id: str, phase: str | None = None) -> list[dict[str, Any]]:
+        return [
+            t
+            for t in self.emulator.tasks
+            if t["env"].get("SWEGREEN_RUN_ID") == run_id and phase in (None, t["phase"])
+        ]
 
     def s3_json(self, key: str) -> Any:
         body = self.emulator.client("s3").get_object(Bucket=self.bucket, Key=key)["Body"].read()
@@ -145,9 +177,53 @@ class Cloud:
         """Why rows ended ``error``, and what the emulator's Lambdas threw, for a failure."""
         errors = {i: r.get("detail") for i, r in rows.items() if r["status"] == "error"}
         thrown = self.emulator.workdir / "invocations" / "errors.log"
-        return f"error rows: {errors}\nLambda errors:\n" + (
-            thrown.read_text()[-4000:] if thrown.exists() else "none"
+        return (
+            f"error rows: {errors}\nLambda errors:\n"
+            + (thrown.read_text()[-4000:] if thrown.exists() else "none")
+            + "\nexecutions' failures:\n"
+            + self.failures()
+            + "\nretry decisions:\n"
+            + "\n".join(
+                f.read_text()[:600]
+                for f in sorted((self.emulator.workdir / "invocations").glob("*TaskRetry*.json"))[
+                    :6
+                ]
+            )
+            + "\nbuild-phase tasks:\n"
+            + "\n".join(
+                f"{t['instance_id']} exit {t.get('exit_code')}: "
+                + Path(t["log"]).read_text(errors="replace")[-1500:]
+                for t in self.emulator.tasks
+                if t["phase"] in ("build", "prepare") and Path(t["log"]).exists()
+            )
         )
+
+    def failures(self) -> str:
+        """The failure events of every execution so far (the runs' and their rows')."""
+        sfn = self.emulator.client("stepfunctions")
+        lines = []
+        for machine in ("StateMachineArn", "RowsStateMachineArn"):
+            listed = sfn.list_executions(stateMachineArn=self.outputs[machine])
+            for execution in listed["executions"]:
+                events = sfn.get_execution_history(
+                    executionArn=execution["executionArn"], maxResults=1000
+                )["events"]
+                entered = [
+                    e["stateEnteredEventDetails"]["name"]
+                    for e in events
+                    if "stateEnteredEventDetails" in e
+                ]
+                lines.append(f"{execution['name']} went through {entered[:40]}")
+                for run in sfn.list_map_runs(executionArn=execution["executionArn"])["mapRuns"]:
+                    counts = sfn.describe_map_run(mapRunArn=run["mapRunArn"])["itemCounts"]
+                    lines.append(f"  a map of {execution['name']}: {counts}")
+                for event in events:
+                    for key, detail in event.items():
+                        if key.endswith("FailedEventDetails") or key.endswith(
+                            "AbortedEventDetails"
+                        ):
+                            lines.append(f"{execution['name']} {event['type']}: {detail}"[:1500])
+        return "\n".join(lines[-60:]) or "none"
 
     def leaderboard(self, run_id: str) -> dict[str, Any]:
         (row,) = self.s3_json(f"runs/{run_id}/results.json")["results"]
@@ -160,7 +236,7 @@ def participants(
 ) -> Iterator[dict[str, Server]]:
     out = tmp_path_factory.mktemp("aws-participants")
     specs = {
-        "gold": ["participant", "gold", "--dataset", "swegreen:sample"],
+        "slow": ["participant", "scripted", "--mode", "slow", "--dataset", "swegreen:sample"],
         "hang": ["participant", "scripted", "--mode", "hang"],
     }
     running: dict[str, Server] = {}
@@ -180,34 +256,38 @@ def cloud(
     assembly: Path,
     lambda_python: Path,
     sample: SampleBenchmark,
-    session_cache: Path,
     participants: dict[str, Server],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Cloud]:
-    """One deployment, every execution started at once (as AgentBeats may), all awaited."""
+    """One deployment. A cold run (gold) builds the artifacts; then every other run at
+    once (as AgentBeats may start them), all from those artifacts."""
     work = tmp_path_factory.mktemp("aws-emulator")
-    # The EFS cache of the sandbox tasks: the session's cache, as a warm EFS would be.
-    with Emulator(work, lambda_python, efs_dir=session_cache) as emulator:
+    with Emulator(work, lambda_python) as emulator:
+        if emulator.bwrap is None:
+            pytest.skip("bubblewrap cannot mount here: the tasks cannot each have a disk")
         cloud = Cloud(emulator, emulator.deploy(assembly, STACK), sample)
         s3 = emulator.client("s3")
         s3.put_object(
             Bucket=cloud.bucket, Key="datasets/sample.jsonl", Body=sample.dataset.read_bytes()
         )
         s3.put_object(Bucket=cloud.bucket, Key=CRAFTED_KEY, Body=sample.crafted.read_bytes())
+        cloud.start("gold", patches="gold", config=cloud.config())
+        cloud.wait()
+        cloud.built = cloud.artifacts()
         ids = sorted(sample.expected)
         # Faults, each on its own row of one run: a sandbox that exits non-zero, a
         # Dispatch that throws, a Classify that throws (so its error row cannot be written
-        # either); the fourth row must not notice.
+        # either); the fourth row must not notice. And Spot reclaims a row's task twice.
         emulator.sandbox_faults.add((FAULTS, ids[0]))
         emulator.lambda_faults["Dispatch"] = {(FAULTS, ids[1])}
         emulator.lambda_faults["Classify"] = {(FAULTS, ids[2])}
-        for source in ("gold", "empty"):
-            cloud.start(source, patches=source, config=cloud.config())
+        emulator.spot_faults[(SPOT, ids[0])] = 2
+        cloud.start("empty", patches="empty", config=cloud.config())
         cloud.start("crafted", patches=CRAFTED_KEY, config=cloud.config())
         cloud.start(
             "a2a",
-            participants={"agent": participants["gold"].url},
-            config=cloud.config(instance_ids=ids[:3]),
+            participants={"agent": participants["slow"].url},
+            config=cloud.config(instance_ids=ids[:2]),
         )
         cloud.start(
             "hang",
@@ -215,32 +295,32 @@ def cloud(
             config=cloud.config(instance_ids=ids[:1], participant_timeout=8),
         )
         cloud.start(FAULTS, patches="gold", config=cloud.config(instance_ids=ids[:4]))
-        if emulator.bwrap is not None:  # else the emulator cannot mount anything read-only
-            cloud.hostile_report = work / "hostile-report.txt"
-            gold = json.loads(
-                next(
-                    line
-                    for line in sample.dataset.read_text().splitlines()
-                    if json.loads(line)["instance_id"] == HOSTILE_ROW
-                )
-            )["patch"]
-            prediction = {
-                "instance_id": HOSTILE_ROW,
-                "model_name_or_path": HOSTILE,
-                "model_patch": hostile(gold, cloud.hostile_report),
-            }
-            key = f"predictions/{HOSTILE}.jsonl"
-            s3.put_object(Bucket=cloud.bucket, Key=key, Body=json.dumps(prediction).encode())
-            cloud.start(HOSTILE, patches=key, config=cloud.config(instance_ids=[HOSTILE_ROW]))
-        cloud.outcomes = cloud.wait()
+        cloud.start(SPOT, patches="gold", config=cloud.config(instance_ids=ids[:1]))
+        cloud.hostile_report = work / "hostile-report.txt"
+        gold = json.loads(
+            next(
+                line
+                for line in sample.dataset.read_text().splitlines()
+                if json.loads(line)["instance_id"] == HOSTILE_ROW
+            )
+        )["patch"]
+        prediction = {
+            "instance_id": HOSTILE_ROW,
+            "model_name_or_path": HOSTILE,
+            "model_patch": hostile(gold, cloud.hostile_report, emulator.cache_path),
+        }
+        key = f"predictions/{HOSTILE}.jsonl"
+        s3.put_object(Bucket=cloud.bucket, Key=key, Body=json.dumps(prediction).encode())
+        cloud.start(HOSTILE, patches=key, config=cloud.config(instance_ids=[HOSTILE_ROW]))
+        cloud.wait()
         yield cloud
 
 
-def hostile(patch: str, report: Path) -> str:
+def hostile(patch: str, report: Path, cache: Path) -> str:
     """``patch`` with HOSTILE_CODE added at the top of its first hunk (module level)."""
     header = re.search(r"^@@ -(\d+),(\d+) \+(\d+),(\d+) @@.*$", patch, re.MULTILINE)
     assert header is not None, patch
-    added = HOSTILE_CODE.format(report=str(report)).splitlines()
+    added = HOSTILE_CODE.format(report=str(report), cache=str(cache)).splitlines()
     old_start, old_len, new_start, new_len = (int(g) for g in header.groups())
     lines = [f"@@ -{old_start},{old_len} +{new_start},{new_len + len(added)} @@"]
     lines += ["+" + line if line else "+" for line in added]
@@ -282,61 +362,77 @@ def test_an_execution_gives_the_local_verdicts_and_leaderboard(
     assert set(run["finished"]["SS"]) == set(aws_rows)
 
 
-def test_each_row_ran_a_prepare_and_an_evaluate_task_and_only_prepare_had_credentials(
+def test_the_first_run_built_the_artifacts_and_later_runs_start_from_them(cloud: Cloud) -> None:
+    """Cold: the gold run's build phase made a mirror per repository, the environment and
+    every prepared workspace, in trusted tasks with credentials for the artifacts. Warm:
+    the other runs built nothing. No evaluate task ever held credentials."""
+    sample = cloud.sample
+    builds = cloud.tasks("gold", "build")
+    prepares = cloud.tasks("gold", "prepare")
+    assert len(builds) == 4 and len(prepares) == 2  # 3 mirrors + 1 environment; 8 rows by 4
+    for task in builds + prepares:
+        assert task["exit_code"] == 0 and task["credentials"] and task["container"] == "builder"
+    keys = set(cloud.built)
+    assert {
+        f"artifacts/repos/sample__{r}.tar.zst" for r in ("calculator", "textkit", "ledger")
+    } <= (keys)
+    assert len([k for k in keys if k.startswith("artifacts/prepared/")]) == len(sample.expected)
+    for run_id in ("empty", "crafted", "a2a", "hang", FAULTS, SPOT, HOSTILE):
+        assert not cloud.tasks(run_id, "build") and not cloud.tasks(run_id, "prepare"), run_id
+    evaluates = [t for t in cloud.emulator.tasks if t["phase"] == "evaluate"]
+    assert evaluates
+    for task in evaluates:
+        assert not task["credentials"] and "SWEGREEN_BUCKET" not in task["env"]
+        assert task["env"]["SWEGREEN_INPUT_URL"].startswith(cloud.emulator.endpoint)
+    for task in cloud.tasks("gold", "evaluate"):
+        assert task["env"]["SWEGREEN_MODEL"] == "gold"
+        # Once the row is written, its input (with its live URLs) is gone.
+        key = f"runs/gold/instances/{task['instance_id']}/sandbox-input.json"
+        with pytest.raises(ClientError, match="404"):
+            cloud.emulator.client("s3").head_object(Bucket=cloud.bucket, Key=key)
+
+
+def test_the_rows_ran_in_a_child_execution_and_every_map_wrote_its_results_to_s3(
     cloud: Cloud,
 ) -> None:
-    gold_tasks = [t for t in cloud.emulator.tasks if t["env"]["SWEGREEN_RUN_ID"] == "gold"]
-    for container in ("prepare", "sandbox"):
-        ran = [t for t in gold_tasks if t["container"] == container]
-        assert sorted(t["instance_id"] for t in ran) == sorted(cloud.sample.expected), container
-        assert all(t["exit_code"] == 0 for t in ran)
-    for task in gold_tasks:
-        config = json.loads(task["env"]["SWEGREEN_CONFIG"])
-        assert config["repo_url_template"] == cloud.sample.url_template
-        assert task["env"]["SWEGREEN_ISOLATION"] == "process"  # the task definition's
-        if task["container"] == "prepare":
-            assert task["credentials"]  # instance.json, with its role
-            assert "SWEGREEN_INPUT_URL" not in task["env"]
-        else:
-            # The evaluate task worked with no credentials at all: through its URLs.
-            assert not task["credentials"]
-            assert "SWEGREEN_BUCKET" not in task["env"]
-            assert task["env"]["SWEGREEN_INPUT_URL"].startswith(cloud.emulator.endpoint)
-            assert task["env"]["SWEGREEN_MODEL"] == "gold"
-            # Once the row is written, its input (with its live upload URLs) is gone.
-            key = f"runs/gold/instances/{task['instance_id']}/sandbox-input.json"
-            with pytest.raises(ClientError, match="404"):
-                cloud.emulator.client("s3").head_object(Bucket=cloud.bucket, Key=key)
+    sfn = cloud.emulator.client("stepfunctions")
+    rows = sfn.list_executions(stateMachineArn=cloud.outputs["RowsStateMachineArn"])
+    names = {e["name"]: e["status"] for e in rows["executions"]}
+    assert names["gold-rows"] == "SUCCEEDED"
+    results = cloud.emulator.client("s3").list_objects_v2(
+        Bucket=cloud.bucket, Prefix="map-results/"
+    )
+    written = {o["Key"].split("/")[1] for o in results.get("Contents", [])}
+    assert {"build", "prepare", "rows"} <= written
+    # the execution's own output stays small whatever the number of rows
+    assert len(cloud.outcomes["gold"]["output"]) < 8192
 
 
-def test_a_hostile_patch_cannot_write_the_shared_cache(cloud: Cloud) -> None:
-    """The tests of the evaluate task find the shared cache among their mounts and try to
-    leave a file in every environment and git mirror: refused; in the task's own copies
-    (gone with the task) the same code succeeds, so it did run."""
-    if cloud.hostile_report is None:
-        pytest.skip("bubblewrap cannot run here: the emulator cannot mount the cache read-only")
+def test_a_hostile_patch_holds_no_credentials_and_cannot_reach_the_artifacts(
+    cloud: Cloud,
+) -> None:
+    """Its code ran (it wrote into the environment of its own task's disk) but found no AWS
+    credentials, and the stored artifacts every later row starts from are unchanged."""
     assert cloud.outcomes[HOSTILE]["status"] == "SUCCEEDED"
     (row,) = cloud.rows(HOSTILE).values()
     assert (row["status"], row["model_name_or_path"]) == ("resolved", HOSTILE)
+    assert cloud.hostile_report is not None
     report = cloud.hostile_report.read_text().splitlines()
-    shared = str(cloud.emulator.host_path(SHARED_MOUNT))
-    refused = [line for line in report if line.startswith(f"refused {shared}/")]
-    assert any("/envs/" in line for line in refused), report
-    assert any("/repos/" in line for line in refused), report
-    assert all(line.endswith("Read-only file system") for line in refused), refused
-    assert not [line for line in report if line.startswith(f"wrote {shared}/")], report
-    assert any(line.startswith("wrote ") for line in report), report  # its own copy
-    efs = cloud.emulator.efs_dir
-    assert not [*efs.glob(f"envs/*/{MARK}"), *efs.glob(f"repos/*/{MARK}")]
+    assert "credentials: " in report, report  # no AWS_* variable at all
+    assert any(line.startswith("wrote ") for line in report), report
+    assert cloud.artifacts() == cloud.built
+    assert not list(cloud.emulator.cache_path.glob(f"envs/*/{MARK}"))  # its disk died
 
 
-def test_an_a2a_participant_is_dispatched_and_polled(cloud: Cloud) -> None:
+def test_an_a2a_participant_is_waited_for_by_callback(cloud: Cloud) -> None:
     assert cloud.outcomes["a2a"]["status"] == "SUCCEEDED"
     rows = cloud.rows("a2a")
-    assert len(rows) == 3
-    assert {r["status"] for r in rows.values()} == {"resolved"}
+    assert len(rows) == 2
+    assert {r["status"] for r in rows.values()} == {"resolved"}, cloud.diagnosis(rows)
     assert all(r["model_name_or_path"] == "agent" for r in rows.values())
+    assert all(r["durations"]["participant"] >= 5 for r in rows.values())  # it was slow
     assert cloud.leaderboard("a2a")["participant"] == "agent"
+    assert sum(w.get("done", 0) for w in cloud.watch_results) >= 2  # Watch handed them back
 
 
 def test_a_participant_that_never_answers_times_out_and_is_cancelled(cloud: Cloud) -> None:
@@ -347,8 +443,16 @@ def test_a_participant_that_never_answers_times_out_and_is_cancelled(cloud: Clou
     assert row["durations"]["participant"] >= 8
     board = cloud.leaderboard("hang")
     assert board["participant_failures"] == 1 and board["no_op_pct"] == 1.0
-    polls = [n for n, _, _ in cloud.emulator.invocations if "Poll" in n]
-    assert polls, "the participant was never polled"
+
+
+def test_a_task_spot_reclaims_is_retried_and_runs_on_demand_in_the_end(cloud: Cloud) -> None:
+    assert cloud.outcomes[SPOT]["status"] == "SUCCEEDED"
+    (row,) = cloud.rows(SPOT).values()
+    assert row["status"] == "resolved", cloud.diagnosis(cloud.rows(SPOT))
+    capacities = [t["capacity"] for t in cloud.tasks(SPOT, "evaluate")]
+    assert capacities == ["FARGATE_SPOT", "FARGATE_SPOT", "FARGATE"]
+    retries = [n for n, _, _ in cloud.emulator.invocations if "TaskRetry" in n]
+    assert len(retries) >= 2
 
 
 def test_injected_failures_become_error_rows_and_the_run_still_finishes(cloud: Cloud) -> None:
@@ -358,6 +462,8 @@ def test_injected_failures_become_error_rows_and_the_run_still_finishes(cloud: C
     assert sorted(rows) == ids  # nothing lost, nothing duplicated
     crashed, thrown, lost, healthy = (rows[i] for i in ids)
     assert (crashed["status"], crashed["reason"]) == ("error", "sandbox_crashed")
+    assert "exit codes [3]" in crashed["detail"]  # a crash: not retried
+    assert len(cloud.tasks(FAULTS, "evaluate")) == 3  # not the crashed one's again
     assert (thrown["status"], thrown["reason"]) == ("error", "internal_error")
     assert "injected fault" in thrown["detail"]
     assert (lost["status"], lost["reason"]) == ("error", "internal_error")

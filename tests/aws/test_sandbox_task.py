@@ -1,13 +1,12 @@
-"""The evaluate task's adapters, on real files, real git and a real HTTP server: the shared
-cache is only ever read (what it lacks is a row's failure, with the reason), and the
-pre-signed URLs are the only way out, for this row's outputs only."""
+"""The sandbox tasks' adapters and decisions, on real files and a real HTTP server: the
+pre-signed URLs are the evaluate task's only way in and out (its row's outputs, its
+artifacts), and a failed Fargate task is retried only for the infrastructure's failures."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import subprocess
+import random
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,18 +17,19 @@ import httpx
 import pytest
 
 from swegreen import artifacts as art
-from swegreen.aws.pipeline import SANDBOX_OUTPUTS
-from swegreen.aws.presigned import PresignedUrlError, UploadArtifacts
+from swegreen.aws.pipeline import (
+    RETRY_MAX_SECONDS,
+    SANDBOX_OUTPUTS,
+    TASK_ATTEMPTS,
+    Attempt,
+    TaskRetryEvent,
+    _failure_of,
+    task_retry,
+)
+from swegreen.aws.presigned import PresignedUrlError, UploadArtifacts, download
 from swegreen.aws.sandbox_task import main, sandbox_config
-from swegreen.aws.shared_cache import SharedEnvs, SharedRepos
 from swegreen.config import EvalConfig
-from swegreen.environments import COMPLETE, ENV_INFO
-from swegreen.errors import EnvSetupFailed, RepoUnavailable
-from swegreen.interpreters import InterpreterSearch
-from swegreen.recipes import Recipe
-from tests.helpers import make_repo
 
-RECIPE = Recipe(python="3.11", test_cmd="pytest")
 ROW = art.instance_key("run", "o__r-1", "")
 
 
@@ -50,6 +50,15 @@ class Bucket(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
         return True
+
+    def do_GET(self) -> None:
+        if self._answer():
+            return
+        body = self.objects.get(self.path)
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Length", str(len(body or b"")))
+        self.end_headers()
+        self.wfile.write(body or b"")
 
     def do_PUT(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
@@ -118,78 +127,77 @@ def test_a_refused_url_says_why_and_a_transient_error_is_retried(bucket: str) ->
     assert Bucket.objects == {f"/{art.RESULT}?X-Amz-Signature=s": b"{}"}
 
 
-def snapshot(root: Path) -> dict[str, tuple[int, float]]:
-    return {
-        str(p.relative_to(root)): (p.lstat().st_mode, p.lstat().st_mtime)
-        for p in sorted(root.rglob("*"))
+def test_an_artifact_is_streamed_to_disk_and_a_transient_error_is_retried(
+    bucket: str, tmp_path: Path
+) -> None:
+    body = os.urandom(3 << 20)  # several chunks
+    Bucket.objects = {"/env.tar.zst?X-Amz-Signature=s": body}
+    Bucket.answers = {"/env.tar.zst?X-Amz-Signature=s": [(503, b"SlowDown")]}
+    with httpx.Client(timeout=10) as http:
+        download(http, f"{bucket}/env.tar.zst?X-Amz-Signature=s", tmp_path / "a")
+        assert (tmp_path / "a").read_bytes() == body
+        Bucket.answers = {"/gone?X-Amz-Signature=s": [(403, b"<Code>AccessDenied</Code>")]}
+        with pytest.raises(PresignedUrlError, match=r"GET of an artifact \(403\)"):
+            download(http, f"{bucket}/gone?X-Amz-Signature=s", tmp_path / "b")
+
+
+def task_failure(**task: object) -> dict[str, object]:
+    """A Catch's error for a stopped ECS task, as Step Functions gives it."""
+    return {"Error": "States.TaskFailed", "Cause": json.dumps(task)}
+
+
+SPOT = task_failure(
+    StopCode="SpotInterruption",
+    StoppedReason="Your Spot Task was interrupted.",
+    Containers=[{"Name": "sandbox"}],
+)
+OOM = task_failure(
+    StopCode="EssentialContainerExited",
+    StoppedReason="Essential container in task exited",
+    Containers=[
+        {"Name": "sandbox", "ExitCode": 137, "Reason": "OutOfMemoryError: Container killed"}
+    ],
+)
+CRASH = task_failure(StopCode="EssentialContainerExited", Containers=[{"ExitCode": 1}])
+TEMPFAIL = task_failure(Containers=[{"Name": "builder", "ExitCode": 75}])
+PULL = task_failure(StoppedReason="CannotPullContainerError: pull rate limit", Containers=[{}])
+
+
+def test_infrastructure_failures_are_retried_with_jitter_then_on_demand() -> None:
+    rng = random.Random(7)
+    attempt = Attempt()
+    seen = []
+    for _ in range(TASK_ATTEMPTS - 1):
+        attempt = task_retry(TaskRetryEvent(error=SPOT, attempt=attempt), rng)
+        assert attempt.retry, attempt
+        seen.append((attempt.capacity, attempt.wait_seconds))
+    # Spot twice, then on-demand; full jitter, capped, growing ceilings
+    assert [c for c, _ in seen] == ["FARGATE_SPOT", "FARGATE", "FARGATE", "FARGATE"]
+    assert all(1 <= w <= RETRY_MAX_SECONDS for _, w in seen)
+    last = task_retry(TaskRetryEvent(error=SPOT, attempt=attempt), rng)
+    assert not last.retry and "attempts made" in last.why
+    for error in (
+        TEMPFAIL,
+        PULL,
+        {"Error": "ECS.AmazonECSException", "Cause": "Capacity is unavailable at this time"},
+    ):
+        assert task_retry(TaskRetryEvent(error=error), rng).retry, error
+
+
+def test_out_of_memory_and_crashes_are_the_rows_verdict_never_retried() -> None:
+    for error in (OOM, CRASH, {"Error": "States.Timeout", "Cause": ""}):
+        assert not task_retry(TaskRetryEvent(error=error)).retry, error
+    oom = _failure_of(OOM)
+    assert (oom.reason, oom.infrastructure) == ("out_of_memory", False)
+    crash = _failure_of(CRASH)
+    assert crash.reason == "sandbox_crashed" and "exit codes [1]" in str(crash)
+    # a Lambda step's own failure keeps its reason (Presign: a remembered build failure)
+    remembered = {
+        "Error": "EnvSetupFailed",
+        "Cause": json.dumps({"errorType": "EnvSetupFailed", "errorMessage": "no numpy 0.9"}),
     }
-
-
-def test_an_environment_is_localized_from_the_shared_cache_never_built(tmp_path: Path) -> None:
-    """What an evaluation's view copies (bin/, site-packages) becomes a private copy; what
-    it shares (the standard library, the sysroot) stays a link to the read-only original."""
-    shared, local = tmp_path / "shared" / "envs", tmp_path / "local" / "envs"
-    key = RECIPE.env_key("")
-    built = shared / key
-    stdlib = built / "py" / "lib" / "python3.11"
-    (built / "py" / "bin").mkdir(parents=True)
-    (stdlib / "site-packages" / "pkg").mkdir(parents=True)
-    (built / "sysroot" / "usr" / "lib").mkdir(parents=True)
-    (built / "py" / "bin" / "python3.11").write_text("#!interpreter")
-    (built / "py" / "bin" / "python").symlink_to("python3.11")
-    (built / "py" / "pyvenv.cfg").write_text("home = /opt/python\n")
-    (stdlib / "os.py").write_text("# the standard library\n")
-    (stdlib / "site-packages" / "pkg" / "__init__.py").write_text("VERSION = 1\n")
-    os.utime(stdlib / "site-packages" / "pkg" / "__init__.py", (1_000_000_000, 1_000_000_000))
-    (built / ENV_INFO).write_text(json.dumps({"runtime_env": {"LOCPATH": "/x"}}))
-    (built / COMPLETE).write_text("")
-    before = snapshot(shared)
-    envs = SharedEnvs(local, shared, InterpreterSearch.from_environ({}), {})
-    env = asyncio.run(envs.ensure(RECIPE, "o/r 1.0"))
-    assert env.root == local / key and env.prefix == local / key / "py"
-    assert env.runtime_env == {"LOCPATH": "/x"}
-    copy = local / key / "py"
-    assert os.readlink(copy / "bin" / "python") == "python3.11"  # links stay links
-    for private in ("bin/python3.11", "pyvenv.cfg", "lib/python3.11/site-packages/pkg"):
-        assert not (copy / private).is_symlink(), private
-    installed = copy / "lib" / "python3.11" / "site-packages" / "pkg" / "__init__.py"
-    assert installed.stat().st_mtime == 1_000_000_000  # byte-compiled files stay valid
-    assert (copy / "lib" / "python3.11" / "os.py").readlink() == stdlib / "os.py"
-    assert (local / key / "sysroot").readlink() == built / "sysroot"
-    assert snapshot(shared) == before
-    assert [p.name for p in local.iterdir()] == [key]  # no temporary copy left behind
-    # Another key, whose build failed in the prepare task: the row's failure, with its log.
-    other = Recipe(python="3.9", test_cmd="pytest")
-    (shared / f"{other.env_key('')}.failed.log").write_text("pip: no matching distribution\n")
-    before = snapshot(shared)
-    with pytest.raises(EnvSetupFailed, match="not in the shared cache: its build failed") as exc:
-        asyncio.run(envs.ensure(other, "o/r 2.0"))
-    assert "no matching distribution" in exc.value.log_tail
-    with pytest.raises(EnvSetupFailed, match="see the prepare task's log"):
-        asyncio.run(envs.ensure(Recipe(python="3.8", test_cmd="pytest"), "o/r 3.0"))
-    assert snapshot(shared) == before
-
-
-def test_the_shared_git_cache_is_read_never_fetched(tmp_path: Path) -> None:
-    upstream = tmp_path / "upstream"
-    head = make_repo(upstream, {"a.py": "x = 1\n"})
-    shared = tmp_path / "shared" / "repos"
-    shared.mkdir(parents=True)
-    subprocess.run(
-        ["git", "clone", "-q", "--bare", str(upstream), str(shared / "o__r.git")], check=True
-    )
-    before = snapshot(shared)
-    repos = SharedRepos(tmp_path / "local" / "repos", shared, str(upstream), {"PATH": os.defpath})
-    assert asyncio.run(repos.ensure_commit("o/r", head)) == shared / "o__r.git"
-    checkout = tmp_path / "work" / "repo"
-    asyncio.run(repos.checkout("o/r", head, checkout))
-    assert (checkout / "a.py").read_text() == "x = 1\n"
-    missing = "0" * 40
-    with pytest.raises(RepoUnavailable, match=f"{missing} is not in the shared git cache"):
-        asyncio.run(repos.ensure_commit("o/r", missing))
-    with pytest.raises(RepoUnavailable, match="not in the shared git cache"):
-        asyncio.run(repos.ensure_commit("o/other", head))
-    assert snapshot(shared) == before  # no lock, no fetch, no new mirror
+    failure = _failure_of(remembered)
+    assert failure.reason == "env_setup_failed" and "no numpy 0.9" in str(failure)
 
 
 def test_the_task_definition_chooses_the_isolation_and_a_bad_phase_is_refused(
@@ -207,5 +215,6 @@ def test_the_task_definition_chooses_the_isolation_and_a_bad_phase_is_refused(
         main(["evaluate", "now"])
     assert exit_.value.code == 2
     assert (
-        "usage: python -m swegreen.aws.sandbox_task [prepare|evaluate]" in capsys.readouterr().err
+        "usage: python -m swegreen.aws.sandbox_task [build|prepare|evaluate]"
+        in capsys.readouterr().err
     )

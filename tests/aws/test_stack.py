@@ -12,10 +12,12 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from infra.front_door import RUN_REQUEST_SCHEMA
-from infra.sandbox import CACHE_MOUNT, SANDBOX_UID, SHARED_MOUNT
+from infra.sandbox import CACHE_MOUNT, SANDBOX_UID
 from infra.settings import StackSettings
+from infra.workflow import MAP_RESULTS
 from swegreen.aws.pipeline import (
     SANDBOX_URL_SECONDS,
+    Attempt,
     Item,
     PatchState,
     RunRequest,
@@ -23,6 +25,7 @@ from swegreen.aws.pipeline import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+JSON = "application/json"
 pytestmark = pytest.mark.timeout(1200)  # the first test's setup runs `cdk synth` (900 s at most)
 
 
@@ -41,9 +44,14 @@ def render(value: Any) -> str:
 
 
 @pytest.fixture(scope="module")
-def definition(template: dict[str, Any]) -> dict[str, Any]:
-    (machine,) = resources(template, "AWS::StepFunctions::StateMachine").values()
-    return json.loads(render(machine["Properties"]["DefinitionString"]))
+def machines(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The two state machines' definitions: "Pipeline" (one per run) and "Rows"."""
+    found = {}
+    for name, machine in resources(template, "AWS::StepFunctions::StateMachine").items():
+        kind = "Rows" if name.startswith("WorkflowRows") else "Pipeline"
+        found[kind] = json.loads(render(machine["Properties"]["DefinitionString"]))
+    assert set(found) == {"Pipeline", "Rows"}
+    return found
 
 
 def states(definition: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -55,69 +63,152 @@ def states(definition: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
             yield from states(processor)
 
 
-def test_the_row_maps_honour_max_concurrent_rows_and_large_runs_read_s3(
-    definition: dict[str, Any],
+def test_every_map_is_distributed_reads_s3_and_writes_its_results_to_s3(
+    machines: dict[str, dict[str, Any]],
 ) -> None:
-    maps = {n: s for n, s in definition["States"].items() if s["Type"] == "Map"}
-    assert set(maps) == {"Rows", "RowsFromS3"}
-    for state in maps.values():
-        assert state["MaxConcurrencyPath"] == "$.resolved.max_concurrency"
-    inline, distributed = maps["Rows"], maps["RowsFromS3"]
-    assert inline["ItemsPath"] == "$.resolved.items"
-    assert distributed["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
-    assert distributed["ItemReader"]["Resource"].endswith(":states:::s3:getObject")
-    assert distributed["ItemReader"]["Parameters"]["Key.$"] == "$.resolved.items_key"
-    choice = definition["States"]["LargeRun?"]
-    assert choice["Choices"][0]["Variable"] == "$.resolved.distributed"
-    assert choice["Choices"][0]["Next"] == "RowsFromS3"
-    # Whatever happens to the rows, the leaderboard is written.
-    for state in maps.values():
-        assert state["Next"] == "Aggregate"
-        assert [c["Next"] for c in state["Catch"]] == ["Aggregate"]
+    """History- and payload-safe at any size: no inline Map (its iterations share the
+    parent's 25,000-event history), every Map reads its items from S3 and writes its
+    results there (500 child outputs would pass the 256 KB payload limit otherwise)."""
+    maps = {
+        name: state
+        for machine in machines.values()
+        for name, state in states(machine)
+        if state["Type"] == "Map"
+    }
+    assert set(maps) == {"Rows", "Builds", "Prepares"}
+    keys = {"Rows": "items_key", "Builds": "builds_key", "Prepares": "prepares_key"}
+    for name, state in maps.items():
+        assert state["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED", name
+        assert state["ItemProcessor"]["ProcessorConfig"]["ExecutionType"] == "STANDARD"
+        assert state["ItemReader"]["Resource"].endswith(":states:::s3:getObject")
+        assert state["ItemReader"]["Parameters"]["Key.$"] == f"$.resolved.{keys[name]}"
+        assert state["ResultWriter"]["Resource"].endswith(":states:::s3:putObject")
+        assert state["ResultWriter"]["Parameters"]["Prefix"].startswith(MAP_RESULTS)
+        assert state["ToleratedFailurePercentage"] == 100  # a failed item is a row, not a run
+    assert maps["Rows"]["MaxConcurrencyPath"] == "$.resolved.max_concurrency"
+    for name in ("Builds", "Prepares"):
+        assert maps[name]["MaxConcurrencyPath"] == "$.resolved.build_concurrency"
 
 
-def test_every_row_step_retries_infrastructure_errors_and_falls_back_to_an_error_row(
-    definition: dict[str, Any],
+def test_the_pipeline_builds_then_prepares_then_runs_the_rows_within_the_runs_own_time(
+    machines: dict[str, dict[str, Any]],
 ) -> None:
-    for suffix in ("Inline", "Distributed"):
-        row = dict(states(definition))
-        for step in ("Dispatch", "Poll", "Prepare", "Presign", "Sandbox", "Classify"):
-            state = row[f"{step}{suffix}"]
-            assert state["Retry"], step
-            assert [c["Next"] for c in state["Catch"]] == [f"RecordError{suffix}"]
-            assert state["Catch"][0]["ErrorEquals"] == ["States.ALL"]
-        lambda_retry = row[f"Dispatch{suffix}"]["Retry"][0]["ErrorEquals"]
-        assert "Lambda.TooManyRequestsException" in lambda_retry
-        for task in ("Prepare", "Sandbox"):
-            assert "ECS.ThrottlingException" in row[f"{task}{suffix}"]["Retry"][0]["ErrorEquals"]
-        # The evaluate task's URLs are signed right before it, after the prepare task.
-        assert row[f"Prepare{suffix}"]["Next"] == f"Presign{suffix}"
-        assert row[f"Presign{suffix}"]["Next"] == f"Sandbox{suffix}"
-        # The participant is polled in a Wait loop: no Lambda waits for it.
-        wait = row[f"WaitForParticipant{suffix}"]
-        assert wait["SecondsPath"] == "$.item.poll_seconds" and wait["Next"] == f"Poll{suffix}"
+    pipeline = machines["Pipeline"]
+    top = pipeline["States"]
+    assert pipeline["StartAt"] == "Resolve" and top["Resolve"]["Next"] == "Builds?"
+    assert top["Builds?"]["Choices"][0]["Next"] == "Builds"
+    assert top["Builds?"]["Default"] == "Prepares?"
+    assert top["Builds"]["Next"] == "Prepares?"
+    assert top["Prepares?"]["Choices"][0]["Next"] == "Prepares"
+    assert top["Prepares?"]["Default"] == top["Prepares"]["Next"] == "RowsPhase"
+    rows = top["RowsPhase"]
+    assert rows["Resource"].endswith(":states:::states:startExecution.sync:2")
+    # the run's size, not a fixed two days, bounds its rows (Resolve computes it)
+    assert rows["TimeoutSecondsPath"] == "$.resolved.timeout_seconds"
+    assert rows["Parameters"]["Name.$"] == "States.Format('{}-rows', $.run_id)"
+    assert rows["Next"] == "Aggregate"
+    assert [c["Next"] for c in rows["Catch"]] == ["Aggregate"]  # a leaderboard, always
+    for phase in ("Builds", "Prepares"):  # a failed phase leaves the rows to report it
+        assert top[phase]["Catch"][0]["ErrorEquals"] == ["States.ALL"]
 
 
-def test_the_sandbox_runs_as_a_fargate_job_with_string_environment_values(
-    definition: dict[str, Any],
+def test_every_row_step_retries_with_jitter_and_falls_back_to_an_error_row(
+    machines: dict[str, dict[str, Any]],
 ) -> None:
-    row = dict(states(definition))
+    row = dict(states(machines["Rows"]))
+    assert row["Participant?"]["Choices"][0]["Next"] == "DispatchWait"
+    assert row["Participant?"]["Default"] == "Dispatch"
+    for step in ("Dispatch", "DispatchWait", "Presign", "Classify"):
+        state = row[step]
+        (retry,) = state["Retry"]
+        assert "Lambda.TooManyRequestsException" in retry["ErrorEquals"], step
+        assert retry["JitterStrategy"] == "FULL" and retry["MaxDelaySeconds"] <= 60
+        assert [c["Next"] for c in state["Catch"]] == ["RecordError"]
+        assert state["Catch"][0]["ErrorEquals"] == ["States.ALL"]
+    # A participant is waited for on a callback token (Watch completes it): no polling
+    # loop, no state transitions while it works, bounded by the row's own deadline.
+    wait = row["DispatchWait"]
+    assert wait["Resource"].endswith(":states:::lambda:invoke.waitForTaskToken")
+    assert wait["Parameters"]["Payload"]["token.$"] == "$$.Task.Token"
+    assert wait["TimeoutSecondsPath"] == "$.item.wait_seconds"
+    assert not [s for s in row.values() if s["Type"] == "Wait" and "Participant" in str(s)]
+    assert Item.model_fields["wait_seconds"].annotation is int
+    # The evaluate task's URLs are signed right before it starts.
+    assert row["HasPatch"]["Choices"][0]["Next"] == "Presign"
+    assert row["Presign"]["Next"] == "EvaluateFirstAttempt"
+    assert row["EvaluateDone"]["Next"] == "Classify"
+
+
+@pytest.mark.parametrize(
+    ("machine", "task", "container", "command"),
+    [
+        ("Pipeline", "Build", "builder", "build"),
+        ("Pipeline", "Prepare", "builder", "prepare"),
+        ("Rows", "Evaluate", "sandbox", "evaluate"),
+    ],
+)
+def test_fargate_tasks_start_on_spot_and_survive_their_infrastructure(
+    machines: dict[str, dict[str, Any]], machine: str, task: str, container: str, command: str
+) -> None:
+    """Spot first; a failed task goes to TaskRetry, whose answer says whether to run it
+    again (after its jittered wait, on the capacity it names: on-demand after Spot failed
+    twice) or to give the row its error."""
+    row = dict(states(machines[machine]))
+    first = row[f"{task}FirstAttempt"]
+    assert first["Result"]["capacity"] == "FARGATE_SPOT" and first["ResultPath"] == "$.attempt"
+    assert first["Next"] == f"{task}Capacity?"
+    capacity = row[f"{task}Capacity?"]
+    assert capacity["Choices"][0]["StringEquals"] == "FARGATE"
+    assert capacity["Choices"][0]["Next"] == f"{task}OnDemand"
+    assert capacity["Default"] == f"{task}Spot"
+    for suffix, provider in (("Spot", "FARGATE_SPOT"), ("OnDemand", "FARGATE")):
+        state = row[f"{task}{suffix}"]
+        assert state["Resource"].endswith(":states:::ecs:runTask.sync")
+        params = state["Parameters"]
+        assert params["CapacityProviderStrategy"] == [{"CapacityProvider": provider, "Weight": 1}]
+        assert "LaunchType" not in params
+        assert state["TimeoutSeconds"] < SANDBOX_URL_SECONDS  # the task's URLs outlive it
+        # the row's input survives the task (the ECS answer goes beside it, trimmed)
+        assert state["ResultPath"] == "$.task"
+        assert state["ResultSelector"] == {"task_arn.$": "$.TaskArn"}
+        (retry,) = state["Retry"]
+        assert "ECS.ThrottlingException" in retry["ErrorEquals"]
+        assert retry["JitterStrategy"] == "FULL"
+        assert state["Catch"] == [
+            {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": f"{task}Failed"}
+        ]
+        (override,) = params["Overrides"]["ContainerOverrides"]
+        assert (override["Name"], override["Command"]) == (container, [command])
+    decide = row[f"{task}Failed"]
+    assert decide["ResultPath"] == "$.attempt" and decide["Next"] == f"{task}Again?"
+    again = row[f"{task}Again?"]
+    assert again["Choices"][0]["Variable"] == "$.attempt.retry"
+    assert again["Choices"][0]["Next"] == f"{task}Backoff"
+    backoff = row[f"{task}Backoff"]
+    assert backoff["SecondsPath"] == "$.attempt.wait_seconds"
+    assert backoff["Next"] == f"{task}Capacity?"
+    assert set(Attempt.model_fields) >= {"number", "capacity", "wait_seconds", "retry"}
+
+
+def test_container_environment_values_are_strings(machines: dict[str, dict[str, Any]]) -> None:
+    """Real ECS refuses a non-string environment value (emulators take them)."""
     models = {"item": Item, "patch": PatchState, "sandbox": SandboxTicket}
-    for name in ("PrepareInline", "SandboxInline"):
-        task = row[name]
-        assert task["Resource"].endswith(":states:::ecs:runTask.sync")
-        assert task["Parameters"]["LaunchType"] == "FARGATE"
-        # The evaluate task's pre-signed URLs outlive it.
-        assert task["TimeoutSeconds"] < SANDBOX_URL_SECONDS
-        (override,) = task["Parameters"]["Overrides"]["ContainerOverrides"]
-        for pair in override["Environment"]:
-            assert set(pair) == {"Name", "Value.$"}, pair  # no literal (non-string) values
-            _, model, field = pair["Value.$"].split(".")
-            annotation = models[model].model_fields[field].annotation
-            assert annotation is str, f"{pair['Name']} <- {pair['Value.$']} is {annotation}"
-    sandbox = {p["Name"]: p["Value.$"] for p in _overrides(row["SandboxInline"])}
-    assert sandbox["SWEGREEN_INPUT_URL"] == "$.sandbox.input_url"
-    assert "SWEGREEN_INPUT_URL" not in {p["Name"] for p in _overrides(row["PrepareInline"])}
+    row = dict(states(machines["Rows"]))
+    evaluate = _overrides(row["EvaluateSpot"])
+    for pair in evaluate:
+        assert set(pair) == {"Name", "Value.$"}, pair  # no literal (non-string) values
+        _, model, field = pair["Value.$"].split(".")
+        annotation = models[model].model_fields[field].annotation
+        assert annotation is str, f"{pair['Name']} <- {pair['Value.$']} is {annotation}"
+    assert {p["Name"]: p["Value.$"] for p in evaluate}["SWEGREEN_INPUT_URL"] == (
+        "$.sandbox.input_url"
+    )
+    build = {
+        p["Name"]: p["Value.$"] for p in _overrides(dict(states(machines["Pipeline"]))["BuildSpot"])
+    }
+    # the item's index is a number: formatted into a string
+    assert build["SWEGREEN_ITEM_INDEX"] == "States.Format('{}', $.index)"
+    assert "SWEGREEN_INPUT_URL" not in build
 
 
 def _overrides(task: dict[str, Any]) -> list[dict[str, str]]:
@@ -149,10 +240,10 @@ def _actions(statement: dict[str, Any]) -> set[str]:
 
 
 def test_the_sandbox_tasks_run_as_a_non_root_user_in_the_weaker_isolation_they_opt_into(
-    template: dict[str, Any],
+    template: dict[str, Any], assembly: Path
 ) -> None:
     tasks = _task_definitions(template)
-    assert set(tasks) == {"prepare", "sandbox"}
+    assert set(tasks) == {"builder", "sandbox"}
     dockerfile = (ROOT / "container" / "Dockerfile").read_text()
     sandbox_stage = dockerfile[dockerfile.index("AS sandbox") :]
     assert f"ARG SANDBOX_UID={SANDBOX_UID}" in sandbox_stage
@@ -165,58 +256,44 @@ def test_the_sandbox_tasks_run_as_a_non_root_user_in_the_weaker_isolation_they_o
         env = {e["Name"]: e["Value"] for e in container["Environment"]}
         # Fargate cannot run bubblewrap: the weaker mode is chosen explicitly, not fallen into.
         assert env["SWEGREEN_ISOLATION"] == "process", name
-        assert container["Command"] == ["prepare" if name == "prepare" else "evaluate"]
-    (access_point,) = resources(template, "AWS::EFS::AccessPoint").values()
-    props = access_point["Properties"]
-    assert props["PosixUser"] == {"Uid": str(SANDBOX_UID), "Gid": str(SANDBOX_UID)}
-    creation = props["RootDirectory"]["CreationInfo"]
-    assert (creation["OwnerUid"], creation["OwnerGid"]) == (str(SANDBOX_UID), str(SANDBOX_UID))
+        assert env["SWEGREEN_CACHE_DIR"] == CACHE_MOUNT  # where artifacts unpack
+        assert container["Command"] == ["build" if name == "builder" else "evaluate"]
+        assert task["RuntimePlatform"]["CpuArchitecture"] == "X86_64"
+        assert "Volumes" not in task  # the task's own disk: no shared file system
+    # The image is built for the platform the tasks run on, wherever `cdk deploy` runs.
+    manifest = json.loads((assembly / "SweGreen.assets.json").read_text())
+    (image,) = manifest["dockerImages"].values()
+    assert image["source"]["platform"] == "linux/amd64"
+    assert image["source"]["dockerBuildTarget"] == "sandbox"
 
 
-def test_the_tests_see_the_shared_cache_read_only_and_hold_no_credentials_worth_stealing(
+def test_the_evaluate_task_holds_no_permission_and_the_builder_only_the_artifacts(
     template: dict[str, Any],
 ) -> None:
+    assert not resources(template, "AWS::EFS::FileSystem")  # nothing shared and writable
     tasks = _task_definitions(template)
     (evaluate,) = tasks["sandbox"]["ContainerDefinitions"]
-    (prepare,) = tasks["prepare"]["ContainerDefinitions"]
-    # Where the tests run, every mount of the shared cache is read-only.
-    assert evaluate["MountPoints"] == [
-        {"ContainerPath": SHARED_MOUNT, "ReadOnly": True, "SourceVolume": "cache"}
-    ]
-    assert prepare["MountPoints"] == [
-        {"ContainerPath": CACHE_MOUNT, "ReadOnly": False, "SourceVolume": "cache"}
-    ]
     evaluate_env = {e["Name"] for e in evaluate["Environment"]}
     assert "SWEGREEN_BUCKET" not in evaluate_env  # it reaches S3 through pre-signed URLs only
-    for task in tasks.values():  # mounted through the access point, with IAM
-        (volume,) = task["Volumes"]
-        auth = volume["EFSVolumeConfiguration"]["AuthorizationConfig"]
-        assert auth["IAM"] == "ENABLED" and "AccessPointId" in auth
-    # The evaluate task's role may mount the cache read-only, through the access point: no
-    # S3, no DynamoDB, no writes, no root.
     role = tasks["sandbox"]["TaskRoleArn"]["Fn::GetAtt"][0]
-    (statement,) = _statements(template, role)
-    assert _actions(statement) == {"elasticfilesystem:ClientMount"}
-    assert "elasticfilesystem:AccessPointArn" in statement["Condition"]["StringEquals"]
-    # The prepare task's role: the cache read-write (not as root) and instance.json.
-    role = tasks["prepare"]["TaskRoleArn"]["Fn::GetAtt"][0]
-    granted = {a: s for s in _statements(template, role) for a in _actions(s)}
-    assert set(granted) == {
-        "elasticfilesystem:ClientMount",
-        "elasticfilesystem:ClientWrite",
-        "s3:GetObject",
-    }
-    assert render(granted["s3:GetObject"]["Resource"]).endswith("/runs/*/instances/*/instance.json")
-    for policy in resources(template, "AWS::IAM::Policy").values():
-        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
-            assert "elasticfilesystem:ClientRootAccess" not in _actions(statement)
-    # A file system policy replaces EFS's default one (anyone who reaches a mount target may
-    # mount it as root, without IAM): clients need one of the roles above, over TLS.
-    (file_system,) = resources(template, "AWS::EFS::FileSystem").values()
-    policy = file_system["Properties"]["FileSystemPolicy"]
-    assert all(s["Effect"] == "Deny" for s in policy["Statement"])
-    (deny,) = policy["Statement"]
-    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert _statements(template, role) == []
+    role = tasks["builder"]["TaskRoleArn"]["Fn::GetAtt"][0]
+    granted: dict[str, list[str]] = {}
+    for statement in _statements(template, role):
+        assert statement["Effect"] == "Allow"
+        resources_ = statement["Resource"]
+        resources_ = resources_ if isinstance(resources_, list) else [resources_]
+        for action in _actions(statement):
+            granted.setdefault(action, []).extend(render(r) for r in resources_)
+    assert set(granted) == {"s3:GetObject", "s3:PutObject", "s3:ListBucket"}
+    assert all(r.endswith("/artifacts/*") for r in granted["s3:PutObject"])
+    reads = sorted(r.split("/", 1)[1] for r in granted["s3:GetObject"])
+    assert reads == [
+        "artifacts/*",
+        "runs/*/builds.json",
+        "runs/*/instances/*/instance.json",
+        "runs/*/prepares.json",
+    ]
 
 
 def test_the_state_machine_is_standard_logged_and_traced(template: dict[str, Any]) -> None:
@@ -281,22 +358,11 @@ def test_storage_is_encrypted_private_and_keyed_as_the_local_store(
     )
     for table in resources(template, "AWS::DynamoDB::Table").values():
         assert table["Properties"]["SSESpecification"] == {"SSEEnabled": True}
-    t.has_resource_properties("AWS::EFS::FileSystem", {"Encrypted": True})
-    t.has_resource_properties(
-        "AWS::ECS::TaskDefinition",
-        {
-            "Volumes": [
-                Match.object_like(
-                    {"EFSVolumeConfiguration": Match.object_like({"TransitEncryption": "ENABLED"})}
-                )
-            ]
-        },
-    )
 
 
 def test_every_log_group_has_a_retention(template: dict[str, Any]) -> None:
     groups = resources(template, "AWS::Logs::LogGroup")
-    assert len(groups) >= 7  # five functions, the state machine, the sandbox, API access
+    assert len(groups) >= 12  # eight functions, two state machines, the sandbox, API access
     for name, group in groups.items():
         assert group["Properties"].get("RetentionInDays") == 30, name
     for name, fn in resources(template, "AWS::Lambda::Function").items():
@@ -311,8 +377,6 @@ WILDCARD_OK = {
     "xray:GetSamplingRules",
     "xray:GetSamplingTargets",
     "ecr:GetAuthorizationToken",
-    "ecs:StopTask",
-    "ecs:DescribeTasks",
     "logs:CreateLogDelivery",
     "logs:GetLogDelivery",
     "logs:UpdateLogDelivery",
@@ -331,12 +395,16 @@ def test_iam_is_least_privilege(template: dict[str, Any]) -> None:
             actions = statement["Action"]
             actions = [actions] if isinstance(actions, str) else actions
             assert all(a != "*" and not a.endswith(":*") for a in actions), (name, actions)
-            if statement["Resource"] == "*":
+            # no object versions deleted, no wildcard deletes (CDK's grantReadWrite has both)
+            assert not [a for a in actions if a.startswith("s3:Delete") and a != "s3:DeleteObject"]
+            if statement.get("Resource") == "*":
                 assert set(actions) <= WILDCARD_OK, (name, actions)
-            grants.setdefault(name, set()).update(actions)
+            if statement["Effect"] == "Allow":
+                grants.setdefault(name, set()).update(actions)
     by_role = {k.removeprefix("Workflow").split("ServiceRole")[0]: v for k, v in grants.items()}
     dynamodb = {r: {a for a in acts if a.startswith("dynamodb:")} for r, acts in by_role.items()}
-    assert dynamodb["Dispatch"] == set() and dynamodb["Poll"] == set()  # S3 only
+    assert dynamodb["Dispatch"] == {"dynamodb:PutItem"}  # a row waiting for its participant
+    assert dynamodb["Watch"] == {"dynamodb:Query", "dynamodb:DeleteItem"}
     assert dynamodb["Classify"] == {
         "dynamodb:PutItem",
         "dynamodb:UpdateItem",
@@ -345,11 +413,32 @@ def test_iam_is_least_privilege(template: dict[str, Any]) -> None:
     }
     for role, acts in dynamodb.items():
         assert not acts & {"dynamodb:Scan", "dynamodb:DeleteTable", "dynamodb:BatchWriteItem"}, role
-    assert dynamodb["Stopped"] == {"dynamodb:UpdateItem"}
-    assert dynamodb["Presign"] == set()  # S3 only: what its URLs may do
-    for task in ("SandboxTaskTask", "SandboxPrepareTask"):
-        acts = next(acts for role, acts in by_role.items() if role.startswith(task))
+    assert dynamodb["Stopped"] == {"dynamodb:UpdateItem", "dynamodb:PutItem"}
+    assert dynamodb["Presign"] == set() and dynamodb["TaskRetry"] == set()
+    assert by_role["TaskRetry"] <= WILDCARD_OK  # logs and traces, nothing else
+    for task in ("SandboxTaskTask", "SandboxBuilderTask"):
+        acts = next((acts for role, acts in by_role.items() if role.startswith(task)), set())
         assert not any(a.startswith("dynamodb:") for a in acts), task
+    # The state machines run only this cluster's two task definitions, and read only the
+    # maps' item lists and write only their results, whatever CDK granted.
+    for machine in ("WorkflowPipelineRole", "WorkflowRowsRole"):
+        (policy,) = [
+            p for n, p in resources(template, "AWS::IAM::Policy").items() if n.startswith(machine)
+        ]
+        statements = policy["Properties"]["PolicyDocument"]["Statement"]
+        (deny,) = [s for s in statements if s["Effect"] == "Deny"]
+        assert _actions(deny) == {"s3:GetObject", "s3:PutObject"}
+        allowed = sorted(render(r).split("/", 1)[1] for r in deny["NotResource"])
+        assert allowed == [
+            "map-results/*",
+            "runs/*/builds.json",
+            "runs/*/items.json",
+            "runs/*/prepares.json",
+        ]
+        (run_task,) = [s for s in statements if "ecs:RunTask" in _actions(s)]
+        assert "ecs:cluster" in run_task["Condition"]["ArnEquals"]
+        (stop,) = [s for s in statements if "ecs:StopTask" in _actions(s)]
+        assert ":task/" in render(stop["Resource"])  # this cluster's tasks, not "*"
 
 
 def test_the_api_starts_and_reads_runs_with_authentication_and_validation(
@@ -376,14 +465,29 @@ def test_the_api_starts_and_reads_runs_with_authentication_and_validation(
     (model,) = resources(template, "AWS::ApiGateway::Model").values()
     schema = model["Properties"]["Schema"]
     assert schema["additionalProperties"] is False
-    assert set(schema["properties"]) == {"participants", "patches", "config"}
+    assert set(schema["properties"]) == {"participants", "patches", "config", "rebuild_envs"}
+    assert set(schema["properties"]) == set(RunRequest.model_fields)
+    for method in methods.values():  # never a success for an error, never an empty answer
+        integration = method["Properties"]["Integration"]
+        answers = {r["StatusCode"]: r for r in integration["IntegrationResponses"]}
+        default = [r for r in answers.values() if "SelectionPattern" not in r]
+        assert [r["StatusCode"] for r in default] == ["502"], method
+        ok = [r for r in answers.values() if r["StatusCode"].startswith("2")]
+        assert [r.get("SelectionPattern") for r in ok] == ["2\\d{2}"]
+        statuses = {r["StatusCode"] for r in method["Properties"]["MethodResponses"]}
+        assert {"404", "429", "502"} <= statuses
+    start_template = render(post["Properties"]["Integration"]["RequestTemplates"][JSON])
+    # $util.escapeJavaScript turns ' into \' (invalid JSON): undone after every escape
+    assert start_template.count("escapeJavaScript") == start_template.count("replaceAll")
 
 
 def test_stack_settings_refuse_bad_context_with_the_key_named() -> None:
-    assert StackSettings().sandbox_cpu == 4096
-    assert StackSettings.model_validate({"sandbox_cpu": "2048", "sandbox_memory_mib": "8192"})
+    assert StackSettings().sandbox_cpu == 2048
+    assert StackSettings.model_validate({"sandbox_cpu": "4096", "sandbox_memory_mib": "16384"})
     with pytest.raises(ValueError, match="Fargate with 4096 CPU units takes 8192-30720 MiB"):
-        StackSettings(sandbox_memory_mib=4096)
+        StackSettings(sandbox_cpu=4096, sandbox_memory_mib=4096)
+    with pytest.raises(ValueError, match="build_cpu must be one of"):
+        StackSettings(build_cpu=3000)
     with pytest.raises(ValueError, match=r"one of .*CloudWatch"):
         StackSettings(log_retention_days=31)
     with pytest.raises(ValueError, match="Input should be 'iam' or 'api_key'"):
@@ -403,7 +507,7 @@ def test_the_lambda_package_is_small_and_imports_without_the_grader(
         assert not (lambda_asset / heavy).exists(), heavy
     probe = (
         "import sys\n"
-        "import resolve, dispatch, poll, presign, classify, aggregate, stopped\n"
+        "import resolve, dispatch, watch, presign, classify, aggregate, stopped, retry\n"
         "heavy = {'swebench', 'datasets', 'litellm', 'docker', 'rich', 'yaml'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
         "print(sys.version_info[:2])\n"
@@ -462,9 +566,11 @@ def test_the_api_schema_refuses_what_the_pipeline_refuses(body: dict[str, Any]) 
 
 
 def test_an_execution_that_ends_unfinished_updates_its_run(template: dict[str, Any]) -> None:
-    """Stopped through the API, timed out or failed: EventBridge tells the Stopped function,
-    so the run's record never stays "running"."""
-    (rule,) = resources(template, "AWS::Events::Rule").values()
+    """Stopped through the API, timed out or failed: EventBridge tells the Stopped function
+    (what it cannot deliver goes to a dead-letter queue, watched by an alarm), so the run's
+    record never stays "running"."""
+    rules = resources(template, "AWS::Events::Rule")
+    (rule,) = [r for r in rules.values() if "EventPattern" in r["Properties"]]
     pattern = rule["Properties"]["EventPattern"]
     assert pattern["source"] == ["aws.states"]
     assert pattern["detail-type"] == ["Step Functions Execution Status Change"]
@@ -472,3 +578,40 @@ def test_an_execution_that_ends_unfinished_updates_its_run(template: dict[str, A
     assert "WorkflowPipeline" in json.dumps(pattern["detail"]["stateMachineArn"])
     (target,) = rule["Properties"]["Targets"]
     assert "WorkflowStopped" in json.dumps(target["Arn"])
+    assert "WorkflowEventDeadLetters" in json.dumps(target["DeadLetterConfig"])
+    # Watch polls waiting participants every minute, also with a dead-letter queue.
+    (watch,) = [r for r in rules.values() if "ScheduleExpression" in r["Properties"]]
+    assert watch["Properties"]["ScheduleExpression"] == "rate(1 minute)"
+    (target,) = watch["Properties"]["Targets"]
+    assert "WorkflowWatch" in json.dumps(target["Arn"]) and "DeadLetterConfig" in target
+
+
+def test_failed_executions_and_undelivered_events_raise_alarms(template: dict[str, Any]) -> None:
+    alarms = resources(template, "AWS::CloudWatch::Alarm")
+    metrics = {a["Properties"]["MetricName"] for a in alarms.values()}
+    assert {"ExecutionsFailed", "ExecutionsTimedOut", "ApproximateNumberOfMessagesVisible"} <= (
+        metrics
+    )
+    (topic,) = resources(template, "AWS::SNS::Topic")
+    for alarm in alarms.values():
+        assert json.dumps(alarm["Properties"]["AlarmActions"]).count(topic) == 1
+
+
+def test_api_key_mode_has_a_quota(tmp_path: Path) -> None:
+    """Synthesized in process with api_auth=api_key: a key, and a usage plan that
+    throttles and caps requests per day."""
+    import aws_cdk as cdk
+
+    from infra.stack import SweGreenStack
+
+    app = cdk.App(outdir=str(tmp_path), context={"swegreen:api_quota_per_day": 250})
+    settings = StackSettings(api_auth="api_key", api_quota_per_day=250)
+    stack = SweGreenStack(app, "KeyStack", settings=settings)
+    t = Template.from_stack(stack)
+    t.resource_count_is("AWS::ApiGateway::ApiKey", 1)
+    t.has_resource_properties(
+        "AWS::ApiGateway::UsagePlan",
+        {"Quota": {"Limit": 250, "Period": "DAY"}, "Throttle": Match.object_like({})},
+    )
+    for method in t.find_resources("AWS::ApiGateway::Method").values():
+        assert method["Properties"]["ApiKeyRequired"] is True

@@ -19,6 +19,9 @@ from swegreen.results import InstanceResult, utcnow
 
 RUN_SK = "RUN"
 ROW_PREFIX = "ROW#"
+# Rows waiting for a participant (one partition, whatever the run: the Watch function
+# reads them all). "#" is never in a run id (ids.py), so no run's partition is this one.
+WAITING_PK = "#WAITING"
 
 
 class DynamoStore:
@@ -159,6 +162,39 @@ class DynamoStore:
                 break
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         return dict(sorted(rows.items()))
+
+    def put_waiting(self, run_id: str, instance_id: str, token: str, data: str) -> None:
+        """A row whose participant is still working: the Watch function polls it and
+        hands ``data`` (with the patch) back to the execution through ``token``."""
+        self.table.put_item(
+            Item={
+                "pk": WAITING_PK,
+                "sk": f"{run_id}#{instance_id}",
+                "token": token,
+                "data": data,
+                "updated_at": utcnow(),
+            }
+        )
+
+    def list_waiting(self) -> list[dict[str, str]]:
+        """Every waiting row: its ``sk`` (run id # instance id), ``token`` and ``data``."""
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": Key("pk").eq(WAITING_PK),
+            "ConsistentRead": True,
+        }
+        items: list[dict[str, str]] = []
+        while True:
+            page = self.table.query(**kwargs)
+            items += [
+                {"sk": i["sk"], "token": i["token"], "data": i["data"]}
+                for i in page.get("Items", [])
+            ]
+            if "LastEvaluatedKey" not in page:
+                return items
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def delete_waiting(self, sk: str) -> None:
+        self.table.delete_item(Key={"pk": WAITING_PK, "sk": sk})
 
     @staticmethod
     def _run_item(record: RunRecord) -> dict[str, Any]:

@@ -1,25 +1,36 @@
 """The AWS pipeline's steps, as functions over the store and S3.
 
-Resolve (select rows) -> per row: Dispatch (get the patch, or start asking the
-participant), Poll (until the participant is done or its deadline), the prepare task
-(fills the shared cache), Presign (the evaluate task's input and upload URLs), the
-evaluate task (applies the patch, runs the tests), Classify (the decision tree; the row is
-written) or RecordError (an ``error`` row) -> Aggregate (the leaderboard). The Lambda
-handlers in ``functions/`` validate events and call these; the state machine in ``infra/``
-wires them. Nothing here imports the grader: the heavy work is the sandbox tasks'.
+Resolve (select rows; plan the build phase: which prebuilt artifacts the rows need and
+which are missing) -> build phase (trusted tasks: git mirrors and environments, then
+prepared workspaces; swegreen.aws.build_phase) -> per row: Dispatch (the patch, or an
+A2A exchange started; the row then waits on a callback token that Watch completes when the
+participant is done or past its deadline), Presign (the evaluate task's input, artifact
+and upload URLs), the evaluate task (applies the patch, runs the tests), Classify (the
+decision tree; the row is written) or RecordError (an ``error`` row) -> Aggregate (the
+leaderboard). Failed Fargate tasks go through ``task_retry``: capacity, Spot
+interruptions and image pulls are retried with jitter (on-demand after Spot failed twice),
+an out-of-memory kill is the row's verdict. The Lambda handlers in ``functions/``
+validate events and call these; the state machine in ``infra/`` wires them. Nothing here
+imports the grader: the heavy work is the sandbox tasks'.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import math
+import random
 import time
 from typing import Any, Literal
 
 import httpx
+from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from swegreen import artifacts as art
+from swegreen import errors
+from swegreen.aws import prebuilt
 from swegreen.classify import Reason, Status, classify
 from swegreen.config import EvalConfig, build_config
 from swegreen.dataset import Dataset, Instance, dataset_digest, parse_rows, select_instances
@@ -29,8 +40,10 @@ from swegreen.metrics import RunMetrics
 from swegreen.patches import oversized_patch
 from swegreen.ports import PatchResult, RunRecord
 from swegreen.publish import base_provenance, result_row
+from swegreen.recipes import builtin_recipes
 from swegreen.results import InstanceResult, utcnow
 from swegreen.rows import RowBuilder, error_row
+from swegreen.schedule import slowest_first
 from swegreen.sources import parse_predictions
 
 INSTANCE = "instance.json"
@@ -49,6 +62,20 @@ SANDBOX_OUTPUTS = (
 # task run (infra/workflow.py, 3 h). They also end with the credentials that signed them
 # (the Presign function's), which is why they are signed right before the task starts.
 SANDBOX_URL_SECONDS = 4 * 3600
+WAIT_MARGIN_SECONDS = 600
+# What one row may take beyond its participant and its eval script (task start, image
+# pull, artifact downloads, retries), for the rows phase's time limit.
+ROW_OVERHEAD_SECONDS = 1800
+MAX_EXECUTION_SECONDS = 360 * 24 * 3600  # Standard workflows run for a year at most
+# Fargate task failures (task_retry): retried up to this many attempts in all; Spot
+# twice, then on-demand.
+TASK_ATTEMPTS = 5
+SPOT_ATTEMPTS = 2
+RETRY_BASE_SECONDS = 10.0
+RETRY_MAX_SECONDS = 300.0
+# The task's own exit status for "failed for a reason of the moment; try again"
+# (sysexits' EX_TEMPFAIL): a build that lost the network, say.
+EXIT_TEMPFAIL = 75
 
 
 class PipelineSettings(BaseModel):
@@ -61,11 +88,12 @@ class PipelineSettings(BaseModel):
     runs_prefix: str = "runs/"
     datasets_prefix: str = "datasets/"
     default_config: dict[str, Any] = Field(default_factory=dict)
-    distributed_threshold: int = 40
-    poll_seconds: int = 30
     grader: str = "swebench"
     # The sandbox tasks' isolation mode (their task definitions'), for the run's provenance.
     sandbox_isolation: str = "process"
+    # The build phase: tasks at once, and instances prepared per task.
+    build_concurrency: int = 50
+    prepare_batch: int = 4
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> PipelineSettings:
@@ -75,10 +103,10 @@ class PipelineSettings(BaseModel):
             runs_prefix=env.get("SWEGREEN_RUNS_PREFIX", "runs/"),
             datasets_prefix=env.get("SWEGREEN_DATASETS_PREFIX", "datasets/"),
             default_config=json.loads(env.get("SWEGREEN_DEFAULT_CONFIG", "{}")),
-            distributed_threshold=int(env.get("SWEGREEN_DISTRIBUTED_THRESHOLD", "40")),
-            poll_seconds=int(env.get("SWEGREEN_POLL_SECONDS", "30")),
             grader=env.get("SWEGREEN_GRADER", "swebench"),
             sandbox_isolation=env.get("SWEGREEN_SANDBOX_ISOLATION", "process"),
+            build_concurrency=int(env.get("SWEGREEN_BUILD_CONCURRENCY", "50")),
+            prepare_batch=int(env.get("SWEGREEN_PREPARE_BATCH", "4")),
         )
 
 
@@ -92,6 +120,9 @@ class RunRequest(BaseModel):
         None, min_length=1, description="gold, empty, or the S3 key of a predictions file"
     )
     config: dict[str, Any] = Field(default_factory=dict)
+    rebuild_envs: bool = Field(
+        False, description="build again the environments whose earlier build failed"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> RunRequest:
@@ -111,7 +142,8 @@ class RunRequest(BaseModel):
 class StartEvent(RunRequest):
     """The execution's input: the request and the run's id (the API's request id)."""
 
-    run_id: str = Field(min_length=1, max_length=80)
+    # 75: the rows phase's execution is named "<run id>-rows" (80 characters at most)
+    run_id: str = Field(min_length=1, max_length=75)
 
     @field_validator("run_id")
     @classmethod
@@ -129,8 +161,11 @@ class Item(BaseModel):
     url: str | None = None
     predictions_key: str | None = None
     participant_timeout: float = 1800.0
-    poll_seconds: int = 30
     config_json: str = "{}"  # for the sandbox task's environment (strings only)
+    # How long the row's callback may wait (the state machine's TimeoutSecondsPath): the
+    # participant's deadline, then a margin for Watch (every minute) to cancel it and
+    # hand the row back.
+    wait_seconds: int = 1800 + 600
 
 
 class PatchState(BaseModel):
@@ -149,12 +184,14 @@ class PatchState(BaseModel):
 
 
 class SandboxInput(BaseModel):
-    """What the evaluate task is given (``sandbox-input.json``): the row, the patch, and a
-    pre-signed PUT URL for each of its outputs."""
+    """What the evaluate task is given (``sandbox-input.json``): the row, the patch, a
+    pre-signed GET URL for each prebuilt artifact it starts from (in unpacking order) and
+    a pre-signed PUT URL for each of its outputs."""
 
     instance: Instance
     patch: str
     uploads: dict[str, str]
+    artifacts: dict[str, str] = Field(default_factory=dict)
 
 
 class SandboxTicket(BaseModel):
@@ -167,6 +204,22 @@ class ClassifyEvent(BaseModel):
     item: Item
     patch: PatchState | None = None
     error: dict[str, Any] | None = None  # a Catch's {"Error", "Cause"}
+
+
+class Attempt(BaseModel):
+    """Where a Fargate task's retries stand: the attempt about to run, on what capacity,
+    and how long to wait before it."""
+
+    number: int = 1
+    capacity: Literal["FARGATE_SPOT", "FARGATE"] = "FARGATE_SPOT"
+    wait_seconds: int = 0
+    retry: bool = True
+    why: str = ""
+
+
+class TaskRetryEvent(BaseModel):
+    error: dict[str, Any]  # the task state's Catch: {"Error", "Cause"}
+    attempt: Attempt = Field(default_factory=Attempt)
 
 
 class Pipeline:
@@ -251,11 +304,12 @@ class Pipeline:
                 },
             )
         )
-        items = []
-        for inst in instances:
+        items, todo = [], []
+        for inst in slowest_first(instances):  # the run's tail is short (schedule.py)
             if inst.instance_id in done:
                 continue  # resuming a run: a stored row is final
             self._put(self._key(event.run_id, inst.instance_id, INSTANCE), inst.model_dump_json())
+            todo.append(inst)
             items.append(
                 Item(
                     run_id=event.run_id,
@@ -265,23 +319,61 @@ class Pipeline:
                     url=url,
                     predictions_key=predictions_key,
                     participant_timeout=config.participant_timeout,
-                    poll_seconds=self.settings.poll_seconds,
                     config_json=sandbox_config,
+                    wait_seconds=int(config.participant_timeout) + WAIT_MARGIN_SECONDS,
                 ).model_dump()
             )
-        items_key = f"{self.settings.runs_prefix}{event.run_id}/items.json"
-        self._put(items_key, json.dumps(items))
-        distributed = len(items) > self.settings.distributed_threshold
+        plan = self.plan(event.run_id, todo, rebuild=event.rebuild_envs)
+        prefix = f"{self.settings.runs_prefix}{event.run_id}/"
+        self._put(prefix + "items.json", json.dumps(items))
+        self._put(prefix + "builds.json", json.dumps([b.model_dump() for b in plan.builds]))
+        self._put(prefix + "prepares.json", json.dumps([p.model_dump() for p in plan.prepares]))
+        row_seconds = (
+            (config.participant_timeout if source == "a2a" else 0)
+            + (config.eval_timeout or 1800)
+            + ROW_OVERHEAD_SECONDS
+        )
+        waves = math.ceil(len(items) / config.max_concurrent_rows)
         return {
             "run_id": event.run_id,
             "count": len(items),
             "total": len(instances),
             "max_concurrency": config.max_concurrent_rows,
-            "distributed": distributed,
-            "items": [] if distributed else items,
-            "items_key": items_key,
+            "build_concurrency": self.settings.build_concurrency,
+            "items_key": prefix + "items.json",
+            "builds_key": prefix + "builds.json",
+            "builds": len(plan.builds),
+            "prepares_key": prefix + "prepares.json",
+            "prepares": len(plan.prepares),
             "bucket": self.settings.bucket,
+            "config_json": sandbox_config,  # the build phase's tasks get it too
+            # The rows phase's limit: every wave of rows at its slowest, and no more.
+            "timeout_seconds": int(min(MAX_EXECUTION_SECONDS, max(1, waves) * row_seconds)),
         }
+
+    def plan(self, run_id: str, instances: list[Instance], *, rebuild: bool) -> prebuilt.Plan:
+        """The build phase's work for ``instances``: the prebuilt artifacts they need that
+        the bucket does not hold yet."""
+        existing: set[str] = set()
+        pages = self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.settings.bucket, Prefix=prebuilt.PREFIX
+        )
+        for page in pages:
+            existing.update(o["Key"] for o in page.get("Contents", []))
+        held: dict[str, set[str]] = {}
+        for repo in {i.repo for i in instances}:
+            if prebuilt.repo_key(repo) in existing:
+                text = self._get(prebuilt.repo_commits_key(repo))
+                held[repo] = set(json.loads(text)) if text else set()
+        return prebuilt.plan(
+            run_id,
+            instances,
+            builtin_recipes(),
+            existing,
+            held,
+            rebuild_failed=rebuild,
+            prepare_batch=self.settings.prepare_batch,
+        )
 
     def _source(
         self, event: StartEvent, dataset: Dataset
@@ -353,6 +445,46 @@ class Pipeline:
             model=item.role,
             deadline=now + item.participant_timeout,
         )
+
+    async def dispatch_waiting(self, item: Item, token: str, sfn: Any) -> PatchState:
+        """Dispatch for a row that waits on a callback: the patch goes back through
+        ``token`` at once when there is one, else the row is left to ``watch``. No state
+        transition is spent while a participant works, however long it takes."""
+        state = await self.dispatch(item)
+        if state.done:
+            sfn.send_task_success(taskToken=token, output=state.model_dump_json())
+        else:
+            data = json.dumps({"item": item.model_dump(), "patch": state.model_dump()})
+            self.store.put_waiting(item.run_id, item.instance_id, token, data)
+        return state
+
+    async def watch(self, sfn: Any, now: float | None = None, parallel: int = 16) -> dict[str, int]:
+        """Poll every row that waits for its participant (the Watch function, on a
+        schedule); hand each finished one back to its execution."""
+        waiting = self.store.list_waiting()
+        gate = asyncio.Semaphore(parallel)
+        counts = {"waiting": len(waiting), "done": 0, "gone": 0}
+
+        async def one(entry: dict[str, str]) -> None:
+            data = json.loads(entry["data"])
+            item = Item.model_validate(data["item"])
+            state = PatchState.model_validate(data["patch"])
+            async with gate:
+                state = await self.poll(item, state, now)
+            if not state.done:
+                return
+            try:
+                sfn.send_task_success(taskToken=entry["token"], output=state.model_dump_json())
+                counts["done"] += 1
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "")
+                if code not in ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken"):
+                    raise
+                counts["gone"] += 1  # the execution ended (cancelled, timed out) meanwhile
+            self.store.delete_waiting(entry["sk"])
+
+        await asyncio.gather(*(one(e) for e in waiting))
+        return counts
 
     async def poll(self, item: Item, state: PatchState, now: float | None = None) -> PatchState:
         """Ask again; give up (and cancel the remote task) at the deadline."""
@@ -437,11 +569,21 @@ class Pipeline:
         )
 
     def presign(self, item: Item, state: PatchState) -> SandboxTicket:
-        """The evaluate task's input and upload URLs, signed last thing before it starts.
-        The task holds no credentials: these URLs reach this row's objects and no others."""
+        """The evaluate task's input, artifact and upload URLs, signed last thing before
+        it starts. The task holds no credentials: these URLs reach this row's objects and
+        the artifacts it starts from, and no others. A row whose environment the build
+        phase could not make ends here, with the build's reason (the error's type names
+        the row's reason: ``_failure_of``)."""
         if state.patch_key is None:
             raise ValueError(f"{item.instance_id}: no patch to evaluate")
         inst = self.instance(item.run_id, item.instance_id)
+        needs = prebuilt.row_needs(inst, builtin_recipes())  # NoRecipe: the row's reason
+        artifacts = {}
+        for name, key in needs.keys().items():
+            if self._exists(key):
+                artifacts[name] = self._sign("get_object", key)
+            elif name != "prepared":  # a missing prepared workspace is made in the task
+                raise self._unbuilt(needs, name)
         patch = self._get(state.patch_key)
         if patch is None:
             raise ValueError(
@@ -456,8 +598,33 @@ class Pipeline:
             for name in SANDBOX_OUTPUTS
         }
         key = self._key(item.run_id, item.instance_id, SANDBOX_INPUT)
-        self._put(key, SandboxInput(instance=inst, patch=patch, uploads=uploads).model_dump_json())
+        given = SandboxInput(instance=inst, patch=patch, uploads=uploads, artifacts=artifacts)
+        self._put(key, given.model_dump_json())
         return SandboxTicket(input_url=self._sign("get_object", key))
+
+    def _exists(self, key: str) -> bool:
+        try:
+            self.s3.head_object(Bucket=self.settings.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+        return True
+
+    def _unbuilt(self, needs: prebuilt.RowNeeds, name: str) -> EvaluationFailure:
+        if name == "repo":
+            return errors.RepoUnavailable(
+                f"{needs.repo}: the build phase could not make its git mirror "
+                "(see the build task's log)"
+            )
+        key = needs.env if name == "env" else needs.services[name.removeprefix("service-")]
+        remembered = self._get(prebuilt.env_failed_key(key))
+        if remembered is not None:
+            return prebuilt.FailedBuild.model_validate_json(remembered).failure()
+        return errors.EnvSetupFailed(
+            f"environment {key} ({name}) was not built by the build phase (see the build "
+            "task's log; a failure of the moment is built again by the next run)"
+        )
 
     def _sign(self, method: str, key: str) -> str:
         return self.s3.generate_presigned_url(
@@ -544,6 +711,12 @@ class Pipeline:
         }
 
 
+def rows_execution_arn(rows_machine_arn: str, run_id: str) -> str:
+    """The execution of a run's rows phase (infra/workflow.py names it so)."""
+    execution = rows_machine_arn.replace(":stateMachine:", ":execution:")
+    return f"{execution}:{run_id}-rows"
+
+
 class ExecutionStopped(BaseModel):
     """EventBridge's "Step Functions Execution Status Change" for an execution that ended
     without finishing (its ``detail``: the execution's name is the run id)."""
@@ -580,8 +753,84 @@ def _checked(row: InstanceResult, state: PatchState) -> InstanceResult:
     )
 
 
+# Failures a Lambda step raises on purpose, by their type's name (a Lambda error's
+# ``errorType``): the row keeps their reason and whether it was the infrastructure's.
+_NAMED_FAILURES: dict[str, type[EvaluationFailure]] = {
+    cls.__name__: cls
+    for cls in (
+        errors.RepoUnavailable,
+        errors.EnvSetupFailed,
+        errors.InterpreterNotFound,
+        errors.NoRecipe,
+        errors.SandboxCrashed,
+    )
+}
+# What a stopped task's description says when the infrastructure, not the row, failed
+# it: Spot reclaimed it, no capacity, the image or the network did not come up.
+_INFRASTRUCTURE = (
+    "SpotInterruption",
+    "TerminationNotice",
+    "Capacity is unavailable",
+    "CannotPullContainerError",
+    "ResourceInitializationError",
+    "TaskFailedToStart",
+    "Timeout waiting for network interface",
+    "ServiceUnavailable",
+    "ECS.AmazonECSException",
+    "ECS.ServerException",
+    "ThrottlingException",
+)
+
+
+def _task_description(error: dict[str, Any]) -> dict[str, Any] | None:
+    with contextlib.suppress(ValueError, TypeError):
+        document = json.loads(str(error.get("Cause", "")))
+        if isinstance(document, dict) and "Containers" in document:
+            return document
+    return None
+
+
+def _out_of_memory(task: dict[str, Any]) -> bool:
+    texts = [str(task.get("StoppedReason", ""))]
+    texts += [str(c.get("Reason", "")) for c in task.get("Containers", [])]
+    return any("OutOfMemory" in t for t in texts)
+
+
+def task_retry(event: TaskRetryEvent, rng: random.Random | None = None) -> Attempt:
+    """After a Fargate task failed: whether to run it again, on what capacity, after how
+    long. Infrastructure failures (Spot reclaimed the task, no capacity, the image did not
+    pull, the network did not come up, the task's own "try again" exit status) are retried
+    with full jitter, on-demand once Spot failed twice; an out-of-memory kill or a crash of
+    the task's own code is not (the row's error says which)."""
+    rng = rng or random.Random()
+    attempt = event.attempt
+    name = str(event.error.get("Error", ""))
+    cause = str(event.error.get("Cause", ""))
+    task = _task_description(event.error)
+    codes = [c.get("ExitCode") for c in (task or {}).get("Containers", [])]
+    if task is not None and _out_of_memory(task):
+        why, retry = "the container ran out of memory", False
+    elif EXIT_TEMPFAIL in codes:
+        why, retry = "the task asked to be tried again", True
+    elif any(marker in name or marker in cause for marker in _INFRASTRUCTURE):
+        why, retry = f"infrastructure ({name})", True
+    else:
+        why, retry = f"the task failed ({name}, exit codes {codes})", False
+    if retry and attempt.number >= TASK_ATTEMPTS:
+        why, retry = f"{why}; {attempt.number} attempts made", False
+    number = attempt.number + 1
+    ceiling = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** (attempt.number - 1))
+    return Attempt(
+        number=number,
+        capacity="FARGATE" if number > SPOT_ATTEMPTS else "FARGATE_SPOT",
+        wait_seconds=int(rng.uniform(1, ceiling)) if retry else 0,
+        retry=retry,
+        why=why,
+    )
+
+
 def _failure_of(error: dict[str, Any]) -> EvaluationFailure:
-    """A Catch's error as an infrastructure failure: what failed, and why, readably."""
+    """A Catch's error as a failure of the row: what failed, and why, readably."""
     name = str(error.get("Error", "States.TaskFailed"))
     cause = str(error.get("Cause", ""))
     document: Any = None
@@ -590,13 +839,21 @@ def _failure_of(error: dict[str, Any]) -> EvaluationFailure:
     sandbox = name.startswith("ECS.")
     task = "sandbox"
     if isinstance(document, dict) and "errorMessage" in document:  # a Lambda's exception
+        named = _NAMED_FAILURES.get(str(document.get("errorType", "")))
+        if named is not None:
+            return named(str(document["errorMessage"])[:1500])
         cause = f"{document.get('errorType', name)}: {document['errorMessage']}"
     elif isinstance(document, dict) and "Containers" in document:  # an ECS task description
         sandbox = True
         containers = document.get("Containers", [])
         codes = [c.get("ExitCode") for c in containers]
-        if any(c.get("Name") == "prepare" for c in containers):
-            task = "prepare"
+        names = {c.get("Name") for c in containers}
+        task = next((n for n in ("build", "prepare") if n in names), "evaluate")
+        if _out_of_memory(document):
+            return errors.OutOfMemory(
+                f"the {task} task was killed for its memory use "
+                f"({document.get('StoppedReason', '?')}); a larger sandbox_memory_mib may help"
+            )
         cause = f"task stopped ({document.get('StoppedReason', '?')}), exit codes {codes}"
     if sandbox:
         return SandboxCrashed(f"the {task} task failed ({name}): {cause[:1500]}")

@@ -8,6 +8,7 @@ bucket is within its reach, whatever runs inside it.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import httpx
 
@@ -45,6 +46,29 @@ def _send(http: httpx.Client, method: str, url: str, body: bytes | None = None) 
 
 def fetch(http: httpx.Client, url: str) -> bytes:
     return _send(http, "GET", url)
+
+
+def download(http: httpx.Client, url: str, dest: Path) -> None:
+    """A large object, streamed to ``dest`` (a prebuilt artifact: hundreds of MB)."""
+    for attempt in range(ATTEMPTS):
+        try:
+            with http.stream("GET", url, timeout=httpx.Timeout(30.0, read=300.0)) as response:
+                if response.status_code >= 300:
+                    response.read()
+                    if response.status_code < 500 and response.status_code != 429:
+                        raise PresignedUrlError(
+                            f"S3 refused a pre-signed GET of an artifact "
+                            f"({response.status_code}): {response.text[:500]}"
+                        )
+                    response.raise_for_status()
+                with dest.open("wb") as out:
+                    for chunk in response.iter_bytes(1 << 20):
+                        out.write(chunk)
+                return
+        except (httpx.TransportError, httpx.HTTPStatusError):
+            if attempt == ATTEMPTS - 1:
+                raise
+        time.sleep(BACKOFF * 2**attempt)
 
 
 def upload(http: httpx.Client, url: str, body: bytes) -> None:

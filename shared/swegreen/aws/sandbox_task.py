@@ -1,36 +1,36 @@
-"""The AWS pipeline's two Fargate tasks for one row: ``prepare``, then ``evaluate``.
+"""The AWS pipeline's Fargate tasks: ``build`` and ``prepare`` (the build phase), and
+``evaluate`` (one row). All run the same code as a local run, as a non-root user
+(container/Dockerfile), on the task's own disk: there is no shared file system.
 
-Both run the same evaluation code as a local run, as a non-root user (container/Dockerfile).
-
-``prepare`` runs no participant code. It mounts the shared cache (EFS) read-write and
-fills it (``shared_cache.fill``): the git mirror with the row's commits, the environment
-and the services' environments, the base run. It reads the row's ``instance.json`` with
-its task role, which may read nothing else.
+``build`` and ``prepare`` run no participant code (swegreen.aws.build_phase). Their item
+is the ``SWEGREEN_ITEM_INDEX``-th of the JSON list at ``SWEGREEN_ITEMS_KEY`` (the run's
+``builds.json`` or ``prepares.json``); their role may read the run's items and
+``instance.json`` files and read and write ``artifacts/``, nothing else.
 
 ``evaluate`` applies the participant's patch and runs the tests. It holds no AWS
-credentials: its input (the row, the patch) and one upload URL per output come from the
-pre-signed URL ``SWEGREEN_INPUT_URL`` (the Presign step's), reaching this row's objects
-only. It mounts the shared cache read-only, copies what it needs to its own disk and
-evaluates there (``shared_cache``), so nothing a patch does reaches another row.
+credentials: its input (the row, the patch), the prebuilt artifacts it starts from and
+one upload URL per output come from the pre-signed URL ``SWEGREEN_INPUT_URL`` (the
+Presign step's), reaching this row's objects and those artifacts only. It unpacks the
+artifacts into its cache (where they were built: absolute paths inside them hold) and
+evaluates with the local engine.
 
 Environment (the task definitions', plus the state machine's container overrides, all
 strings):
 
-    SWEGREEN_RUN_ID, SWEGREEN_INSTANCE_ID    which row
+    SWEGREEN_RUN_ID         the run
     SWEGREEN_CONFIG         JSON: repo_url_template, eval_timeout, max_attempts, base_validation
     SWEGREEN_ISOLATION      the sandbox's isolation mode: ``process`` on Fargate, which cannot
                             run bubblewrap (docs/security-aws.md); it overrides the config's
-    SWEGREEN_CACHE_DIR      prepare: the shared cache; evaluate: the task's own cache, at the
-                            path where the prepare task mounts the shared one
-    prepare:  SWEGREEN_BUCKET, SWEGREEN_RUNS_PREFIX   where ``instance.json`` is
-    evaluate: SWEGREEN_INPUT_URL       pre-signed GET of ``sandbox-input.json``
-              SWEGREEN_SHARED_CACHE    the shared cache, read-only (unset: SWEGREEN_CACHE_DIR
-                                       is the cache, as on a single machine)
-              SWEGREEN_MODEL           the participant's name, recorded on the row
+    SWEGREEN_CACHE_DIR      the task's cache, on its own disk
+    build, prepare: SWEGREEN_BUCKET, SWEGREEN_RUNS_PREFIX, SWEGREEN_ITEMS_KEY,
+                    SWEGREEN_ITEM_INDEX
+    evaluate:       SWEGREEN_INSTANCE_ID, SWEGREEN_INPUT_URL (pre-signed GET of
+                    ``sandbox-input.json``), SWEGREEN_MODEL (the participant's name)
 
-Exit status 0: ``prepare`` did what it could (what it could not fetch or build, the
-evaluate task's row reports, with its reason); ``evaluate`` uploaded a graded row,
-whatever its verdict. Anything else is a crash the pipeline records as an error row.
+Exit status 0: the task did what it could (``evaluate``: it uploaded a graded row,
+whatever its verdict; ``build``/``prepare``: what they could not make, the rows report
+with its reason). ``EXIT_TEMPFAIL`` (75): a failure of the moment, worth a retry.
+Anything else is a crash, which the pipeline records as an error row.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import ctypes
 import json
 import os
 import sys
+import tempfile
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,22 +48,19 @@ from typing import Any
 
 from swegreen import artifacts as art
 from swegreen.artifacts import ScrubbedArtifacts
-from swegreen.aws.pipeline import INSTANCE, SandboxInput
-from swegreen.aws.presigned import TIMEOUT, UploadArtifacts, fetch
-from swegreen.aws.s3_artifacts import S3Artifacts
-from swegreen.aws.shared_cache import SharedBaseValidation, SharedEnvs, SharedRepos, fill
+from swegreen.aws import prebuilt
+from swegreen.aws.build_phase import ArtifactBucket, build, prepare
+from swegreen.aws.pipeline import SandboxInput
+from swegreen.aws.presigned import TIMEOUT, UploadArtifacts, download, fetch
 from swegreen.base_validation import BaseValidator
 from swegreen.config import EvalConfig
-from swegreen.dataset import Instance
 from swegreen.engine import LocalSettings, build_evaluator, build_testbeds
-from swegreen.errors import EvaluationFailure
-from swegreen.evaluate import Evaluator
-from swegreen.ports import ArtifactStore, PatchResult
+from swegreen.ports import PatchResult
 from swegreen.runner import evaluate_with_retries
 from swegreen.scrub import Scrubber
 
 DEFAULT_CACHE = "/var/cache/swegreen"
-PHASES = ("prepare", "evaluate")
+PHASES = ("build", "prepare", "evaluate")
 SECRET_ENV = ("SWEGREEN_INPUT_URL",)
 _PR_SET_DUMPABLE = 4
 
@@ -76,28 +74,29 @@ def sandbox_config(env: Mapping[str, str]) -> EvalConfig:
     return EvalConfig.model_validate(values)
 
 
-def prepare(env: Mapping[str, str], s3: Any) -> int:
-    run_id, iid = env["SWEGREEN_RUN_ID"], env["SWEGREEN_INSTANCE_ID"]
-    artifacts = S3Artifacts(s3, env["SWEGREEN_BUCKET"], env.get("SWEGREEN_RUNS_PREFIX", "runs/"))
-    text = artifacts.read_text(art.instance_key(run_id, iid, INSTANCE))
-    if text is None:
-        print(f"no {INSTANCE} for {run_id}/{iid} in s3://{artifacts.bucket}", file=sys.stderr)
+def build_phase(phase: str, env: Mapping[str, str], s3: Any) -> int:
+    """One item of the build phase: ``build`` (a mirror or an environment) or ``prepare``
+    (prepared workspaces and their base runs)."""
+    bucket = ArtifactBucket(s3, env["SWEGREEN_BUCKET"], env.get("SWEGREEN_RUNS_PREFIX", "runs/"))
+    listing = bucket.get_text(env["SWEGREEN_ITEMS_KEY"])
+    if listing is None:
+        print(f"no {env['SWEGREEN_ITEMS_KEY']} in s3://{bucket.bucket}", file=sys.stderr)
         return 2
-    instance = Instance.model_validate_json(text)
+    raw = json.loads(listing)[int(env["SWEGREEN_ITEM_INDEX"])]
     config = sandbox_config(env)
     cache = Path(env.get("SWEGREEN_CACHE_DIR", DEFAULT_CACHE))
     settings = LocalSettings(output_dir=cache / "unused", cache_dir=cache)
     testbeds = build_testbeds(settings, config, env)
-    validator = (
-        BaseValidator(testbeds, cache / "base-validation") if config.base_validation else None
-    )
     try:
-        asyncio.run(fill(testbeds, validator, instance))
-    except EvaluationFailure as exc:  # the evaluate task's row reports it, with its reason
-        print(f"{iid}: {exc.reason}: {exc}\n{exc.log_tail}", file=sys.stderr)
-    else:
-        print(f"{iid}: the shared cache is ready")
-    return 0
+        if phase == "build":
+            return asyncio.run(build(prebuilt.BuildItem.model_validate(raw), bucket, testbeds))
+        validator = (
+            BaseValidator(testbeds, cache / "base-validation") if config.base_validation else None
+        )
+        item = prebuilt.PrepareItem.model_validate(raw)
+        return asyncio.run(prepare(item, bucket, testbeds, validator))
+    finally:
+        testbeds.close()
 
 
 def evaluate(env: Mapping[str, str], http: Any) -> int:
@@ -121,8 +120,14 @@ def evaluate(env: Mapping[str, str], http: Any) -> int:
         scrubber,
     )
     local = Path(env.get("SWEGREEN_CACHE_DIR", DEFAULT_CACHE))
-    shared = Path(env["SWEGREEN_SHARED_CACHE"]) if env.get("SWEGREEN_SHARED_CACHE") else None
-    evaluator = shared_cache_evaluator(local, shared, config, host_env, artifacts, scrubber)
+    local.mkdir(parents=True, exist_ok=True)
+    for name, url in given.artifacts.items():  # in order: the mirror, environments, prepared
+        with tempfile.TemporaryDirectory(dir=local) as tmp:
+            archive = Path(tmp) / f"{name}.tar.zst"
+            download(http, url, archive)
+            prebuilt.unpack(archive, local)
+    settings = LocalSettings(output_dir=local / "unused", cache_dir=local)
+    evaluator = build_evaluator(settings, config, host_env, artifacts, scrubber=scrubber)
     result = asyncio.run(
         evaluate_with_retries(
             evaluator,
@@ -137,39 +142,6 @@ def evaluate(env: Mapping[str, str], http: Any) -> int:
     )
     print(f"{iid}: {result.status.value} ({result.reason})")
     return 0
-
-
-def shared_cache_evaluator(
-    local: Path,
-    shared: Path | None,
-    config: EvalConfig,
-    host_env: Mapping[str, str],
-    artifacts: ArtifactStore,
-    scrubber: Scrubber | None = None,
-) -> Evaluator:
-    """The local engine's evaluator with its git mirrors, environments and base runs read
-    from ``shared`` (never written) and everything else on ``local``."""
-    settings = LocalSettings(output_dir=local / "unused", cache_dir=local)
-    if shared is None or shared.resolve() == local.resolve():
-        return build_evaluator(settings, config, host_env, artifacts, scrubber=scrubber)
-    testbeds = build_testbeds(settings, config, host_env)
-    testbeds.repos = SharedRepos(
-        local / "repos", shared / "repos", config.repo_url_template, host_env
-    )
-    testbeds.envs = SharedEnvs(testbeds.envs.root, shared / "envs", testbeds.envs.search, host_env)
-    validator = (
-        SharedBaseValidation(testbeds, shared / "base-validation")
-        if config.base_validation
-        else None
-    )
-    scrub = scrubber or Scrubber.from_env(host_env)
-    return Evaluator(
-        testbeds=testbeds,
-        artifacts=artifacts,
-        base_validator=validator,
-        max_patch_bytes=config.max_patch_bytes,
-        scrub=scrub,
-    )
 
 
 def forbid_inspection() -> None:
@@ -191,10 +163,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     try:
         forbid_inspection()
-        if phase == "prepare":
+        if phase in ("build", "prepare"):
             import boto3
 
-            code = prepare(os.environ, boto3.client("s3"))
+            code = build_phase(phase, os.environ, boto3.client("s3"))
         else:
             import httpx
 

@@ -45,9 +45,11 @@ async def empty_solver(data: dict[str, Any], text: str) -> Reply:
 
 class ScriptedSolver:
     """Misbehaviours on demand, for tests: ``hang`` never answers, ``prose`` answers without a
-    diff, ``fenced`` wraps the gold patch in a ```diff block inside prose."""
+    diff, ``fenced`` wraps the gold patch in a ```diff block inside prose, ``slow`` answers
+    with the gold patch after ``SLOW_SECONDS`` (a participant that must be waited for)."""
 
-    MODES = ("hang", "prose", "fenced")
+    MODES = ("hang", "prose", "fenced", "slow")
+    SLOW_SECONDS = 5.0
 
     def __init__(self, mode: str, dataset: Dataset | None = None) -> None:
         if mode not in self.MODES:
@@ -62,4 +64,7 @@ class ScriptedSolver:
             return Reply(None, "I looked into this issue carefully but could not find a fix.")
         assert self.gold is not None
         gold = await self.gold(data, text)
+        if self.mode == "slow":
+            await asyncio.sleep(self.SLOW_SECONDS)
+            return gold
         return Reply(None, f"Here is my fix:\n\n```diff\n{gold.patch}```\n\nIt adds the check.")

@@ -1,0 +1,199 @@
+"""The build phase's two tasks: trusted, they run no participant code, and they alone may
+write the prebuilt artifacts (``prebuilt``).
+
+``build`` makes one git mirror, or one environment (with the services' environments its
+tests call), with the local engine on the task's own disk, and uploads it. A build that
+fails for the recipe's own reason is remembered (``envs/<key>.failed.json``): later runs
+do not build it again and its rows end at once with the build's reason, until a run asks
+for a rebuild. ``prepare`` makes the prepared workspaces of a few instances (checkout,
+environment view, the recipe's install, compiled once with the compiler cache) and their
+base runs, from the mirrors and environments the build task uploaded.
+
+Exit status: 0 when the task did what it could (what it could not make, the rows report
+with its reason), ``EXIT_TEMPFAIL`` when a failure of the moment (the network) may go
+away on a retry, anything else a crash.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from swegreen.aws import prebuilt
+from swegreen.aws.pipeline import EXIT_TEMPFAIL, INSTANCE
+from swegreen.base_validation import BaseValidator
+from swegreen.dataset import Instance
+from swegreen.errors import EvaluationFailure
+from swegreen.services import SERVICES
+from swegreen.testbed import Testbeds
+
+
+class ArtifactBucket:
+    """The build tasks' S3: the artifacts (read-write) and the rows' ``instance.json``."""
+
+    def __init__(self, s3: Any, bucket: str, runs_prefix: str = "runs/") -> None:
+        self.s3 = s3
+        self.bucket = bucket
+        self.runs_prefix = runs_prefix
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.s3.head_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+        return True
+
+    def get_text(self, key: str) -> str | None:
+        try:
+            body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+        return body.decode()
+
+    def put_text(self, key: str, text: str) -> None:
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=text.encode())
+
+    def instance(self, run_id: str, instance_id: str) -> Instance:
+        text = self.get_text(f"{self.runs_prefix}{run_id}/instances/{instance_id}/{INSTANCE}")
+        if text is None:
+            raise ValueError(f"no {INSTANCE} for {run_id}/{instance_id} in s3://{self.bucket}")
+        return Instance.model_validate_json(text)
+
+    def fetch(self, key: str, cache: Path) -> bool:
+        """Unpack the artifact ``key`` into ``cache``; False when there is none."""
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            archive = Path(tmp) / "artifact.tar.zst"
+            try:
+                self.s3.download_file(self.bucket, key, str(archive))
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                    return False
+                raise
+            prebuilt.unpack(archive, cache)
+        return True
+
+    def store(self, cache: Path, paths: list[str], key: str) -> None:
+        """Pack ``paths`` (relative to ``cache``) and upload them as ``key``; a reader
+        sees the whole artifact or none (S3 replaces an object whole)."""
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            archive = Path(tmp) / "artifact.tar.zst"
+            prebuilt.pack(cache, paths, archive)
+            self.s3.upload_file(str(archive), self.bucket, key)
+
+
+async def build(item: prebuilt.BuildItem, bucket: ArtifactBucket, testbeds: Testbeds) -> int:
+    cache = testbeds.envs.root.parent
+    repos = testbeds.repos
+    mirror = repos.mirror_path(item.repo).relative_to(cache).as_posix()
+    bucket.fetch(prebuilt.repo_key(item.repo), cache)  # a head start, when there is one
+    if item.kind == "repo":
+        try:
+            for commit in item.commits:
+                await repos.ensure_commit(item.repo, commit)
+        except EvaluationFailure as exc:
+            print(f"{item.repo}: {exc}", file=sys.stderr)
+            return 0 if exc.permanent else EXIT_TEMPFAIL
+        bucket.store(cache, [mirror], prebuilt.repo_key(item.repo))
+        bucket.put_text(prebuilt.repo_commits_key(item.repo), json.dumps(sorted(item.commits)))
+        print(f"{item.repo}: mirror stored with {len(item.commits)} commit(s)")
+        return 0
+    assert item.instance_id is not None
+    instance = bucket.instance(item.run_id, item.instance_id)
+    recipe = testbeds.recipes.for_instance(instance)
+    label = f"{instance.repo} {instance.version}"
+    wanted: list[tuple[str, Any, str, str]] = []  # (key, recipe, label, setup commit)
+    if item.env is not None:
+        wanted.append((item.env, recipe, label, instance.environment_setup_commit))
+    for name in item.services:
+        wanted.append((SERVICES[name].recipe().env_key(""), SERVICES[name].recipe(), name, ""))
+    status = 0
+    for key, env_recipe, env_label, setup in wanted:
+        try:
+            if setup:
+                await repos.ensure_commit(instance.repo, setup)
+                built = await testbeds.envs.ensure(
+                    env_recipe,
+                    env_label,
+                    setup,
+                    functools.partial(repos.read_file, instance.repo, setup),
+                    functools.partial(repos.checkout, instance.repo, setup),
+                )
+            else:
+                built = await testbeds.envs.ensure(env_recipe, f"service {env_label}")
+        except EvaluationFailure as exc:
+            print(f"environment {key} ({env_label}): {exc.reason}: {exc}", file=sys.stderr)
+            if exc.permanent:
+                failed = prebuilt.FailedBuild(
+                    env=key,
+                    label=env_label,
+                    reason=exc.reason,
+                    message=str(exc),
+                    log_tail=exc.log_tail[-4000:],
+                )
+                bucket.put_text(prebuilt.env_failed_key(key), failed.model_dump_json(indent=2))
+            else:
+                status = EXIT_TEMPFAIL
+            continue
+        if built.key != key:
+            raise RuntimeError(f"planned environment {key}, built {built.key} (recipe drift?)")
+        bucket.store(cache, [f"envs/{key}"], prebuilt.env_key(key))
+        print(f"environment {key} ({env_label}): stored")
+    return status
+
+
+async def prepare(
+    item: prebuilt.PrepareItem,
+    bucket: ArtifactBucket,
+    testbeds: Testbeds,
+    validator: BaseValidator | None,
+) -> int:
+    cache = testbeds.envs.root.parent
+    fetched: set[str] = set()
+    status = 0
+    for instance_id in item.instance_ids:
+        instance = bucket.instance(item.run_id, instance_id)
+        try:
+            needs = prebuilt.row_needs(instance, testbeds.recipes)
+        except EvaluationFailure as exc:
+            print(f"{instance_id}: {exc}", file=sys.stderr)
+            continue
+        keys = needs.keys()
+        keys.pop("prepared")
+        missing = []
+        for key in keys.values():
+            if key not in fetched:
+                if bucket.fetch(key, cache):
+                    fetched.add(key)
+                else:
+                    missing.append(key)
+        if missing:
+            print(f"{instance_id}: not prepared, no artifact {', '.join(missing)}", file=sys.stderr)
+            continue
+        recipe = testbeds.recipes.for_instance(instance)
+        try:
+            prepared = await testbeds.prepared(instance, recipe, [])
+            if validator is not None:
+                await validator.validate(instance)
+        except EvaluationFailure as exc:
+            print(f"{instance_id}: {exc.reason}: {exc}\n{exc.log_tail}", file=sys.stderr)
+            status = status if exc.permanent else EXIT_TEMPFAIL
+            continue
+        paths = [prepared.workspace.relative_to(cache).as_posix()]
+        if validator is not None:
+            paths += [
+                p.relative_to(cache).as_posix()
+                for p in sorted(validator.cache_dir.glob(f"{instance_id}-*"))
+            ]
+        bucket.store(cache, paths, prebuilt.prepared_key(needs.prepared))
+        print(f"{instance_id}: prepared workspace {needs.prepared} stored")
+    return status

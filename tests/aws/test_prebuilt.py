@@ -1,0 +1,207 @@
+"""Prebuilt artifacts (swegreen.aws.prebuilt, swegreen.aws.build_phase): the plan of the
+build phase, the build and prepare tasks against S3 (moto, in process), and a row's
+evaluation from nothing but the unpacked artifacts, on the sample's real repositories."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from swegreen.aws import prebuilt
+from swegreen.aws.build_phase import ArtifactBucket, build, prepare
+from swegreen.aws.pipeline import INSTANCE
+from swegreen.base_validation import BaseValidator
+from swegreen.classify import Status
+from swegreen.config import EvalConfig
+from swegreen.dataset import Instance, load_dataset
+from swegreen.engine import LocalSettings, build_evaluator, build_testbeds
+from swegreen.ports import PatchResult
+from swegreen.recipes import builtin_recipes
+from swegreen.runner import evaluate_with_retries
+from swegreen.sample import SampleBenchmark
+from tests.aws.local_services import FAKE_CREDENTIALS
+
+BUCKET = "artifacts-test"
+
+
+def instances(sample: SampleBenchmark) -> list[Instance]:
+    return list(load_dataset(str(sample.dataset)).instances)
+
+
+def test_the_plan_builds_only_what_is_missing_and_never_a_remembered_failure(
+    sample: SampleBenchmark,
+) -> None:
+    rows = instances(sample)
+    recipes = builtin_recipes()
+    needs = {i.instance_id: prebuilt.row_needs(i, recipes) for i in rows}
+    # nothing stored: one mirror per repository, one build per environment, every row
+    # prepared, in batches of one environment at most 3 long
+    cold = prebuilt.plan("r", rows, recipes, set(), {}, prepare_batch=3)
+    assert sorted(b.repo for b in cold.builds if b.kind == "repo") == [
+        "sample/calculator",
+        "sample/ledger",
+        "sample/textkit",
+    ]
+    envs = {n.env for n in needs.values()}
+    assert sorted(b.env for b in cold.builds if b.kind == "env") == sorted(envs)
+    prepared = [i for p in cold.prepares for i in p.instance_ids]
+    assert sorted(prepared) == sorted(needs)
+    for batch in cold.prepares:
+        assert 1 <= len(batch.instance_ids) <= 3
+        assert len({needs[i].env for i in batch.instance_ids}) == 1
+    # everything stored: nothing to do
+    stored = {k for n in needs.values() for k in n.keys().values()}
+    held: dict[str, set[str]] = {}
+    for i in rows:
+        held.setdefault(i.repo, set()).update((i.base_commit, i.environment_setup_commit))
+    warm = prebuilt.plan("r", rows, recipes, stored, held)
+    assert (warm.builds, warm.prepares) == ([], [])
+    # a mirror that lacks a commit of the selection is built again, with the union
+    lacking = {**held, "sample/ledger": set(list(held["sample/ledger"])[:1])}
+    (again,) = prebuilt.plan("r", rows, recipes, stored, lacking).builds
+    assert (again.kind, again.repo) == ("repo", "sample/ledger")
+    assert set(again.commits) == held["sample/ledger"]
+    # a remembered failure: neither built nor prepared, until a rebuild is asked for
+    env = next(iter(envs))
+    failed = (stored - {prebuilt.env_key(env)}) | {prebuilt.env_failed_key(env)}
+    failed -= {prebuilt.prepared_key(n.prepared) for n in needs.values() if n.env == env}
+    remembered = prebuilt.plan("r", rows, recipes, failed, held)
+    assert remembered.failed_envs == [env]
+    assert (remembered.builds, remembered.prepares) == ([], [])
+    rebuilt = prebuilt.plan("r", rows, recipes, failed, held, rebuild_failed=True)
+    assert [b.env for b in rebuilt.builds] == [env]
+    assert rebuilt.prepares
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch):
+    for key, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+
+
+def test_a_row_evaluates_from_the_artifacts_alone(
+    s3, sample: SampleBenchmark, tmp_path: Path, host_env: dict[str, str]
+) -> None:
+    """The build and prepare tasks fill S3 from an empty cache; a fresh cache at the same
+    path, holding nothing but the unpacked artifacts, then evaluates a gold patch (and
+    finds its base run) without building, fetching or preparing anything."""
+    rows = [i for i in instances(sample) if i.repo == "sample/calculator"][:2]
+    config = EvalConfig(repo_url_template=sample.url_template, base_validation=True)
+    bucket = ArtifactBucket(s3, BUCKET)
+    for inst in rows:
+        bucket.put_text(f"runs/r/instances/{inst.instance_id}/{INSTANCE}", inst.model_dump_json())
+    plan = prebuilt.plan("r", rows, builtin_recipes(), set(), {})
+    cache = tmp_path / "cache"
+    settings = LocalSettings(output_dir=tmp_path / "out", cache_dir=cache)
+
+    def fresh() -> None:
+        shutil.rmtree(cache, ignore_errors=True)
+        cache.mkdir()
+
+    for item in plan.builds:  # each task on an empty disk, as on Fargate
+        fresh()
+        testbeds = build_testbeds(settings, config, host_env)
+        try:
+            assert asyncio.run(build(item, bucket, testbeds)) == 0
+        finally:
+            testbeds.close()
+    (batch,) = plan.prepares
+    fresh()
+    testbeds = build_testbeds(settings, config, host_env)
+    try:
+        validator = BaseValidator(testbeds, cache / "base-validation")
+        assert asyncio.run(prepare(batch, bucket, testbeds, validator)) == 0
+    finally:
+        testbeds.close()
+    needs = prebuilt.row_needs(rows[0], builtin_recipes())
+    keys = needs.keys()
+    stored = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]}
+    assert set(keys.values()) <= stored
+    # The prepared workspace's tarball leaves out what its environment view hard-links.
+    sizes = {n: s3.head_object(Bucket=BUCKET, Key=k)["ContentLength"] for n, k in keys.items()}
+    assert sizes["prepared"] < sizes["env"] / 2, sizes
+
+    fresh()  # the evaluate task: nothing but the artifacts
+    for key in keys.values():
+        assert bucket.fetch(key, cache)
+    view = cache / "prepared" / needs.prepared / "env"
+    linked = [p for p in view.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert any(os.stat(p).st_nlink > 1 for p in linked)  # hard links again, not copies
+    assert not (cache / "repos" / "sample__calculator.git" / "FETCH_HEAD").exists()
+    evaluator = build_evaluator(
+        settings,
+        config.model_copy(update={"repo_url_template": "/nonexistent/{repo}"}),
+        host_env,
+        _NoArtifacts(),
+    )
+    try:
+        result = asyncio.run(
+            evaluate_with_retries(evaluator, "r", rows[0], PatchResult(rows[0].patch, "gold"), 1)
+        )
+    finally:
+        evaluator.testbeds.close()
+    assert (result.status, result.durations.env_build) == (Status.RESOLVED, 0.0), result.detail
+    assert result.base_validation and result.base_validation["cached"] is True
+
+
+class _NoArtifacts:
+    """An ArtifactStore that keeps what it is given in memory."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, str] = {}
+
+    def write_text(self, key: str, text: str) -> None:
+        self.files[key] = text
+
+    def read_text(self, key: str) -> str | None:
+        return self.files.get(key)
+
+    def exists(self, key: str) -> bool:
+        return key in self.files
+
+    def location(self, key: str) -> str:
+        return f"memory:{key}"
+
+
+def test_a_failed_build_is_remembered_with_its_reason(
+    s3, sample: SampleBenchmark, tmp_path: Path, host_env: dict[str, str]
+) -> None:
+    from swegreen.recipes import Recipe, RecipeBook
+
+    (inst,) = [i for i in instances(sample) if i.instance_id == "sample__ledger-1"]
+    broken = Recipe(python="host", packages=("no-such-package-swegreen==1",), test_cmd="true")
+    book = RecipeBook({"sample/ledger": {inst.version: broken}})
+    bucket = ArtifactBucket(s3, BUCKET)
+    bucket.put_text(f"runs/r/instances/{inst.instance_id}/{INSTANCE}", inst.model_dump_json())
+    (env_item,) = [b for b in prebuilt.plan("r", [inst], book, set(), {}).builds if b.env]
+    settings = LocalSettings(output_dir=tmp_path / "out", cache_dir=tmp_path / "cache")
+    testbeds = build_testbeds(
+        settings, EvalConfig(repo_url_template=sample.url_template), host_env, recipes=book
+    )
+    try:
+        assert asyncio.run(build(env_item, bucket, testbeds)) == 0  # done: nothing to retry
+    finally:
+        testbeds.close()
+    assert env_item.env is not None
+    failed = prebuilt.FailedBuild.model_validate_json(
+        bucket.get_text(prebuilt.env_failed_key(env_item.env)) or "{}"
+    )
+    assert failed.reason == "env_setup_failed" and "no-such-package-swegreen" in failed.log_tail
+    assert not bucket.exists(prebuilt.env_key(env_item.env))
+    failure = failed.failure()
+    assert failure.permanent and "rebuild_envs" in str(failure)
+    replan = prebuilt.plan("r", [inst], book, {prebuilt.env_failed_key(env_item.env)}, {})
+    assert replan.failed_envs == [env_item.env] and not [b for b in replan.builds if b.env]
+    assert json.loads(json.dumps(replan.model_dump()))  # what Resolve writes to S3
