@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System packages the sandbox needs (docs/security.md): bubblewrap runs participant code,
 # iproute2 shapes the tests' network namespace, util-linux's setpriv drops privileges;
-# ccache lets an evaluation reuse what its prepared workspace compiled (compile_cache.py).
+# ccache lets an evaluation reuse what its prepared workspace compiled (compile_cache.py);
+# chromium renders the HTML report in its test (tests/test_report_html.py).
 # Installs what is missing with apt-get (as root, or through sudo without a password);
 # elsewhere it says what to install and exits non-zero.
 set -euo pipefail
@@ -10,6 +11,7 @@ command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 command -v ccache >/dev/null 2>&1 || need+=(ccache)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ]; then
   sudo=()

@@ -65,6 +65,12 @@ def test_run_prints_the_leaderboard_and_writes_agentbeats_results(
     assert set(results) == {"participants", "results"}
     assert results["results"][0]["total_instances"] == 2
     assert results["results"][0]["resolved_pct"] == 1.0
+    # the official harness's run-level report, beside it
+    report = json.loads((tmp_path / "results" / "cli-gold" / "run_report.json").read_text())
+    ids = sorted(r["instance_id"] for r in results["results"][0]["instances"])
+    assert report["schema_version"] == 2
+    assert report["resolved_ids"] == report["completed_ids"] == report["submitted_ids"] == ids
+    assert (report["total_instances"], report["error_ids"], report["incomplete_ids"]) == (2, [], [])
 
 
 @pytest.mark.parametrize(
@@ -117,6 +123,13 @@ def test_a_run_whose_rows_end_in_error_exits_3_and_says_how_to_retry(
     assert "--run-id unreachable --retry-errors" in said
     rows = read_jsonl(tmp_path / "results" / "unreachable" / "instances.jsonl")
     assert {(r["status"], r["reason"]) for r in rows} == {("error", "repo_unavailable")}
+    report = json.loads((tmp_path / "results" / "unreachable" / "run_report.json").read_text())
+    assert (
+        report["error_ids"] == report["infra_failure_ids"] == sorted(r["instance_id"] for r in rows)
+    )
+    assert report["completed_ids"] == [] and report["failure_reasons"] == {
+        r["instance_id"]: "repo_unavailable" for r in rows
+    }
 
 
 def test_a_corrupt_predictions_file_exits_2(tmp_path: Path, session_cache: Path, sample) -> None:
@@ -214,6 +227,10 @@ def test_a_run_killed_mid_way_resumes_without_losing_or_duplicating_rows(
     proc.wait()
     before = stored(db, "killed")
     assert 3 <= len(before) < 8, "the kill should land in the middle of the run"
+    # the report shows it unfinished, with the command that resumes it
+    listing = " ".join(cli("report", cwd=tmp_path, cache=session_cache).stdout.split())
+    assert f"killed not finished gold {len(before)} of 8 rows stored" in listing, listing
+    assert "resume: swegreen run --run-id killed --patches gold" in listing
 
     # Nothing the killed run started keeps running (its sandbox dies with it).
     work = session_cache / "work" / "killed"
@@ -312,3 +329,47 @@ def test_the_demo_checks_every_sample_verdict(tmp_path: Path, session_cache: Pat
     out = cli("demo", "--no-progress", cwd=tmp_path, cache=session_cache)
     assert out.returncode == 0, out.stdout[-3000:]
     assert "All sample verdicts are as expected" in " ".join(out.stdout.split())
+
+
+def test_help_and_version_answer_without_loading_the_grader() -> None:
+    """`--help`/`--version` import nothing heavy (swebench pulls datasets and docker), so
+    they answer at once; every flag of every command says what it is for, and the commands
+    that do not evaluate do not offer evaluation flags."""
+    code = (
+        "import sys\n"
+        "from swegreen.cli import parser\n"
+        "for argv in (['--version'], ['run', '--help'], ['report', '--help']):\n"
+        "    try:\n"
+        "        parser().parse_args(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = sorted(m for m in ('swebench', 'datasets', 'litellm', 'swegreen.engine')"
+        " if m in sys.modules)\n"
+        "print('HEAVY', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "HEAVY []" in out.stdout, out.stdout
+    import argparse
+
+    from swegreen.cli import parser
+
+    commands = next(
+        a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices
+    for name, sub in commands.items():
+        for action in sub._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"swegreen {name} {action.option_strings[0]} has no help"
+    for name in ("report", "regrade", "sample", "participant"):
+        flags = {f for a in commands[name]._actions for f in a.option_strings}
+        assert not flags & {"--keep-workspaces", "--rebuild-envs", "--no-progress"}, name
+
+
+def test_messages_are_never_read_as_markup(tmp_path: Path, session_cache: Path) -> None:
+    """A `[config]` in a message stays, a `[/x]` in a path does not crash the output."""
+    missing = tmp_path / "[config]" / "[/x]" / "preds.jsonl"
+    out = cli("run", "--sample", "--patches", str(missing), cwd=tmp_path, cache=session_cache)
+    assert out.returncode == 2, out.stdout + out.stderr
+    said = "".join(out.stdout.split())
+    assert "error:" in said and "[config]/[/x]/preds.jsonl" in said, out.stdout
+    assert "Traceback" not in out.stderr

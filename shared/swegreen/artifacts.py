@@ -5,6 +5,8 @@ Layout (relative to the artifact root)::
     <run_id>/run.json                     provenance of the run
     <run_id>/results.json                 AgentBeats shape: {"participants", "results": [row]}
     <run_id>/instances.jsonl              one result row per instance
+    <run_id>/run_report.json              the official run-level report (resolved_ids, ...)
+    <run_id>/report.html                  the run for people: one self-contained page
     <run_id>/instances/<id>/patch.diff    the patch that was evaluated
     <run_id>/instances/<id>/eval.sh       the script that ran the tests
     <run_id>/instances/<id>/test_output.txt   stdout+stderr of eval.sh, in order
@@ -32,6 +34,8 @@ REPORT = "report.json"
 RESULT = "result.json"
 RUN_INFO = "run.json"
 RESULTS = "results.json"
+RUN_REPORT = "run_report.json"  # the official harness's run-level report (publish.run_report)
+REPORT_HTML = "report.html"  # the run for people (report_html.py)
 INSTANCES = "instances.jsonl"
 
 

@@ -13,23 +13,23 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from swegreen import __version__
-from swegreen.classify import Status
-from swegreen.config import EvalConfig, load_config
-from swegreen.console import ProgressView, leaderboard_table, reasons_line
-from swegreen.dataset import load_dataset, select_instances
-from swegreen.engine import LocalSettings, build_engine, default_cache_dir, host_environment
 from swegreen.errors import ConfigError, SweGreenError
 from swegreen.ids import check_id, safe_id_suggestion
-from swegreen.metrics import RunMetrics
-from swegreen.runner import RunOutcome
-from swegreen.sample import build_sample
-from swegreen.scrub import Scrubber
-from swegreen.sources import PredictionsSource, source_for
+
+# Everything heavier is imported by the command that needs it: `--help`, `--version` and a
+# bad flag answer without loading the grader (swebench pulls datasets and docker).
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+    from swegreen.config import EvalConfig
+    from swegreen.engine import LocalSettings
+    from swegreen.ports import RunRecord
+    from swegreen.runner import RunOutcome
+    from swegreen.scrub import Scrubber
 
 LOCAL_ENV_KEYS = frozenset({"output_dir", "cache_dir"})
 # Exit codes (docs/usage.md): scripts tell a run that could not start from one that
@@ -54,14 +54,14 @@ def _config_flags(p: argparse.ArgumentParser) -> None:
         "--dataset",
         help="hub id or local .jsonl/.json/.parquet (default: SWE-bench/SWE-bench_Verified)",
     )
-    g.add_argument("--split")
-    g.add_argument("--dataset-revision")
+    g.add_argument("--split", help="the dataset's split (default test)")
+    g.add_argument("--dataset-revision", help="a hub dataset's revision (commit or tag)")
     g.add_argument("--max-rows", type=int, help="rows to evaluate, -1 for all (default 3)")
     g.add_argument("--instance-ids", help="comma-separated instance ids")
     g.add_argument("--repos", help="comma-separated repos, e.g. psf/requests")
-    g.add_argument("--shard-index", type=int)
-    g.add_argument("--num-shards", type=int)
-    g.add_argument("--max-concurrent-rows", type=int)
+    g.add_argument("--shard-index", type=int, help="this shard's index, from 0 (with --num-shards)")
+    g.add_argument("--num-shards", type=int, help="split the selection into this many shards")
+    g.add_argument("--max-concurrent-rows", type=int, help="rows evaluated at once (default 1)")
     g.add_argument("--eval-timeout", type=float, help="seconds per eval script (default 1800)")
     g.add_argument(
         "--max-attempts", type=int, help="tries when the infrastructure fails (default 3)"
@@ -69,8 +69,15 @@ def _config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--repo-url-template", help="where to clone from, e.g. /mirrors/{owner}__{name}.git"
     )
-    g.add_argument("--green-agent-model")
-    g.add_argument("--base-validation", action="store_true", default=None)
+    g.add_argument(
+        "--green-agent-model", help="litellm model for diagnoses (default ollama/qwen2.5-coder:7b)"
+    )
+    g.add_argument(
+        "--base-validation",
+        action="store_true",
+        default=None,
+        help="also run the tests on the base commit, to flag environment limits",
+    )
     g.add_argument(
         "--network-instances",
         help="instance ids whose test command keeps the network (comma-separated)",
@@ -83,7 +90,9 @@ def _config_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _local_flags(p: argparse.ArgumentParser) -> None:
+def _local_flags(p: argparse.ArgumentParser, evaluates: bool = True) -> None:
+    """Where things are kept; with ``evaluates``, how evaluations run here too (only the
+    commands that evaluate take those flags)."""
     g = p.add_argument_group("this machine")
     g.add_argument(
         "--output-dir", type=Path, help="results, artifacts and store (default ./results)"
@@ -93,6 +102,8 @@ def _local_flags(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="repo/env caches (default ~/.cache/swegreen; /var/cache/swegreen for root)",
     )
+    if not evaluates:
+        return
     g.add_argument("--keep-workspaces", action="store_true", help="keep each instance's checkout")
     g.add_argument(
         "--allow-python-install", action="store_true", help="install missing interpreters with uv"
@@ -133,18 +144,28 @@ def parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="the sample benchmark with gold, empty and crafted patches")
     _local_flags(demo)
-    demo.add_argument("--max-concurrent-rows", type=int, default=2)
+    demo.add_argument(
+        "--max-concurrent-rows", type=int, default=2, help="rows evaluated at once (default 2)"
+    )
 
     regrade = sub.add_parser("regrade", help="grade a finished run again from its saved logs")
-    regrade.add_argument("--run-id", required=True)
-    _local_flags(regrade)
+    regrade.add_argument("--run-id", required=True, help="the stored run to grade again")
+    _local_flags(regrade, evaluates=False)
 
     report = sub.add_parser("report", help="print a stored run's leaderboard, or list runs")
     report.add_argument("--run-id", help="omit to list runs")
-    _local_flags(report)
+    report.add_argument(
+        "--html",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="with --run-id: write the run's HTML report (default: report.html in its "
+        "directory) and print where",
+    )
+    _local_flags(report, evaluates=False)
 
     sample = sub.add_parser("sample", help="build the sample benchmark and print where it is")
-    _local_flags(sample)
+    _local_flags(sample, evaluates=False)
 
     serve = sub.add_parser("serve", help="run the AgentBeats green agent (A2A server)")
     _server_flags(serve, 9009)
@@ -196,13 +217,13 @@ def parser() -> argparse.ArgumentParser:
     part.add_argument(
         "--repo-url-template", help="llm: clone from here instead of the task's repo_url"
     )
-    _local_flags(part)
+    _local_flags(part, evaluates=False)
     return p
 
 
 def _server_flags(p: argparse.ArgumentParser, port: int) -> None:
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=port)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=port, help=f"port to listen on (default {port})")
     p.add_argument(
         "--card-url", help="URL to advertise in the agent card (default http://HOST:PORT/)"
     )
@@ -210,6 +231,11 @@ def _server_flags(p: argparse.ArgumentParser, port: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    from rich.console import Console
+
+    from swegreen.engine import host_environment
+    from swegreen.scrub import Scrubber
+
     console = Console(stderr=False, highlight=False)
     env = host_environment()
     scrubber = Scrubber.from_env(env)  # the host's secrets, kept out of everything stored
@@ -223,33 +249,48 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_regrade(_run_id(args.run_id), settings, env, console, scrubber))
         if args.command == "report":
             run_id = _run_id(args.run_id) if args.run_id else None
-            return _report(run_id, settings, env, console)
+            if args.html is not None and run_id is None:
+                raise ConfigError("report --html needs --run-id (which run to render)")
+            return _report(run_id, settings, env, console, args.html)
         if args.command == "serve":
             return _serve(args, settings, env, scrubber)
         if args.command == "participant":
             return _participant(args, settings)
         if args.command == "sample":
+            from swegreen.sample import build_sample
+
             s = build_sample(settings.cache_dir / "sample")
             console.print(
                 f"dataset: {s.dataset}\ncrafted predictions: {s.crafted}\n"
                 f"repo_url_template: {s.url_template}\n"
-                f"participant_repo_url_template: {s.participant_url_template}"
+                f"participant_repo_url_template: {s.participant_url_template}",
+                markup=False,
             )
             return 0
     except SweGreenError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(_said("error:", "red", str(exc)))
         return EXIT_CANNOT_START
     raise AssertionError(args.command)
 
 
+def _said(label: str, style: str, message: str) -> Text:
+    """``label`` styled, then ``message`` as it is: a message is never read as markup (a
+    ``[config]`` in it would vanish, a ``[/x]`` would raise)."""
+    from rich.text import Text
+
+    return Text.assemble((label, style), " ", message)
+
+
 def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
+    from swegreen.engine import LocalSettings, default_cache_dir
+
     output = args.output_dir or Path(env.get("SWEGREEN_OUTPUT_DIR", "results"))
     cache = args.cache_dir or Path(env.get("SWEGREEN_CACHE_DIR") or default_cache_dir(env))
     return LocalSettings(
         output_dir=output,
         cache_dir=cache,
-        keep_workspaces=args.keep_workspaces,
-        allow_python_install=args.allow_python_install,
+        keep_workspaces=getattr(args, "keep_workspaces", False),
+        allow_python_install=getattr(args, "allow_python_install", False),
         rebuild_envs=getattr(args, "rebuild_envs", False),
     )
 
@@ -290,6 +331,10 @@ def _run_command(
     console: Console,
     scrubber: Scrubber,
 ) -> int:
+    from swegreen.classify import Status
+    from swegreen.config import load_config
+    from swegreen.sample import build_sample
+
     run_id = _run_id(args.run_id) if args.run_id else _new_run_id(args.patches)
     overrides = _overrides(args)
     if args.sample:
@@ -330,8 +375,11 @@ def _demo(
     console: Console,
     scrubber: Scrubber,
 ) -> int:
+    from swegreen.config import EvalConfig
+    from swegreen.sample import build_sample
+
     sample = build_sample(settings.cache_dir / "sample")
-    console.print(f"[bold]Sample benchmark[/] built in {sample.root}")
+    console.print(_said("Sample benchmark", "bold", f"built in {sample.root}"))
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     mismatches = 0
     for patches, expect in (("gold", "resolved"), ("empty", "no_op"), (str(sample.crafted), None)):
@@ -360,8 +408,11 @@ def _demo(
             if r.status.value != want:
                 mismatches += 1
                 console.print(
-                    f"[red]unexpected:[/] {label} {r.instance_id} is {r.status.value}, "
-                    f"expected {want}"
+                    _said(
+                        "unexpected:",
+                        "red",
+                        f"{label} {r.instance_id} is {r.status.value}, expected {want}",
+                    )
                 )
     if mismatches:
         console.print(f"[red]{mismatches} row(s) did not get the expected verdict[/]")
@@ -384,6 +435,11 @@ def _evaluate(
     live: bool,
     scrubber: Scrubber,
 ) -> RunOutcome | None:
+    from swegreen.console import ProgressView
+    from swegreen.dataset import load_dataset, select_instances
+    from swegreen.engine import build_engine
+    from swegreen.sources import PredictionsSource, source_for
+
     dataset = load_dataset(config.dataset, config.split, config.dataset_revision)
     instances = select_instances(dataset, config.selection())
     source = source_for(patches)
@@ -394,13 +450,17 @@ def _evaluate(
             "the selection is empty: check instance_ids, repos, max_rows and sharding"
         )
     console.print(
-        f"[bold]Run {run_id}[/]: {len(instances)} instance(s) of {dataset.name} with "
-        f"{source.name} patches, {config.max_concurrent_rows} at a time"
+        _said(
+            f"Run {run_id}:",
+            "bold",
+            f"{len(instances)} instance(s) of {dataset.name} with {source.name} patches, "
+            f"{config.max_concurrent_rows} at a time",
+        )
     )
     view = ProgressView(console, len(instances), run_id, live)
     engine = build_engine(settings, config, env, progress=view, scrubber=scrubber)
     for note in engine.isolation.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(_said("note:", "yellow", note))
     try:
         with view:
             outcome = _run_until_done(
@@ -418,7 +478,9 @@ def _evaluate(
         engine.close()
     if outcome is None:
         console.print(
-            f"[yellow]interrupted.[/] Finished rows are stored; resume with --run-id {run_id}"
+            _said(
+                "interrupted.", "yellow", f"Finished rows are stored; resume with --run-id {run_id}"
+            )
         )
         return None
     _print_outcome(console, outcome, settings)
@@ -443,9 +505,11 @@ def _run_until_done(coro: Any) -> RunOutcome | None:
 
 
 def _print_outcome(console: Console, outcome: RunOutcome, settings: LocalSettings) -> None:
+    from swegreen.console import leaderboard_table, reasons_line
+
     run_id = outcome.record.run_id
     console.print(leaderboard_table(outcome.metrics, f"Leaderboard: {run_id}"))
-    console.print(f"reasons: {reasons_line(outcome.metrics)}")
+    console.print(f"reasons: {reasons_line(outcome.metrics)}", markup=False)
     if outcome.resumed:
         console.print(
             f"resumed: {outcome.resumed} row(s) were already stored, "
@@ -453,13 +517,18 @@ def _print_outcome(console: Console, outcome: RunOutcome, settings: LocalSetting
         )
     console.print(
         f"results: {settings.output_dir / run_id / 'results.json'}  "
-        f"rows: {settings.output_dir / run_id / 'instances.jsonl'}\n"
+        f"rows: {settings.output_dir / run_id / 'instances.jsonl'}\n",
+        markup=False,
     )
 
 
 async def _regrade(
     run_id: str, settings: LocalSettings, env: dict[str, str], console: Console, scrubber: Scrubber
 ) -> int:
+    from swegreen.config import EvalConfig
+    from swegreen.dataset import load_dataset
+    from swegreen.engine import build_engine
+
     engine = build_engine(settings, EvalConfig(), env, scrubber=scrubber)
     try:
         record = engine.store.get_run(run_id)
@@ -496,31 +565,74 @@ async def _regrade(
 
 
 def _report(
-    run_id: str | None, settings: LocalSettings, env: dict[str, str], console: Console
+    run_id: str | None,
+    settings: LocalSettings,
+    env: dict[str, str],
+    console: Console,
+    html: str | None = None,
 ) -> int:
+    from swegreen.console import leaderboard_table, reasons_line
+    from swegreen.metrics import RunMetrics
     from swegreen.store_sqlite import SqliteStore
 
     store = SqliteStore(settings.store_path)
     try:
         if run_id is None:
             for rec in store.list_runs():
-                total = (rec.summary or {}).get("total_instances", "?")
-                resolved = (rec.summary or {}).get("resolved_pct")
-                share = f"{resolved:.1%}" if isinstance(resolved, float) else "-"
-                console.print(
-                    f"{rec.run_id}  {rec.state}  {rec.patch_source}  {total} rows  resolved {share}"
-                )
+                if rec.state == "finished":
+                    total = (rec.summary or {}).get("total_instances", "?")
+                    resolved = (rec.summary or {}).get("resolved_pct")
+                    share = f"{resolved:.1%}" if isinstance(resolved, float) else "-"
+                    line = f"{rec.run_id}  finished  {rec.patch_source}  {total} rows  "
+                    line += f"resolved {share}"
+                else:  # killed, or still running in another process
+                    done = len(set(store.get_results(rec.run_id)) & set(rec.instance_ids))
+                    line = f"{rec.run_id}  not finished  {rec.patch_source}  {done} of "
+                    line += f"{len(rec.instance_ids)} rows stored  {_resume_hint(rec)}"
+                console.print(line, markup=False)
             return 0
         record = store.get_run(run_id)
         if record is None:
             raise ConfigError(f"no run {run_id!r} in {settings.store_path}")
         results = [r for i, r in store.get_results(run_id).items() if i in set(record.instance_ids)]
         metrics = RunMetrics.from_results(results)
-        console.print(leaderboard_table(metrics, f"Leaderboard: {run_id} ({record.state})"))
-        console.print(f"reasons: {reasons_line(metrics)}")
+        state = record.state if record.state == "finished" else "not finished"
+        console.print(leaderboard_table(metrics, f"Leaderboard: {run_id} ({state})"))
+        console.print(f"reasons: {reasons_line(metrics)}", markup=False)
+        if record.state != "finished":
+            console.print(
+                f"{len(results)} of {len(record.instance_ids)} rows stored; "
+                + _resume_hint(record),
+                markup=False,
+            )
+        if html is not None:
+            from swegreen.artifacts import REPORT_HTML, atomic_write
+            from swegreen.report_html import render_html
+
+            target = Path(html) if html else settings.output_dir / run_id / REPORT_HTML
+            target.parent.mkdir(parents=True, exist_ok=True)
+            run_dir = settings.output_dir / run_id
+            page = render_html(
+                record,
+                results,
+                metrics,
+                lambda iid, name: (run_dir / "instances" / iid / name).exists(),
+            )
+            atomic_write(target, page.encode())
+            console.print(f"HTML report: {target}", markup=False)
         return 0
     finally:
         store.close()
+
+
+def _resume_hint(record: RunRecord) -> str:
+    """How to finish a run that did not (a kill leaves it so; its rows are kept)."""
+    if record.patch_source.startswith("a2a:"):
+        return "resume: send the same assessment to the green agent again"
+    return (
+        f"resume: swegreen run --run-id {record.run_id} --patches {record.patch_source} "
+        "(with the dataset and selection flags it was started with)"
+    )
 
 
 def _card_url(args: argparse.Namespace) -> str:
@@ -533,7 +645,7 @@ def _serve(
     from swegreen.agent.assessment import AgentSettings
     from swegreen.agent.executor import GreenAgentExecutor
     from swegreen.agent.server import build_app, green_card, serve
-    from swegreen.config import config_from_env, read_scenario
+    from swegreen.config import config_from_env, load_config, read_scenario
 
     scenario = _scenario(args)
     defaults = {
@@ -607,6 +719,8 @@ def _participant(args: argparse.Namespace, settings: LocalSettings) -> int:
             url_template=args.repo_url_template,
         )
     else:
+        from swegreen.config import EvalConfig
+        from swegreen.dataset import load_dataset
         from swegreen.participants.solvers import GoldSolver, ScriptedSolver
         from swegreen.sample import resolve_sample
 

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from swegreen.classify import Status
 from swegreen.metrics import RunMetrics
@@ -64,13 +65,18 @@ class ProgressView:
             if r is not None:
                 mark = "(stored) " if event.kind == "skipped" else ""
                 self.console.print(
-                    f"  {mark}{r.instance_id}: [{STATUS_STYLE[r.status]}]{r.status.value}[/] "
-                    f"({r.reason}; F2P {r.f2p_passed}/{r.f2p_total}, "
-                    f"P2P {r.p2p_passed}/{r.p2p_total}, {r.durations.total:.1f}s)",
+                    Text.assemble(
+                        f"  {mark}{r.instance_id}: ",
+                        (r.status.value, STATUS_STYLE[r.status]),
+                        f" ({r.reason}; F2P {r.f2p_passed}/{r.f2p_total}, "
+                        f"P2P {r.p2p_passed}/{r.p2p_total}, {r.durations.total:.1f}s)",
+                    ),
                     highlight=False,
                 )
-        elif event.kind == "note":
-            self.console.print(f"  {event.instance_id}: {event.message}", style="dim")
+        elif event.kind == "note":  # a message may hold anything, brackets included
+            self.console.print(
+                Text(f"  {event.instance_id}: {event.message}", style="dim"), highlight=False
+            )
 
 
 def leaderboard_table(metrics: RunMetrics, title: str) -> Table:

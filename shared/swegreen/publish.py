@@ -72,3 +72,49 @@ def result_row(
     row["instances"] = [public_row(r) for r in results]
     row["provenance"] = record.provenance
     return row
+
+
+# Rows whose prediction had no patch at all (upstream: ``model_patch`` empty or None).
+NO_MODEL_PATCH = frozenset({"empty_patch", "no_patch", "participant_error", "participant_timeout"})
+
+
+def run_report(instance_ids: Sequence[str], results: Sequence[InstanceResult]) -> dict[str, Any]:
+    """The official harness's run-level report (``make_run_report``, schema 2) for the run's
+    selection, so that tools written for upstream's ``<model>.<run id>.json`` read ours.
+
+    Mapped as upstream decides: an empty patch (or none: a participant that failed) is not
+    run; a row whose tests ran is
+    completed (resolved or not); anything else that was submitted is an error, a patch that
+    does not apply included (upstream writes no report for it); a selected instance
+    without a row is incomplete. Infrastructure errors are its ``infra_failure_ids``.
+    """
+    by_id = {r.instance_id: r for r in results}
+    empty = {i for i, r in by_id.items() if r.reason in NO_MODEL_PATCH}
+    submitted = set(by_id)
+    completed = {i for i, r in by_id.items() if r.tests_ran}
+    resolved = {i for i in completed if by_id[i].status.value == "resolved"}
+    errors = set(by_id) - completed - empty
+    infra = {i for i in errors if by_id[i].is_infrastructure_error}
+    incomplete = [i for i in instance_ids if i not in by_id]
+    return {
+        "total_instances": len(instance_ids),
+        "submitted_instances": len(submitted),
+        "completed_instances": len(completed),
+        "resolved_instances": len(resolved),
+        "unresolved_instances": len(completed - resolved),
+        "infra_failure_instances": len(infra),
+        "ambiguous_failure_instances": 0,
+        "empty_patch_instances": len(empty),
+        "error_instances": len(errors),
+        "completed_ids": sorted(completed),
+        "incomplete_ids": sorted(incomplete),
+        "empty_patch_ids": sorted(empty),
+        "submitted_ids": sorted(submitted),
+        "resolved_ids": sorted(resolved),
+        "unresolved_ids": sorted(completed - resolved),
+        "infra_failure_ids": sorted(infra),
+        "ambiguous_failure_ids": [],
+        "failure_reasons": {i: by_id[i].reason for i in sorted(errors)},
+        "error_ids": sorted(errors),
+        "schema_version": 2,
+    }

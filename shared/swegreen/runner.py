@@ -34,7 +34,8 @@ from swegreen.ports import (
     ResultStore,
     RunRecord,
 )
-from swegreen.publish import base_provenance, result_row
+from swegreen.publish import base_provenance, result_row, run_report
+from swegreen.report_html import render_html
 from swegreen.results import InstanceResult, utcnow
 from swegreen.rows import error_row
 
@@ -180,6 +181,10 @@ class Runner:
         self.artifacts.write_text(
             art.run_key(run_id, art.INSTANCES), "".join(r.model_dump_json() + "\n" for r in results)
         )
+        self.artifacts.write_text(
+            art.run_key(run_id, art.RUN_REPORT),
+            json.dumps(run_report([i.instance_id for i in instances], results), indent=4),
+        )
         finished = record.model_copy(
             update={"state": "finished", "summary": metrics.result_row(model)}
         )
@@ -187,6 +192,15 @@ class Runner:
         await asyncio.to_thread(self.store.update_run, finished)
         self.artifacts.write_text(
             art.run_key(run_id, art.RUN_INFO), finished.model_dump_json(indent=2)
+        )
+        self.artifacts.write_text(
+            art.run_key(run_id, art.REPORT_HTML),
+            render_html(
+                finished,
+                results,
+                metrics,
+                lambda iid, name: self.artifacts.exists(art.instance_key(run_id, iid, name)),
+            ),
         )
         return RunOutcome(finished, results, metrics, row, evaluated, resumed)
 

@@ -39,8 +39,9 @@ from swegreen.ids import check_id
 from swegreen.metrics import RunMetrics
 from swegreen.patches import oversized_patch
 from swegreen.ports import PatchResult, RunRecord
-from swegreen.publish import base_provenance, result_row
+from swegreen.publish import base_provenance, result_row, run_report
 from swegreen.recipes import builtin_recipes
+from swegreen.report_html import render_html
 from swegreen.results import InstanceResult, utcnow
 from swegreen.rows import RowBuilder, error_row
 from swegreen.schedule import slowest_first
@@ -699,11 +700,20 @@ class Pipeline:
             json.dumps({"participants": {role: record.patch_source}, "results": [row]}, indent=2),
         )
         self._put(prefix + art.INSTANCES, "".join(r.model_dump_json() + "\n" for r in results))
+        self._put(
+            prefix + art.RUN_REPORT, json.dumps(run_report(record.instance_ids, results), indent=4)
+        )
         finished = record.model_copy(
             update={"state": "finished", "summary": metrics.result_row(model)}
         )
         finished.provenance["finished_at"] = utcnow()
         self.store.update_run(finished)
+        self.s3.put_object(
+            Bucket=self.settings.bucket,
+            Key=prefix + art.REPORT_HTML,
+            Body=render_html(finished, results, metrics).encode(),
+            ContentType="text/html; charset=utf-8",
+        )
         return {
             "run_id": run_id,
             "results": f"s3://{self.settings.bucket}/{prefix}{art.RESULTS}",
