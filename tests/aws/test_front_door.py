@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -193,11 +194,35 @@ def agents(
                 server.proc.wait(timeout=10)
 
 
+@contextlib.contextmanager
+def watching(deployed: Deployed) -> Iterator[None]:
+    """The Watch function called every second, not at its schedule's minute: the rows that
+    wait on a participant are handed back as soon as it has answered."""
+    lam = deployed.localstack.client("lambda")
+    (name,) = [
+        f["FunctionName"] for f in lam.list_functions()["Functions"] if "Watch" in f["FunctionName"]
+    ]
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(1.0):
+            lam.invoke(FunctionName=name, Payload=b"{}")
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+
+
 def test_the_green_agent_fans_an_assessment_out_to_the_pipeline(
     deployed: Deployed, agents: dict[str, Server]
 ) -> None:
     request = {"participants": {"gold": agents["gold"].url}, "config": deployed.config()}
-    outcome = asyncio.run(assess(agents["green"].url, json.dumps(request)))
+    with watching(deployed):
+        outcome = asyncio.run(assess(agents["green"].url, json.dumps(request)))
     assert outcome.state == "TASK_STATE_COMPLETED", outcome.statuses
     said = "\n".join(outcome.statuses)
     assert "gold: started run" in said
