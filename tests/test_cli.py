@@ -71,6 +71,15 @@ def test_run_prints_the_leaderboard_and_writes_agentbeats_results(
     assert report["schema_version"] == 2
     assert report["resolved_ids"] == report["completed_ids"] == report["submitted_ids"] == ids
     assert (report["total_instances"], report["error_ids"], report["incomplete_ids"]) == (2, [], [])
+    # every file of the run is as readable as a file the user writes (not mkstemp's 0600)
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {
+        f.relative_to(tmp_path).as_posix(): oct(f.stat().st_mode & 0o777)
+        for f in (tmp_path / "results").rglob("*")
+        if f.is_file()
+    }
+    assert set(modes.values()) == {oct(0o666 & ~umask)}, modes
 
 
 @pytest.mark.parametrize(

@@ -51,11 +51,26 @@ def run_key(run_id: str, name: str) -> str:
     return f"{run_id}/{name}"
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (``os.umask`` sets it to read it,
+    which other threads would see)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
+
+
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temporary file and rename, so a crash never leaves half a file."""
+    """Write via a temporary file and rename, so a crash never leaves half a file. The file
+    gets the mode a plain ``open`` would give it (``mkstemp`` makes it 0600: results nobody
+    else could read, unlike the rest of the run's files)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
