@@ -17,6 +17,7 @@ Layout (relative to the artifact root)::
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -51,9 +52,10 @@ def run_key(run_id: str, name: str) -> str:
     return f"{run_id}/{name}"
 
 
+@functools.cache
 def _umask() -> int:
-    """The process's umask, read without changing it (``os.umask`` sets it to read it,
-    which other threads would see)."""
+    """The process's umask, read once and without changing it (``os.umask`` sets it to
+    read it, which other threads would see)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
