@@ -26,7 +26,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from swegreen.aws import prebuilt
-from swegreen.aws.pipeline import EXIT_TEMPFAIL, INSTANCE
+from swegreen.aws.pipeline import EXIT_TEMPFAIL, INSTANCE, missing_key
 from swegreen.base_validation import BaseValidator
 from swegreen.dataset import Instance
 from swegreen.errors import EvaluationFailure
@@ -46,7 +46,7 @@ class ArtifactBucket:
         try:
             self.s3.head_object(Bucket=self.bucket, Key=key)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if missing_key(exc):
                 return False
             raise
         return True
@@ -55,7 +55,7 @@ class ArtifactBucket:
         try:
             body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if missing_key(exc):
                 return None
             raise
         return body.decode()
@@ -76,7 +76,7 @@ class ArtifactBucket:
             try:
                 self.s3.download_file(self.bucket, key, str(archive))
             except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                if missing_key(exc):
                     return False
                 raise
             prebuilt.unpack(archive, cache)

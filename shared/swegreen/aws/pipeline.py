@@ -607,7 +607,7 @@ class Pipeline:
         try:
             self.s3.head_object(Bucket=self.settings.bucket, Key=key)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if missing_key(exc):
                 return False
             raise
         return True
@@ -719,6 +719,11 @@ class Pipeline:
             "results": f"s3://{self.settings.bucket}/{prefix}{art.RESULTS}",
             "summary": metrics.result_row(model),
         }
+
+
+def missing_key(exc: ClientError) -> bool:
+    """Whether S3 answered "no such object" (HEAD says 404, GET NoSuchKey)."""
+    return exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound")
 
 
 def rows_execution_arn(rows_machine_arn: str, run_id: str) -> str:
