@@ -37,6 +37,8 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
+from swegreen.schedule import expected_seconds
+
 # us-east-1 list prices, USD (2026-11; Fargate Linux/x86, Fargate Spot at its usual ~70%
 # discount (it varies), Lambda x86, Step Functions Standard, DynamoDB on-demand, S3
 # Standard). Data from S3 to tasks goes through the VPC's gateway endpoint: free. Free
@@ -57,19 +59,9 @@ PRICES = {
     "logs_ingest_gb": 0.50,
 }
 
-# Measured 2026-11-23 (docs/benchmarks.md): best warm evaluation of one instance per
-# repository, seconds, on 2 cores.
-WARM_EVAL = {
-    "astropy/astropy": (33.1 + 17.8) / 2,
-    "mwaskom/seaborn": 58.1,
-    "pallets/flask": 10.6,
-    "psf/requests": 4.9,
-    "pydata/xarray": 16.4,
-    "pylint-dev/pylint": 66.5,
-    "pytest-dev/pytest": 29.9,
-    "sphinx-doc/sphinx": 12.6,
-    "sympy/sympy": 140.0,
-}
+# Measured (docs/benchmarks.md): a warm evaluation per repository, seconds, on 2 cores;
+# the same figures Resolve orders rows by (swegreen/data/row_seconds.json).
+WARM_EVAL = expected_seconds()
 # The build phase's cold build of one instance (environment + prepared workspace), s.
 COLD_BUILD = {
     "astropy/astropy": (275.8 + 299.6) / 2,
