@@ -120,15 +120,21 @@ def test_shards_add_up_exactly_to_the_whole_run() -> None:
     results = []
     for i in range(60):
         f2p_total, p2p_total = rng.randint(0, 5), rng.randint(0, 9)
-        results.append(
-            row(
-                f"i{i}",
-                rng.choice(statuses),
-                (rng.randint(0, f2p_total), f2p_total),
-                (rng.randint(0, p2p_total), p2p_total),
-                reason=rng.choice(["x", "y"]),
-            )
+        result = row(
+            f"i{i}",
+            rng.choice(statuses),
+            (rng.randint(0, f2p_total), f2p_total),
+            (rng.randint(0, p2p_total), p2p_total),
+            reason=rng.choice(["x", "y"]),
         )
+        if rng.random() < 0.5:  # some used the interactive mode, some reported tokens
+            result.interaction = {"steps": rng.randint(1, 40)}
+        if rng.random() < 0.5:
+            result.participant_usage = {
+                "prompt_tokens": rng.randint(0, 900),
+                "completion_tokens": 9,
+            }
+        results.append(result)
     whole = RunMetrics.from_results(results)
     shards = [RunMetrics.from_results(results[k::7]) for k in range(7)]
     merged = shards[0]
@@ -140,3 +146,25 @@ def test_shards_add_up_exactly_to_the_whole_run() -> None:
     for shard in shards:
         rebuilt = rebuilt.merge(RunMetrics.from_result_row(shard.result_row("m")))
     assert rebuilt.result_row("m") == whole.result_row("m")
+
+
+def test_steps_and_tokens_per_resolved_instance() -> None:
+    a = row("a", Status.RESOLVED, (1, 1), (1, 1))
+    a.interaction, a.participant_usage = {"steps": 4}, {"total_tokens": 1000}
+    b = row("b", Status.RESOLVED, (1, 1), (1, 1))
+    b.interaction = {"steps": 10}  # no usage reported: not in the token mean
+    c = row("c", Status.NO_OP, (0, 1), (1, 1), reason=Reason.BUDGET_EXHAUSTED)
+    c.interaction, c.participant_usage = (
+        {"steps": 100},
+        {"prompt_tokens": 5, "completion_tokens": 5},
+    )
+    d = row("d", Status.RESOLVED, (1, 1), (1, 1))  # answered with a patch at once
+    d.participant_usage = {"input_tokens": 300, "output_tokens": 200}
+    metrics = RunMetrics.from_results([a, b, c, d])
+    published = metrics.result_row("m")
+    assert published["mean_steps_per_resolved"] == 7.0  # (4 + 10) / 2: c did not resolve
+    assert published["mean_tokens_per_resolved"] == 750.0  # (1000 + 500) / 2
+    assert published["interactive_instances"] == 3 and published["steps"] == 114
+    assert published["participant_failures"] == 1  # budget_exhausted is the participant's
+    none = RunMetrics.from_results([row("e", Status.RESOLVED, (1, 1), (1, 1))]).result_row("m")
+    assert none["mean_steps_per_resolved"] is None and none["mean_tokens_per_resolved"] is None

@@ -47,3 +47,21 @@ def test_the_message_has_what_an_agent_needs() -> None:
 def test_no_hints_section_without_hints() -> None:
     data = task_data(parse_rows([raw_row(1)])[0], "{repo}")
     assert "<hints>" not in task_text(data)
+
+
+def test_the_interactive_mode_is_offered_with_its_budgets() -> None:
+    from swegreen.interaction import PROTOCOL, Budget
+
+    inst = parse_rows([raw_row(1, **CANARIES)])[0]
+    budget = Budget(
+        max_steps=7, command_timeout=60, command_output_bytes=500, max_output_bytes=9000
+    )
+    data = task_data(inst, "{repo}", budget)
+    offer = data["interactive"]
+    assert offer["protocol"] == PROTOCOL and offer["max_steps"] == 7
+    assert offer["request"]["command"] and offer["reply"] == "command_result"
+    text = task_text(data)
+    assert PROTOCOL in text and "7 commands" in text and "input-required" in text
+    assert set(data) == {*SHARED_FIELDS, "interactive"}
+    assert "TESTPATCH_CANARY" not in json.dumps(data) + text
+    assert "interactive" not in task_data(inst, "{repo}")  # not offered: not mentioned

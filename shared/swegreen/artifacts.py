@@ -31,6 +31,7 @@ EVAL_SCRIPT = "eval.sh"
 TEST_OUTPUT = "test_output.txt"
 TEST_RECORD = "test_record.jsonl"  # what pytest itself recorded (recorder.py)
 INSTANCE_LOG = "run_instance.log"
+TRANSCRIPT = "interaction.json"  # the interactive mode's commands and what they printed
 REPORT = "report.json"
 RESULT = "result.json"
 RUN_INFO = "run.json"

@@ -40,6 +40,7 @@ class Reason(StrEnum):
     PATCH_DOES_NOT_APPLY = "patch_does_not_apply"
     PARTICIPANT_ERROR = "participant_error"
     PARTICIPANT_TIMEOUT = "participant_timeout"
+    BUDGET_EXHAUSTED = "budget_exhausted"  # interactive mode: steps or output used up
     # Evaluation failures (status error); names match errors.EvaluationFailure.reason.
     REPO_UNAVAILABLE = "repo_unavailable"
     ENV_SETUP_FAILED = "env_setup_failed"
@@ -54,7 +55,9 @@ class Reason(StrEnum):
     INTERNAL_ERROR = "internal_error"
 
 
-PARTICIPANT_FAILURES = frozenset({Reason.PARTICIPANT_ERROR, Reason.PARTICIPANT_TIMEOUT})
+PARTICIPANT_FAILURES = frozenset(
+    {Reason.PARTICIPANT_ERROR, Reason.PARTICIPANT_TIMEOUT, Reason.BUDGET_EXHAUSTED}
+)
 
 
 @dataclass(frozen=True)

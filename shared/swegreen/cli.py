@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 import sys
 from collections.abc import Sequence
@@ -199,7 +200,13 @@ def parser() -> argparse.ArgumentParser:
     _local_flags(serve)
 
     part = sub.add_parser("participant", help="run a reference participant (A2A server)")
-    part.add_argument("kind", choices=["gold", "empty", "llm", "scripted", "predictions"])
+    part.add_argument(
+        "kind",
+        choices=["gold", "empty", "llm", "agent", "scripted", "predictions"],
+        help="gold/empty: fixed answers; llm: one model call; agent: a bash + submit loop in "
+        "the green agent's interactive mode; scripted: test doubles (--mode); predictions: "
+        "replay a predictions file",
+    )
     _server_flags(part, 9019)
     part.add_argument(
         "--dataset",
@@ -207,12 +214,28 @@ def parser() -> argparse.ArgumentParser:
         help="where gold patches come from (gold, scripted fenced/slow); swegreen:sample works",
     )
     part.add_argument(
-        "--mode", default="prose", help="scripted: hang, prose, fenced, slow or http500"
+        "--mode",
+        default="prose",
+        help="scripted: hang, prose, fenced, slow or http500; interactive ones: explore, "
+        "greedy or snoop",
+    )
+    part.add_argument(
+        "--snoop-path",
+        action="append",
+        default=[],
+        help="scripted snoop: a host path it tries to read from the workspace (repeatable)",
     )
     part.add_argument(
         "--predictions", type=Path, help="predictions: a SWE-bench predictions file to replay"
     )
-    part.add_argument("--model", default="ollama/qwen2.5-coder:7b", help="llm: a litellm model")
+    part.add_argument(
+        "--model", default="ollama/qwen2.5-coder:7b", help="llm, agent: a litellm model"
+    )
+    part.add_argument(
+        "--llm-mock-responses",
+        type=Path,
+        help="agent: a JSON list of model answers, one per call, in order (offline)",
+    )
     part.add_argument("--llm-mock-response", help="llm: answer every model call with this text")
     part.add_argument(
         "--repo-url-template", help="llm: clone from here instead of the task's repo_url"
@@ -709,6 +732,10 @@ def _participant(args: argparse.Namespace, settings: LocalSettings) -> int:
         if args.predictions is None:
             raise ConfigError("participant predictions needs --predictions FILE")
         solver = PredictionsSolver(args.predictions)
+    elif args.kind == "agent":
+        from swegreen.participants.agent_loop import BashAgent
+
+        solver = BashAgent(args.model, mock_responses=_mock_responses(args.llm_mock_responses))
     elif args.kind == "llm":
         from swegreen.participants.llm import LlmSolver
 
@@ -721,20 +748,33 @@ def _participant(args: argparse.Namespace, settings: LocalSettings) -> int:
     else:
         from swegreen.config import EvalConfig
         from swegreen.dataset import load_dataset
-        from swegreen.participants.solvers import GoldSolver, ScriptedSolver
+        from swegreen.participants.solvers import GoldSolver, ScriptedShellSolver, ScriptedSolver
         from swegreen.sample import resolve_sample
 
         dataset = None
-        if args.kind == "gold" or args.mode in ("fenced", "slow"):  # the others need none
+        if args.kind == "gold" or args.mode in ("fenced", "slow", "explore"):  # others: none
             config = resolve_sample(EvalConfig(dataset=args.dataset), settings.cache_dir)
             dataset = load_dataset(config.dataset)
-        solver = (
-            GoldSolver(dataset)
-            if dataset and args.kind == "gold"
-            else ScriptedSolver(args.mode, dataset)
-        )
+        if args.kind == "gold":
+            solver = GoldSolver(dataset)
+        elif args.mode in ScriptedShellSolver.MODES:
+            solver = ScriptedShellSolver(args.mode, dataset, args.snoop_path)
+        else:
+            solver = ScriptedSolver(args.mode, dataset)
     serve(participant_app(f"{args.kind} participant", solver, url), args.host, args.port)
     return 0
+
+
+def _mock_responses(path: Path | None) -> list[str]:
+    if path is None:
+        return []
+    try:
+        answers = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--llm-mock-responses {path}: {exc}") from None
+    if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+        raise ConfigError(f"--llm-mock-responses {path}: expected a JSON list of strings")
+    return answers
 
 
 def _new_run_id(patches: str) -> str:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from swegreen.dataset import DEFAULT_DATASET, Selection, public_dataset_name
 from swegreen.errors import ConfigError
+from swegreen.interaction import Budget
 
 ENV_PREFIX = "SWEGREEN_"
 # 5 MB: the largest gold patch of SWE-bench Verified is 17 kB; nothing an agent
@@ -99,6 +100,30 @@ class EvalConfig(BaseModel):
         "its row is no_op (patch_too_large).",
     )
 
+    interactive: bool = Field(
+        True,
+        description="Offer participants the interactive mode: shell commands in their own "
+        "copy of the prepared workspace, then a patch (needs isolation = bwrap; "
+        "docs/interactive.md). Participants that answer with a patch at once are unaffected.",
+    )
+    max_steps: int = Field(
+        100, ge=1, le=10_000, description="Interactive mode: commands one instance may run."
+    )
+    command_timeout: float = Field(
+        300.0, gt=0, description="Interactive mode: seconds one command may run."
+    )
+    command_output_bytes: int = Field(
+        20_000,
+        ge=256,
+        description="Interactive mode: bytes of one command's output sent back (its head "
+        "and tail are kept).",
+    )
+    max_output_bytes: int = Field(
+        2_000_000,
+        ge=256,
+        description="Interactive mode: bytes of output sent back over one instance's commands.",
+    )
+
     network_instances: tuple[str, ...] = Field(
         (),
         description="Instances whose test command keeps the network, beside the known ones "
@@ -135,6 +160,15 @@ class EvalConfig(BaseModel):
                 "e.g. https://mirror.example/{instance_id}.git"
             )
         return value
+
+    def budget(self) -> Budget:
+        """The interactive mode's per-instance limits."""
+        return Budget(
+            max_steps=self.max_steps,
+            command_timeout=self.command_timeout,
+            command_output_bytes=self.command_output_bytes,
+            max_output_bytes=self.max_output_bytes,
+        )
 
     def participant_url_template(self) -> str:
         """Where participants are told to clone from (``repo_url`` in the task message)."""

@@ -38,6 +38,14 @@ class RunMetrics(BaseModel):
     infrastructure_errors: int = 0
     participant_failures: int = 0
     environment_limited: int = 0
+    # What participants used (interactive mode; tokens where they report usage), summed
+    # over resolved rows for the per-resolved means.
+    interactive_instances: int = 0
+    steps: int = 0
+    resolved_interactive: int = 0
+    resolved_steps: int = 0
+    resolved_with_tokens: int = 0
+    resolved_tokens: int = 0
 
     @classmethod
     def from_results(cls, results: Iterable[InstanceResult]) -> RunMetrics:
@@ -54,6 +62,18 @@ class RunMetrics(BaseModel):
             totals["infrastructure_errors"] += r.is_infrastructure_error
             totals["participant_failures"] += r.is_participant_failure
             totals["environment_limited"] += r.is_environment_limited
+            steps = (r.interaction or {}).get("steps")
+            tokens = tokens_of(r.participant_usage)
+            resolved = r.status is Status.RESOLVED
+            if steps is not None:
+                totals["interactive_instances"] += 1
+                totals["steps"] += int(steps)
+                if resolved:
+                    totals["resolved_interactive"] += 1
+                    totals["resolved_steps"] += int(steps)
+            if resolved and tokens is not None:
+                totals["resolved_with_tokens"] += 1
+                totals["resolved_tokens"] += tokens
         return cls(
             total_instances=sum(counts.values()),
             counts={**_zero_counts(), **counts},
@@ -65,17 +85,9 @@ class RunMetrics(BaseModel):
         """The metrics of the union of two disjoint sets of results."""
         counts = Counter(self.counts) + Counter(other.counts)
         reasons = Counter(self.reasons) + Counter(other.reasons)
+        summed = {name: getattr(self, name) + getattr(other, name) for name in ADDITIVE}
         return RunMetrics(
-            total_instances=self.total_instances + other.total_instances,
-            counts={**_zero_counts(), **counts},
-            reasons=dict(sorted(reasons.items())),
-            f2p_passed=self.f2p_passed + other.f2p_passed,
-            f2p_total=self.f2p_total + other.f2p_total,
-            p2p_passed=self.p2p_passed + other.p2p_passed,
-            p2p_total=self.p2p_total + other.p2p_total,
-            infrastructure_errors=self.infrastructure_errors + other.infrastructure_errors,
-            participant_failures=self.participant_failures + other.participant_failures,
-            environment_limited=self.environment_limited + other.environment_limited,
+            counts={**_zero_counts(), **counts}, reasons=dict(sorted(reasons.items())), **summed
         )
 
     def share(self, status: Status) -> float:
@@ -89,6 +101,16 @@ class RunMetrics(BaseModel):
     def p2p_rate(self) -> float:
         return _ratio(self.p2p_passed, self.p2p_total)
 
+    @property
+    def mean_steps_per_resolved(self) -> float | None:
+        """Commands per resolved instance (interactive mode); None when none used it."""
+        return _mean(self.resolved_steps, self.resolved_interactive)
+
+    @property
+    def mean_tokens_per_resolved(self) -> float | None:
+        """Tokens per resolved instance, over those whose participant reported usage."""
+        return _mean(self.resolved_tokens, self.resolved_with_tokens)
+
     def result_row(self, green_agent_model: str) -> dict[str, Any]:
         """The seed leaderboard's row (fractions, not percents), followed by the raw counts."""
         row: dict[str, Any] = {"total_instances": self.total_instances}
@@ -97,6 +119,8 @@ class RunMetrics(BaseModel):
         row["fail_to_pass_passed_pct"] = self.f2p_rate
         row["pass_to_pass_passed_pct"] = self.p2p_rate
         row["green_agent_model"] = green_agent_model
+        row["mean_steps_per_resolved"] = self.mean_steps_per_resolved
+        row["mean_tokens_per_resolved"] = self.mean_tokens_per_resolved
         row.update(
             counts=dict(self.counts),
             reasons=dict(self.reasons),
@@ -107,6 +131,12 @@ class RunMetrics(BaseModel):
             infrastructure_errors=self.infrastructure_errors,
             participant_failures=self.participant_failures,
             environment_limited=self.environment_limited,
+            interactive_instances=self.interactive_instances,
+            steps=self.steps,
+            resolved_interactive=self.resolved_interactive,
+            resolved_steps=self.resolved_steps,
+            resolved_with_tokens=self.resolved_with_tokens,
+            resolved_tokens=self.resolved_tokens,
         )
         return row
 
@@ -124,7 +154,51 @@ class RunMetrics(BaseModel):
             infrastructure_errors=row.get("infrastructure_errors", 0),
             participant_failures=row.get("participant_failures", 0),
             environment_limited=row.get("environment_limited", 0),
+            **{name: row.get(name, 0) for name in USAGE_TOTALS},
         )
+
+
+USAGE_TOTALS = (
+    "interactive_instances",
+    "steps",
+    "resolved_interactive",
+    "resolved_steps",
+    "resolved_with_tokens",
+    "resolved_tokens",
+)
+ADDITIVE = (
+    "total_instances",
+    "f2p_passed",
+    "f2p_total",
+    "p2p_passed",
+    "p2p_total",
+    "infrastructure_errors",
+    "participant_failures",
+    "environment_limited",
+    *USAGE_TOTALS,
+)
+
+
+def tokens_of(usage: Mapping[str, Any] | None) -> int | None:
+    """Tokens a participant reported: ``total_tokens``, else prompt + completion (OpenAI's
+    and litellm's names); None when it reported none."""
+    if not usage:
+        return None
+    try:
+        if usage.get("total_tokens") is not None:
+            return int(usage["total_tokens"])
+        parts = [
+            usage.get(k)
+            for k in ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
+        ]
+        found = [int(v) for v in parts if v is not None]
+    except (TypeError, ValueError):
+        return None
+    return sum(found) if found else None
+
+
+def _mean(total: int, count: int) -> float | None:
+    return round(total / count, 2) if count else None
 
 
 def _ratio(numerator: int, denominator: int) -> float:

@@ -111,6 +111,8 @@ class PatchResult:
     detail: str = ""
     duration: float = 0.0
     usage: dict[str, Any] | None = None
+    # Interactive mode: steps, command time, output bytes (interaction.Usage.as_row).
+    interaction: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

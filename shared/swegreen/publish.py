@@ -34,6 +34,7 @@ PUBLIC_FIELDS = frozenset(
         "durations",
         "test_command_seconds",
         "participant_usage",
+        "interaction",
         "diagnosis",
         "base_validation",
         "model_name_or_path",
@@ -75,7 +76,9 @@ def result_row(
 
 
 # Rows whose prediction had no patch at all (upstream: ``model_patch`` empty or None).
-NO_MODEL_PATCH = frozenset({"empty_patch", "no_patch", "participant_error", "participant_timeout"})
+NO_MODEL_PATCH = frozenset(
+    {"empty_patch", "no_patch", "participant_error", "participant_timeout", "budget_exhausted"}
+)
 
 
 def run_report(instance_ids: Sequence[str], results: Sequence[InstanceResult]) -> dict[str, Any]:

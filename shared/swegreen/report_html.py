@@ -100,6 +100,10 @@ def _leaderboard(metrics: RunMetrics) -> str:
         ("infrastructure errors", str(metrics.infrastructure_errors)),
         ("participant failures", str(metrics.participant_failures)),
     ]
+    if metrics.mean_steps_per_resolved is not None:
+        cards.append(("steps per resolved", f"{metrics.mean_steps_per_resolved:g}"))
+    if metrics.mean_tokens_per_resolved is not None:
+        cards.append(("tokens per resolved", f"{metrics.mean_tokens_per_resolved:,.0f}"))
     bar = "".join(
         f'<span style="width:{100 * counts[s] / total:.3f}%;background:{COLOURS[s]}" '
         f'title="{s.value}: {counts[s]}"></span>'
@@ -184,14 +188,20 @@ def _instances(results: Sequence[InstanceResult], exists: Callable[[str, str], b
                 (art.TEST_OUTPUT, "log"),
                 (art.REPORT, "report"),
                 (art.RESULT, "row"),
+                (art.TRANSCRIPT, "commands"),
             )
-            if exists(r.instance_id, name)
+            if exists(r.instance_id, name) and (name != art.TRANSCRIPT or r.interaction)
         )
         body.append(
             f'<tr id="{escape(r.instance_id)}"><td>{escape(r.instance_id)}</td>'
             f'<td class=status style="color:{COLOURS[r.status]}">{r.status.value}</td>'
             f"<td>{escape(r.reason)}"
             + (f"<div class=detail>{escape(r.detail[:300])}</div>" if r.detail else "")
+            + (
+                f"<div class=detail>{r.interaction.get('steps', 0)} command(s)</div>"
+                if r.interaction
+                else ""
+            )
             + f"</td><td class=n>{r.f2p_passed}/{r.f2p_total}</td>"
             f"<td class=n>{r.p2p_passed}/{r.p2p_total}</td>"
             f"<td class=n>{r.durations.total:.1f} s</td><td>{links}</td></tr>"

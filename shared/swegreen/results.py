@@ -68,6 +68,8 @@ class InstanceResult(BaseModel):
     test_command_seconds: float = 0.0  # inside the eval script (the benchmark's denominator)
     base_validation: dict[str, Any] | None = None
     participant_usage: dict[str, Any] | None = None
+    # Interactive mode only: steps, command_seconds, output_bytes, setup_seconds, ended.
+    interaction: dict[str, Any] | None = None
     diagnosis: str | None = None
     started_at: str = Field(default_factory=utcnow)
     finished_at: str = Field(default_factory=utcnow)

@@ -77,6 +77,7 @@ class RowBuilder:
             test_exit_code=self.test_exit_code,
             durations=self.durations.model_copy(),
             participant_usage=self.patch.usage,
+            interaction=self.patch.interaction,
             base_validation=self.base_validation,
             test_command_seconds=self.test_command_seconds,
             started_at=self.started,

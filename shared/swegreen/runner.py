@@ -224,6 +224,8 @@ class Runner:
         patch: PatchResult | None = None
         try:
             patch = await source.get_patch(inst)
+        except EvaluationFailure as exc:  # the interactive mode's workspace could not be made
+            return error_row(inst, patch, exc, 1, started, t0)
         except Exception as exc:  # a bug must cost one row, never the run
             failure = EvaluationFailure(f"internal error: {exc!r}", log_tail=traceback.format_exc())
             return error_row(inst, patch, failure, 1, started, t0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from swegreen.dataset import Instance
+from swegreen.interaction import Budget
 from swegreen.repo_cache import repo_url
 
 HIDDEN_FIELDS = ("patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS", "eval_script")
@@ -41,11 +42,26 @@ Instance: {instance_id} (version {version})
 </issue>
 """
 HINTS = "\n<hints>\n{hints_text}\n</hints>\n"
+INTERACTIVE = """
+Interactive mode ({protocol}) is on: instead of working in your own checkout, you may run
+shell commands in a copy of this instance's prepared workspace (the repository at
+{base_commit}, its environment installed, no network). Send one command per turn in this
+task: end your turn in state input-required with a data part {{"command": "<shell>"}} (or
+one ```bash block). Each command starts in the repository's root in a fresh shell; files
+persist between commands, processes do not. You get back {{"command_result": {{"exit_code",
+"output", "truncated", "duration", "steps_left", ...}}}}. Budget: {max_steps} commands,
+{command_timeout:g} s each, {command_output_bytes} bytes of output per command,
+{max_output_bytes} in all. `git add -A && git diff --cached` there shows exactly your
+changes. Finish as above, with your diff; using up the budget ends the instance with no patch.
+"""
 
 
-def task_data(instance: Instance, url_template: str) -> dict[str, Any]:
-    """The structured half of the message: the fields an agent needs, nothing hidden."""
-    return {
+def task_data(
+    instance: Instance, url_template: str, interactive: Budget | None = None
+) -> dict[str, Any]:
+    """The structured half of the message: the fields an agent needs, nothing hidden, and
+    the interactive mode's offer when it is on."""
+    data = {
         "instance_id": instance.instance_id,
         "repo": instance.repo,
         "repo_url": repo_url(url_template, instance.repo, instance.instance_id),
@@ -55,6 +71,9 @@ def task_data(instance: Instance, url_template: str) -> dict[str, Any]:
         "version": instance.version,
         "environment_setup_commit": instance.environment_setup_commit,
     }
+    if interactive is not None:
+        data["interactive"] = interactive.offer()
+    return data
 
 
 def task_text(data: dict[str, Any]) -> str:
@@ -62,4 +81,6 @@ def task_text(data: dict[str, Any]) -> str:
     text = INSTRUCTIONS.format(**data)
     if data.get("hints_text", "").strip():
         text += HINTS.format(**data)
+    if "interactive" in data:
+        text += INTERACTIVE.format(base_commit=data["base_commit"], **data["interactive"])
     return text

@@ -31,6 +31,7 @@ from swegreen.ports import ProgressEvent
 from swegreen.sample import resolve_sample
 from swegreen.sandbox import Isolation
 from swegreen.scrub import Scrubber
+from swegreen.workbench import Workbenches
 
 Notify = Callable[[str], Awaitable[None]]
 
@@ -122,14 +123,7 @@ class Assessment:
         timeout = httpx.Timeout(30.0, read=300.0)
         async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as http:
             for role, url in self.request.participants.items():
-                participant = A2AParticipant(
-                    role,
-                    url,
-                    timeout=config.participant_timeout,
-                    url_template=config.participant_url_template(),
-                    http=http,
-                )
-                row, line = await self._evaluate(role, url, participant, config, dataset, instances)
+                row, line = await self._evaluate(role, url, http, config, dataset, instances)
                 rows.append(row)
                 lines.append(line)
         return AssessmentOutcome(rows, "\n".join(lines))
@@ -147,7 +141,7 @@ class Assessment:
         self,
         role: str,
         url: str,
-        participant: A2AParticipant,
+        http: httpx.AsyncClient,
         config: EvalConfig,
         dataset: Dataset,
         instances: list[Instance],
@@ -159,6 +153,15 @@ class Assessment:
             progress=lambda event: self._progress(role, event),
             isolation=self.settings.isolation,
             scrubber=self.settings.scrubber,
+        )
+        participant = A2AParticipant(
+            role,
+            url,
+            timeout=config.participant_timeout,
+            url_template=config.participant_url_template(),
+            http=http,
+            workbenches=Workbenches(engine.testbeds) if config.interactive else None,
+            budget=config.budget(),
         )
         try:
             outcome = await engine.runner.run(

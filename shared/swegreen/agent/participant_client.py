@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -47,9 +47,19 @@ from google.protobuf.json_format import MessageToDict
 from swegreen.agent.parts import reply_parts, text_of, user_message
 from swegreen.classify import Reason
 from swegreen.dataset import Instance
+from swegreen.errors import EvaluationFailure
+from swegreen.interaction import (
+    Budget,
+    BudgetExhausted,
+    CommandOutcome,
+    CommandRequest,
+    Meter,
+    parse_command,
+)
 from swegreen.patch_extraction import extract_patch
 from swegreen.ports import PatchResult
 from swegreen.task_message import task_data, task_text
+from swegreen.workbench import Workbench, Workbenches
 
 TERMINAL = {
     TaskState.TASK_STATE_COMPLETED,
@@ -71,6 +81,7 @@ WAITING_FOR_TASK = "%s: cancelled before its task was named; waiting up to %g s 
 STREAM_DROPPED = (httpx.ReadTimeout, httpx.RemoteProtocolError, A2AClientTimeoutError)
 
 
+WORKBENCH_SCOPE = "workbench"  # under the engine's work root, apart from graded testbeds
 log = logging.getLogger("swegreen.agent.participant")
 T = TypeVar("T")
 
@@ -90,6 +101,10 @@ class _Exchange:
     status_parts: list[Part] = field(default_factory=list)
     message_parts: list[Part] | None = None
     usage: dict[str, Any] | None = None
+    # Input requests already answered (by their message id): a poll that still shows one
+    # means the participant has not taken up our answer yet, not that it asks again.
+    answered: set[str] = field(default_factory=set)
+    _status_id: str = ""
 
     @property
     def done(self) -> bool:
@@ -97,9 +112,7 @@ class _Exchange:
 
     def take_task(self, task: Task) -> None:
         self.task_id = task.id or self.task_id
-        self.state = task.status.state
-        if task.status.HasField("message"):
-            self.status_parts = list(task.status.message.parts)
+        self._status(task.status)
         for artifact in task.artifacts:
             self.take_artifact(artifact, append=False)
         self._usage(task.metadata)
@@ -122,12 +135,40 @@ class _Exchange:
         elif kind == "status_update":
             update = event.status_update
             self.task_id = update.task_id or self.task_id
-            self.state = update.status.state
-            if update.status.HasField("message"):
-                self.status_parts = list(update.status.message.parts)
+            self._status(update.status)
         elif kind == "artifact_update":
             self.take_artifact(event.artifact_update.artifact, event.artifact_update.append)
         self._check_named()
+
+    def _status(self, status: Any) -> None:
+        message = status.message if status.HasField("message") else None
+        if (
+            status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            and message is not None
+            and message.message_id in self.answered
+        ):
+            self.state = TaskState.TASK_STATE_WORKING
+            return
+        self.state = status.state
+        if message is not None:
+            self.status_parts = list(message.parts)
+            self._status_id = message.message_id
+
+    def turn(self) -> list[Part] | None:
+        """What the participant said in a turn that waits for us (input-required, or a plain
+        message): where the interactive mode looks for a command."""
+        if self.message_parts is not None:
+            return self.message_parts
+        if self.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+            return self.status_parts
+        return None
+
+    def next_turn(self) -> None:
+        if self.state == TaskState.TASK_STATE_INPUT_REQUIRED and self._status_id:
+            self.answered.add(self._status_id)
+        self.state = TaskState.TASK_STATE_UNSPECIFIED
+        self.status_parts = []
+        self.message_parts = None
 
     def reply(self) -> list[Part]:
         parts = [p for chunk in self.artifacts.values() for p in chunk]
@@ -140,6 +181,38 @@ class _Exchange:
     def _check_named(self) -> None:
         if self.task_id or self.done:
             self.named.set()
+
+
+@dataclass
+class _Session:
+    """One instance's interactive mode: its meter, and its workbench, opened at the first
+    command (so a participant that never sends one costs nothing). The time spent opening
+    it (copying the prepared workspace, or building it first) is not the participant's:
+    ``extend`` pushes its deadline back by as much."""
+
+    workbenches: Workbenches
+    instance: Instance
+    meter: Meter
+    extend: Callable[[float], None] = lambda _seconds: None
+    stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
+    bench: Workbench | None = None
+
+    async def run(self, request: CommandRequest) -> CommandOutcome:
+        timeout = self.meter.admit(request)
+        if self.bench is None:
+            t0 = time.monotonic()
+            self.bench = await self.stack.enter_async_context(
+                self.workbenches.open(WORKBENCH_SCOPE, self.instance)
+            )
+            self.meter.usage.setup_seconds = time.monotonic() - t0
+            self.extend(self.meter.usage.setup_seconds)
+        ran = await self.bench.run(request.command, timeout)
+        return self.meter.charge(request, ran.exit_code, ran.output, ran.duration)
+
+    @property
+    def used(self) -> dict[str, Any] | None:
+        usage = self.meter.usage
+        return usage.as_row() if usage.steps or usage.ended else None
 
 
 class A2AParticipant:
@@ -157,7 +230,11 @@ class A2AParticipant:
         http: httpx.AsyncClient,
         poll_interval: float = POLL_INTERVAL,
         cancel_grace: float = CANCEL_GRACE,
+        workbenches: Workbenches | None = None,
+        budget: Budget | None = None,
     ) -> None:
+        """With ``workbenches`` and ``budget`` the interactive mode is offered (where the
+        workbenches can isolate commands)."""
         self.role = role
         self.url = url
         self.timeout = timeout
@@ -165,13 +242,27 @@ class A2AParticipant:
         self.http = http
         self.poll_interval = poll_interval
         self.cancel_grace = cancel_grace
+        self.workbenches = (
+            workbenches if workbenches is not None and workbenches.available else None
+        )
+        self.budget = budget
         self.name = f"a2a:{role}"
         self._client: Client | None = None
         self._card: AgentCard | None = None
 
     async def get_patch(self, instance: Instance) -> PatchResult:
+        session = None
+        if self.workbenches is not None and self.budget is not None:
+            session = _Session(self.workbenches, instance, Meter(self.budget))
+        try:
+            return await self._get_patch(instance, session)
+        finally:
+            if session is not None:
+                await _to_the_end(session.stack.aclose())
+
+    async def _get_patch(self, instance: Instance, session: _Session | None) -> PatchResult:
         start = time.monotonic()
-        data = task_data(instance, self.url_template)
+        data = task_data(instance, self.url_template, self.budget if session else None)
         # A context id of our own: the task can be looked up by it if the participant never
         # names it (see _stop).
         context_id = uuid.uuid4().hex
@@ -186,14 +277,18 @@ class A2AParticipant:
                 detail=detail,
                 duration=time.monotonic() - start,
                 usage=exchange.usage,
+                interaction=session.used if session else None,
+                extra={"transcript": session.meter.usage.commands} if session else {},
             )
 
         talk = asyncio.create_task(
-            self._talk(message, exchange), name=f"{self.name}:{instance.instance_id}"
+            self._talk(message, exchange, session), name=f"{self.name}:{instance.instance_id}"
         )
         talk.add_done_callback(lambda _: exchange.named.set())
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(self.timeout) as deadline:
+                if session is not None:
+                    session.extend = lambda s: deadline.reschedule((deadline.when() or 0) + s)
                 await asyncio.wait({talk})  # never cancels talk: _stop decides how it ends
         except TimeoutError:
             what = await _to_the_end(self._stop(talk, exchange))
@@ -207,6 +302,12 @@ class A2AParticipant:
             raise
         try:
             talk.result()
+        except BudgetExhausted as exc:
+            what = await _to_the_end(self._stop(talk, exchange, search=False))
+            return result(None, Reason.BUDGET_EXHAUSTED, f"{self.role}: {exc}; {what}")
+        except EvaluationFailure:  # its workspace could not be prepared: the row's error
+            await _to_the_end(self._stop(talk, exchange, search=False))
+            raise
         except Exception as exc:  # refused, HTTP 5xx, A2A errors, garbage: this row only
             detail = f"{self.role} at {self.url}: {_describe(exc)}"
             if exchange.task_id:  # it failed mid-way: the task may still run there
@@ -216,9 +317,24 @@ class A2AParticipant:
         patch, failure, detail = outcome_of(exchange, self.role)
         return result(patch, failure, detail)
 
-    async def _talk(self, message: Any, exchange: _Exchange) -> None:
+    async def _talk(self, message: Any, exchange: _Exchange, session: _Session | None) -> None:
         client = await self._connect()
-        await self._converse(client, message, exchange)
+        while True:
+            await self._converse(client, message, exchange)
+            turn = exchange.turn() if session is not None else None
+            request = parse_command(reply_parts(turn)) if turn is not None else None
+            if session is None or request is None:
+                return
+            outcome = await session.run(request)
+            message = user_message(
+                outcome.message_text(),
+                outcome.message_data(),
+                uuid.uuid4().hex,
+                exchange.context_id,
+            )
+            if exchange.state == TaskState.TASK_STATE_INPUT_REQUIRED and exchange.task_id:
+                message.task_id = exchange.task_id
+            exchange.next_turn()
 
     async def _connect(self) -> Client:
         if self._client is None:

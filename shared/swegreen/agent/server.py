@@ -73,7 +73,19 @@ def green_card(url: str) -> AgentCard:
                 description='Request: {"participants": {"agent": "<a2a url>"}, "config": '
                 '{"max_rows": 3, "max_concurrent_rows": 1, ...}}',
                 tags=["swe-bench", "coding", "evaluation", "green-agent"],
-            )
+            ),
+            AgentSkill(
+                id="swe-bench-shell",
+                name="Interactive mode for participants",
+                description="Participants may run shell commands in their own sandboxed copy "
+                "of the instance's prepared workspace (repository at the base commit, "
+                "environment installed, hidden tests absent) before answering with a patch: "
+                'end a turn input-required with a data part {"command": "..."}; each reply '
+                'carries {"command_result": {...}}. Offered in the task message (data key '
+                '"interactive", protocol swegreen-shell/1) with its budgets; see '
+                "docs/interactive.md.",
+                tags=["swe-bench", "interactive", "shell"],
+            ),
         ],
     )
 

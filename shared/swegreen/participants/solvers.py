@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from swegreen.dataset import Dataset
-from swegreen.participants.server import Reply
+from swegreen.participants.server import Reply, Shell
 from swegreen.sources import load_predictions
 
 
@@ -68,3 +71,75 @@ class ScriptedSolver:
             await asyncio.sleep(self.SLOW_SECONDS)
             return gold
         return Reply(None, f"Here is my fix:\n\n```diff\n{gold.patch}```\n\nIt adds the check.")
+
+
+class ScriptedShellSolver:
+    """Interactive-mode participants for tests, each a fixed script of shell commands.
+
+    ``explore`` looks around, reproduces the issue from the ``>>>`` lines of its
+    statement, applies the gold patch in its copy, runs the reproduction again and submits
+    what ``git diff`` shows there. ``greedy`` runs commands until its budget ends. ``snoop``
+    looks for what it must not find (``SNOOP``'s commands, given the paths to try as the
+    ``paths`` of its constructor) and submits nothing.
+    """
+
+    MODES = ("explore", "greedy", "snoop")
+    interactive = True
+
+    def __init__(
+        self, mode: str, dataset: Dataset | None = None, paths: Sequence[str] = ()
+    ) -> None:
+        if mode not in self.MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(self.MODES)}")
+        self.mode = mode
+        self.gold = GoldSolver(dataset) if dataset is not None else None
+        self.paths = list(paths)
+
+    async def __call__(self, data: dict[str, Any], text: str, shell: Shell | None) -> Reply:
+        if shell is None:
+            return Reply(None, "no interactive mode was offered")
+        if self.mode == "greedy":
+            while True:
+                await shell.run("echo another step")
+        if self.mode == "snoop":
+            said = []
+            for command in snoop_commands(self.paths):
+                said.append(f"$ {command}\n{(await shell.run(command))['output']}")
+            return Reply(None, "\n".join(said))
+        assert self.gold is not None
+        gold = await self.gold(data, text)
+        await shell.run("git status --short && ls")
+        reproduce = reproduction(str(data.get("problem_statement", "")))
+        if reproduce:
+            await shell.run(reproduce)
+        await shell.run(f"git apply --verbose - <<'{_EOF}'\n{gold.patch}{_EOF}\n")
+        if reproduce:
+            await shell.run(reproduce)
+        diff = await shell.run("git add -A && git diff --cached")
+        if diff["exit_code"] != 0 or diff.get("truncated"):
+            return Reply(None, "could not read my diff back")
+        return Reply(diff["output"], "fixed in the prepared workspace")
+
+
+_EOF = "SWEGREEN_SCRIPTED_EOF"
+
+
+def reproduction(statement: str) -> str | None:
+    """A command that runs the ``>>>`` lines of an issue's example, if it has any."""
+    lines = [m.group(1) for m in re.finditer(r"^>>> (.*)$", statement, re.M)]
+    if not lines:
+        return None
+    return "python - <<'{eof}'\n{code}\n{eof}".format(eof=_EOF, code="\n".join(lines))
+
+
+def snoop_commands(paths: Sequence[str]) -> list[str]:
+    """What a participant would try to find the hidden tests or the graded workspace."""
+    commands = [
+        f"ls -la {shlex.quote(p)} 2>&1; cat {shlex.quote(p)} 2>&1 | head -c 300" for p in paths
+    ]
+    commands += [
+        "git log --all --oneline | wc -l",
+        "git rev-list --all | wc -l",
+        "cat .git/objects/info/alternates 2>&1",
+    ]
+    return commands

@@ -1,0 +1,138 @@
+"""The interactive mode's workbench: a sandboxed copy of the sample's prepared workspace
+(real bubblewrap, real git, the sample's real environment)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from swegreen.dataset import Instance, load_dataset
+from swegreen.engine import Engine, LocalSettings, build_engine
+from swegreen.errors import SandboxUnavailable
+from swegreen.sample import SampleBenchmark
+from swegreen.sandbox import Isolation
+from swegreen.workbench import CAPTURE_CAP, Workbenches
+from tests.conftest import sample_config
+
+INSTANCE = "sample__calculator-1"
+
+
+@pytest.fixture
+def engine(
+    sample: SampleBenchmark, settings: LocalSettings, isolation: Isolation, host_env: dict[str, str]
+) -> Engine:
+    eng = build_engine(settings, sample_config(sample), host_env, isolation=isolation)
+    yield eng
+    eng.close()
+
+
+def instance(sample: SampleBenchmark) -> Instance:
+    return next(i for i in load_dataset(str(sample.dataset)).instances if i.instance_id == INSTANCE)
+
+
+def test_commands_work_in_a_private_copy_that_the_grader_never_sees(
+    engine: Engine, sample: SampleBenchmark
+) -> None:
+    inst = instance(sample)
+    testbeds = engine.testbeds
+
+    async def scenario() -> dict[str, object]:
+        seen: dict[str, object] = {}
+        async with Workbenches(testbeds).open("workbench", inst) as bench:
+            workdir = bench.workdir
+            run = bench.run
+            seen["history"] = (await run("git log --all --oneline | wc -l", 30)).output
+            seen["repos"] = (await run(f"ls {testbeds.repos.root}", 30)).output
+            await run("python -c 'import calculator'", 30)  # leaves __pycache__ behind
+            seen["clean"] = (await run("git status --short", 30)).output
+            edit = "sed -i 's/return sum/return 0 + sum/' calculator/stats.py && echo new > NEW.txt"
+            assert (await run(edit, 30)).exit_code == 0
+            seen["diff"] = (await run("git add -A && git diff --cached --stat", 30)).output
+            seen["daemon"] = (await run("sleep 600 & echo started", 30)).output
+            seen["after"] = (await run("ps -e -o comm= | grep -c '^sleep$'", 30)).output
+            slow = await run("echo partial; sleep 30", 1)
+            seen["slow"] = (slow.exit_code, slow.output)
+            flood = await run("yes", 30)
+            seen["flood"] = (flood.exit_code, len(flood.output))
+            # the graded workspace: another copy, as the evaluator opens it
+            async with testbeds.open("graded", inst) as graded:
+                seen["graded"] = (graded.repo / "calculator" / "stats.py").read_text()
+                seen["graded_new"] = (graded.repo / "NEW.txt").exists()
+            seen["mine"] = (workdir / "calculator" / "stats.py").read_text()
+        seen["removed"] = not workdir.exists()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen["history"].strip() == "1"  # no future commits: the cache is not there
+    assert "No such file or directory" in str(seen["repos"])
+    assert seen["clean"] == ""  # byproducts and install leftovers are excluded
+    assert "calculator/stats.py" in str(seen["diff"]) and "NEW.txt" in str(seen["diff"])
+    assert "2 files changed" in str(seen["diff"])
+    assert "started" in str(seen["daemon"]) and str(seen["after"]).strip() == "0"  # it died
+    assert seen["slow"] == (None, "partial\n")  # timed out, with what it printed so far
+    assert seen["flood"][1] == CAPTURE_CAP  # type: ignore[index]
+    assert "0 + sum" in str(seen["mine"]) and "0 + sum" not in str(seen["graded"])
+    assert seen["graded_new"] is False
+    assert seen["removed"]
+
+
+def test_no_workbench_without_bubblewrap(
+    sample: SampleBenchmark, settings: LocalSettings, host_env: dict[str, str]
+) -> None:
+    weak = Isolation.probe("process")
+    eng = build_engine(
+        settings, sample_config(sample, isolation="process"), host_env, isolation=weak
+    )
+    try:
+        workbenches = Workbenches(eng.testbeds)
+        assert not workbenches.available
+
+        async def open_one() -> None:
+            async with workbenches.open("workbench", instance(sample)):
+                pass
+
+        with pytest.raises(SandboxUnavailable, match="needs isolation = bwrap"):
+            asyncio.run(open_one())
+    finally:
+        eng.close()
+
+
+def test_a_participant_is_not_offered_the_mode_it_cannot_have(
+    sample: SampleBenchmark, settings: LocalSettings, host_env: dict[str, str]
+) -> None:
+    import httpx
+
+    from swegreen.agent.participant_client import A2AParticipant
+
+    weak = Isolation.probe("process")
+    eng = build_engine(
+        settings, sample_config(sample, isolation="process"), host_env, isolation=weak
+    )
+    try:
+        participant = A2AParticipant(
+            "p",
+            "http://127.0.0.1:9/",
+            timeout=5,
+            url_template="{repo}",
+            http=httpx.AsyncClient(),
+            workbenches=Workbenches(eng.testbeds),
+            budget=sample_config(sample).budget(),
+        )
+        assert participant.workbenches is None
+    finally:
+        eng.close()
+
+
+def test_prepared_workspace_is_untouched(engine: Engine, sample: SampleBenchmark) -> None:
+    inst = instance(sample)
+
+    async def scenario() -> Path:
+        async with Workbenches(engine.testbeds).open("workbench", inst) as bench:
+            assert (await bench.run("echo x >> calculator/stats.py", 30)).exit_code == 0
+            assert bench.testbed.prepared is not None
+            return bench.testbed.prepared
+
+    prepared = asyncio.run(scenario())
+    assert not (prepared / "repo" / "calculator" / "stats.py").read_text().endswith("x\n")
