@@ -44,6 +44,7 @@ def test_commands_work_in_a_private_copy_that_the_grader_never_sees(
             workdir = bench.workdir
             run = bench.run
             seen["history"] = (await run("git log --all --oneline | wc -l", 30)).output
+            seen["home"] = (await run('touch "$HOME/x" "$TMPDIR/y" && echo writable', 30)).output
             seen["repos"] = (await run(f"ls {testbeds.repos.root}", 30)).output
             await run("python -c 'import calculator'", 30)  # leaves __pycache__ behind
             seen["clean"] = (await run("git status --short", 30)).output
@@ -66,6 +67,7 @@ def test_commands_work_in_a_private_copy_that_the_grader_never_sees(
 
     seen = asyncio.run(scenario())
     assert seen["history"].strip() == "1"  # no future commits: the cache is not there
+    assert seen["home"] == "writable\n"
     assert "No such file or directory" in str(seen["repos"])
     assert seen["clean"] == ""  # byproducts and install leftovers are excluded
     assert "calculator/stats.py" in str(seen["diff"]) and "NEW.txt" in str(seen["diff"])

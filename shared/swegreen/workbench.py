@@ -137,8 +137,9 @@ class Workbenches:
                 raise EnvSetupFailed(
                     f"could not prepare the participant's workspace: {exc}"
                 ) from exc
+            bench = Workbench(self.testbeds, testbed)  # makes HOME and TMPDIR: lend them too
             self.testbeds.sandbox.lend([testbed.workspace, testbed.scratch])
-            yield Workbench(self.testbeds, testbed)
+            yield bench
 
 
 async def detach_history(repo: Path, env: dict[str, str]) -> None:
