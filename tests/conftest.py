@@ -9,14 +9,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from swegreen.config import EvalConfig
-from swegreen.dataset import load_dataset, select_instances
+from swegreen.dataset import Instance, load_dataset, select_instances
 from swegreen.engine import Engine, LocalSettings, build_engine, host_environment
 from swegreen.ports import PatchSource
 from swegreen.runner import RunOutcome
@@ -133,3 +133,18 @@ def run_sample(
                 eng.close()
 
     return run
+
+
+@pytest.fixture
+def sample_engine(
+    sample: SampleBenchmark, settings: LocalSettings, isolation: Isolation, host_env: dict[str, str]
+) -> Iterator[Engine]:
+    """An engine over the sample, in the default isolation, closed afterwards."""
+    eng = build_engine(settings, sample_config(sample), host_env, isolation=isolation)
+    yield eng
+    eng.close()
+
+
+def sample_instance(sample: SampleBenchmark, instance_id: str) -> Instance:
+    dataset = load_dataset(str(sample.dataset))
+    return next(i for i in dataset.instances if i.instance_id == instance_id)

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,13 @@ def start(
         time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"{name} did not start:\n{log.read_text()[-3000:]}")
+
+
+def stop(servers: Iterable[Server]) -> None:
+    """Terminate servers started with ``start`` and wait (bounded) for each to exit."""
+    servers = list(servers)
+    for server in servers:
+        server.proc.terminate()
+    for server in servers:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.proc.wait(timeout=10)

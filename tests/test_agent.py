@@ -5,7 +5,6 @@ AgentBeats' runners use."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import subprocess
@@ -25,7 +24,7 @@ from a2a.types import CancelTaskRequest, Message, Role, SendMessageRequest
 from google.protobuf.json_format import MessageToDict
 
 from swegreen.sample import SampleBenchmark
-from tests.helpers import Server, start
+from tests.helpers import Server, start, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 A2A03_VENV = ROOT / ".venv-a2a03"
@@ -52,11 +51,7 @@ def servers(
             running[name] = start(args, session_cache, out, name)
         yield running
     finally:
-        for server in running.values():
-            server.proc.terminate()
-        for server in running.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                server.proc.wait(timeout=10)
+        stop(running.values())
 
 
 @dataclass

@@ -11,9 +11,7 @@ which answers with a patch at once as before.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ import pytest
 
 from swegreen.dataset import load_dataset
 from swegreen.sample import SampleBenchmark
-from tests.helpers import Server, start
+from tests.helpers import Server, start, stop
 from tests.test_agent import assess
 
 INSTANCE = "sample__calculator-1"
@@ -77,11 +75,7 @@ def setup(
             running[name] = start(args, session_cache, out, name)
         yield running, out, hidden
     finally:
-        for server in running.values():
-            server.proc.terminate()
-        for server in running.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                server.proc.wait(timeout=10)
+        stop(running.values())
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 from a2a.helpers import new_data_part, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
@@ -21,31 +19,20 @@ from swegreen.agent.participant_client import A2AParticipant
 from swegreen.agent.server import agent_card, build_app
 from swegreen.config import EvalConfig
 from swegreen.dataset import Instance, load_dataset
-from swegreen.engine import Engine, LocalSettings, build_engine
+from swegreen.engine import Engine
 from swegreen.participants.server import SolverExecutor, task_facts
 from swegreen.participants.solvers import ScriptedShellSolver
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox import Isolation
 from swegreen.workbench import Workbenches
-from tests.conftest import sample_config
+from tests.conftest import sample_config, sample_instance
 from tests.test_cancellation import serving
 
 INSTANCE = "sample__calculator-1"
 SKILL = AgentSkill(id="fix", name="fix", description="fixes issues", tags=["test"])
 
 
-@pytest.fixture
-def engine(
-    sample: SampleBenchmark, settings: LocalSettings, isolation: Isolation, host_env: dict[str, str]
-) -> Iterator[Engine]:
-    eng = build_engine(settings, sample_config(sample), host_env, isolation=isolation)
-    yield eng
-    eng.close()
-
-
 def the_instance(sample: SampleBenchmark) -> Instance:
-    dataset = load_dataset(str(sample.dataset))
-    return next(i for i in dataset.instances if i.instance_id == INSTANCE)
+    return sample_instance(sample, INSTANCE)
 
 
 async def ask(url: str, engine: Engine, instance: Instance, config: EvalConfig) -> Any:
@@ -64,7 +51,7 @@ async def ask(url: str, engine: Engine, instance: Instance, config: EvalConfig) 
 
 
 def test_a_participant_that_does_not_stream_is_polled_through_its_commands(
-    engine: Engine, sample: SampleBenchmark
+    sample_engine: Engine, sample: SampleBenchmark
 ) -> None:
     dataset = load_dataset(str(sample.dataset))
     solver = ScriptedShellSolver("explore", dataset)
@@ -76,7 +63,7 @@ def test_a_participant_that_does_not_stream_is_polled_through_its_commands(
 
     async def scenario() -> Any:
         async with serving(build) as url:
-            return await ask(url, engine, the_instance(sample), sample_config(sample))
+            return await ask(url, sample_engine, the_instance(sample), sample_config(sample))
 
     result = asyncio.run(scenario())
     assert result.failure is None, result.detail
@@ -122,7 +109,7 @@ class MessageParticipant(AgentExecutor):
 
 
 def test_a_participant_that_answers_with_messages_gets_its_results_in_the_context(
-    engine: Engine, sample: SampleBenchmark
+    sample_engine: Engine, sample: SampleBenchmark
 ) -> None:
     executor = MessageParticipant()
 
@@ -131,7 +118,7 @@ def test_a_participant_that_answers_with_messages_gets_its_results_in_the_contex
 
     async def scenario() -> Any:
         async with serving(build) as url:
-            return await ask(url, engine, the_instance(sample), sample_config(sample))
+            return await ask(url, sample_engine, the_instance(sample), sample_config(sample))
 
     result = asyncio.run(scenario())
     [seen] = executor.results

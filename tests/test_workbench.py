@@ -4,39 +4,31 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from swegreen.dataset import Instance, load_dataset
+from swegreen.dataset import Instance
 from swegreen.engine import Engine, LocalSettings, build_engine
 from swegreen.errors import SandboxUnavailable
 from swegreen.sample import SampleBenchmark
 from swegreen.sandbox import Isolation
 from swegreen.workbench import CAPTURE_CAP, Workbenches
-from tests.conftest import sample_config
+from tests.conftest import sample_config, sample_instance
 
 INSTANCE = "sample__calculator-1"
 
 
-@pytest.fixture
-def engine(
-    sample: SampleBenchmark, settings: LocalSettings, isolation: Isolation, host_env: dict[str, str]
-) -> Engine:
-    eng = build_engine(settings, sample_config(sample), host_env, isolation=isolation)
-    yield eng
-    eng.close()
-
-
 def instance(sample: SampleBenchmark) -> Instance:
-    return next(i for i in load_dataset(str(sample.dataset)).instances if i.instance_id == INSTANCE)
+    return sample_instance(sample, INSTANCE)
 
 
 def test_commands_work_in_a_private_copy_that_the_grader_never_sees(
-    engine: Engine, sample: SampleBenchmark
+    sample_engine: Engine, sample: SampleBenchmark
 ) -> None:
     inst = instance(sample)
-    testbeds = engine.testbeds
+    testbeds = sample_engine.testbeds
 
     async def scenario() -> dict[str, object]:
         seen: dict[str, object] = {}
@@ -80,58 +72,53 @@ def test_commands_work_in_a_private_copy_that_the_grader_never_sees(
     assert seen["removed"]
 
 
-def test_no_workbench_without_bubblewrap(
+@pytest.fixture
+def weak_engine(
     sample: SampleBenchmark, settings: LocalSettings, host_env: dict[str, str]
-) -> None:
-    weak = Isolation.probe("process")
-    eng = build_engine(
-        settings, sample_config(sample, isolation="process"), host_env, isolation=weak
-    )
-    try:
-        workbenches = Workbenches(eng.testbeds)
-        assert not workbenches.available
+) -> Iterator[Engine]:
+    """An engine in the weaker ``process`` isolation."""
+    config = sample_config(sample, isolation="process")
+    eng = build_engine(settings, config, host_env, isolation=Isolation.probe("process"))
+    yield eng
+    eng.close()
 
-        async def open_one() -> None:
-            async with workbenches.open("workbench", instance(sample)):
-                pass
 
-        with pytest.raises(SandboxUnavailable, match="needs isolation = bwrap"):
-            asyncio.run(open_one())
-    finally:
-        eng.close()
+def test_no_workbench_without_bubblewrap(weak_engine: Engine, sample: SampleBenchmark) -> None:
+    workbenches = Workbenches(weak_engine.testbeds)
+    assert not workbenches.available
+
+    async def open_one() -> None:
+        async with workbenches.open("workbench", instance(sample)):
+            pass
+
+    with pytest.raises(SandboxUnavailable, match="needs isolation = bwrap"):
+        asyncio.run(open_one())
 
 
 def test_a_participant_is_not_offered_the_mode_it_cannot_have(
-    sample: SampleBenchmark, settings: LocalSettings, host_env: dict[str, str]
+    weak_engine: Engine, sample: SampleBenchmark
 ) -> None:
     import httpx
 
     from swegreen.agent.participant_client import A2AParticipant
 
-    weak = Isolation.probe("process")
-    eng = build_engine(
-        settings, sample_config(sample, isolation="process"), host_env, isolation=weak
+    participant = A2AParticipant(
+        "p",
+        "http://127.0.0.1:9/",
+        timeout=5,
+        url_template="{repo}",
+        http=httpx.AsyncClient(),
+        workbenches=Workbenches(weak_engine.testbeds),
+        budget=sample_config(sample).budget(),
     )
-    try:
-        participant = A2AParticipant(
-            "p",
-            "http://127.0.0.1:9/",
-            timeout=5,
-            url_template="{repo}",
-            http=httpx.AsyncClient(),
-            workbenches=Workbenches(eng.testbeds),
-            budget=sample_config(sample).budget(),
-        )
-        assert participant.workbenches is None
-    finally:
-        eng.close()
+    assert participant.workbenches is None
 
 
-def test_prepared_workspace_is_untouched(engine: Engine, sample: SampleBenchmark) -> None:
+def test_prepared_workspace_is_untouched(sample_engine: Engine, sample: SampleBenchmark) -> None:
     inst = instance(sample)
 
     async def scenario() -> Path:
-        async with Workbenches(engine.testbeds).open("workbench", inst) as bench:
+        async with Workbenches(sample_engine.testbeds).open("workbench", inst) as bench:
             assert (await bench.run("echo x >> calculator/stats.py", 30)).exit_code == 0
             assert bench.testbed.prepared is not None
             return bench.testbed.prepared

@@ -156,8 +156,10 @@ class _Exchange:
 
     def turn(self) -> list[Part] | None:
         """What the participant said in a turn that waits for us (input-required, or a plain
-        message): where the interactive mode looks for a command."""
+        message without a patch): where the interactive mode looks for a command."""
         if self.message_parts is not None:
+            if extract_patch(reply_parts(self.reply())).patch is not None:
+                return None  # a final answer, whatever else it says
             return self.message_parts
         if self.state == TaskState.TASK_STATE_INPUT_REQUIRED:
             return self.status_parts

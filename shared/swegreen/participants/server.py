@@ -122,17 +122,20 @@ class SolverExecutor(AgentExecutor):
         await updater.complete()
 
     async def _solve(
-        self, outbox: Shell, data: dict[str, Any], text: str, shell: Shell | None
+        self, channel: Shell, data: dict[str, Any], text: str, shell: Shell | None
     ) -> None:
+        """The solver, run across turns; its commands and its end reach ``execute``
+        through ``channel``'s outbox (``shell`` is what the solver gets: None when the mode
+        was not offered or the solver does not use it)."""
         try:
             if getattr(self.solver, "interactive", False):
                 reply = await self.solver(data, text, shell)
             else:
                 reply = await self.solver(data, text)
         except Exception as exc:  # the task ends failed, with the reason
-            await outbox.outbox.put(("error", exc))
+            await channel.outbox.put(("error", exc))
         else:
-            await outbox.outbox.put(("reply", reply))
+            await channel.outbox.put(("reply", reply))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         talk = self.conversations.pop(context.task_id or "", None)
