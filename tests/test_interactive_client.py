@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -126,3 +127,54 @@ def test_a_participant_that_answers_with_messages_gets_its_results_in_the_contex
     assert result.failure is None and f"+# seen: {seen['output'].strip()}" in result.patch
     assert result.interaction["steps"] == 1
     assert json.loads(json.dumps(result.extra["transcript"]))[0]["command"].startswith("head")
+
+
+def test_in_process_isolation_the_green_agent_says_the_mode_is_not_offered(
+    sample: SampleBenchmark, session_cache: Path, host_env: dict[str, str], tmp_path: Path
+) -> None:
+    from a2a.types import SendMessageRequest
+    from google.protobuf.json_format import MessageToDict
+
+    from swegreen.agent.assessment import AgentSettings
+    from swegreen.agent.executor import GreenAgentExecutor
+    from swegreen.agent.server import green_card
+    from swegreen.engine import LocalSettings
+    from swegreen.participants.server import participant_app
+    from swegreen.sandbox import Isolation
+    from tests.test_cancellation import a2a_client
+
+    solver = ScriptedShellSolver("explore", load_dataset(str(sample.dataset)))
+    settings = AgentSettings(
+        local=LocalSettings(output_dir=tmp_path / "results", cache_dir=session_cache),
+        host_env=host_env,
+        isolation=Isolation.probe("process"),
+        defaults={"isolation": "process"},  # the host's setting
+        diagnose=False,
+    )
+    request: dict[str, Any] = {"config": {"dataset": "swegreen:sample", "instance_ids": [INSTANCE]}}
+
+    async def scenario() -> tuple[list[str], list[dict[str, Any]]]:
+        said, rows = [], []
+        async with (
+            serving(lambda url: participant_app("explore", solver, url)) as explore,
+            serving(lambda url: build_app(GreenAgentExecutor(settings), green_card(url))) as green,
+            a2a_client(green) as client,
+        ):
+            request["participants"] = {"explore": explore}
+            message = Message(
+                role=Role.ROLE_USER,
+                message_id=uuid.uuid4().hex,
+                parts=[new_text_part(json.dumps(request))],
+            )
+            async for event in client.send_message(SendMessageRequest(message=message)):
+                found = MessageToDict(event)
+                status = found.get("statusUpdate", {}).get("status", {})
+                said += [p.get("text", "") for p in status.get("message", {}).get("parts", [])]
+                for part in found.get("artifactUpdate", {}).get("artifact", {}).get("parts", []):
+                    rows += part.get("data", {}).get("instances", [])
+        return said, rows
+
+    said, rows = asyncio.run(scenario())
+    assert any("interactive mode is not offered" in s for s in said)
+    [row] = rows
+    assert (row["status"], row["reason"], row["interaction"]) == ("no_op", "no_patch", None)

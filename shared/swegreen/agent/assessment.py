@@ -154,13 +154,18 @@ class Assessment:
             isolation=self.settings.isolation,
             scrubber=self.settings.scrubber,
         )
+        workbenches = Workbenches(engine.testbeds) if config.interactive else None
+        if workbenches is not None and not workbenches.available:
+            await self.notify(
+                "note: the interactive mode is not offered: its commands need isolation = bwrap"
+            )
         participant = A2AParticipant(
             role,
             url,
             timeout=config.participant_timeout,
             url_template=config.participant_url_template(),
             http=http,
-            workbenches=Workbenches(engine.testbeds) if config.interactive else None,
+            workbenches=workbenches,
             budget=config.budget(),
         )
         try:
