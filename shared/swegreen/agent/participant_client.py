@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
@@ -59,7 +59,9 @@ from swegreen.interaction import (
 from swegreen.patch_extraction import extract_patch
 from swegreen.ports import PatchResult
 from swegreen.task_message import task_data, task_text
-from swegreen.workbench import Workbench, Workbenches
+
+if TYPE_CHECKING:  # the workbench brings the engine; the AWS Lambdas import this module
+    from swegreen.workbench import Workbench, Workbenches
 
 TERMINAL = {
     TaskState.TASK_STATE_COMPLETED,
