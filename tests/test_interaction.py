@@ -60,6 +60,7 @@ def test_long_output_keeps_its_head_and_its_tail() -> None:
     assert truncate("short", 200) == ("short", False)
     cut, _ = truncate("é" * 500, 101)  # never a broken character
     cut.encode("utf-8")
+    assert truncate("x" * 100, 5) == ("xxxxx", True)  # no room for the marker: the head
 
 
 def test_steps_are_counted_and_the_budget_ends_the_instance() -> None:

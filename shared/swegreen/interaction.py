@@ -150,8 +150,10 @@ def truncate(output: str, limit: int) -> tuple[str, bool]:
     if len(data) <= limit:
         return output, False
     marker = ELIDED.format(n=len(data) - limit)
-    room = max(0, limit - len(marker.encode()))
-    head, tail = data[: room // 2], data[len(data) - (room - room // 2) :] if room else b""
+    room = limit - len(marker.encode())
+    if room <= 0:  # too little left even for the marker (the instance's last bytes)
+        return data[: max(0, limit)].decode("utf-8", "ignore"), True
+    head, tail = data[: room // 2], data[len(data) - (room - room // 2) :]
     text = head.decode("utf-8", "ignore") + marker + tail.decode("utf-8", "ignore")
     return text, True
 
