@@ -53,6 +53,12 @@ def test_commands_work_in_a_private_copy_that_the_grader_never_sees(
             async with testbeds.open("graded", inst) as graded:
                 seen["graded"] = (graded.repo / "calculator" / "stats.py").read_text()
                 seen["graded_new"] = (graded.repo / "NEW.txt").exists()
+                # where the test patch lives while a row is graded: never in sight
+                (graded.host_dir / "eval.sh").write_text("TEST_PATCH_CANARY\n")
+                look = (
+                    f"ls {graded.repo}; cat {graded.host_dir}/eval.sh; ls {graded.workspace.parent}"
+                )
+                seen["look"] = (await run(look, 30)).output
             seen["mine"] = (workdir / "calculator" / "stats.py").read_text()
         seen["removed"] = not workdir.exists()
         return seen
@@ -69,6 +75,8 @@ def test_commands_work_in_a_private_copy_that_the_grader_never_sees(
     assert seen["flood"][1] == CAPTURE_CAP  # type: ignore[index]
     assert "0 + sum" in str(seen["mine"]) and "0 + sum" not in str(seen["graded"])
     assert seen["graded_new"] is False
+    assert "TEST_PATCH_CANARY" not in str(seen["look"])
+    assert str(seen["look"]).count("No such file or directory") == 3
     assert seen["removed"]
 
 
