@@ -25,8 +25,9 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check shared tests infra functions benchmarks scripts
 
+# Two workers, whole files each: the AWS modules' deployments overlap the rest (docs/benchmarks.md).
 test: setup lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 clean:
 	rm -rf $(VENV) results .pytest_cache
