@@ -29,7 +29,7 @@ not edit the tests. When you are done, reply with a ```bash block holding only `
 FIRST = """\
 {task}
 
-You have {max_steps} commands. Start exploring.
+You have {max_steps} commands (the last one is kept for `submit`). Start exploring.
 """
 OBSERVATION = "exit code {exit_code} ({duration:.1f} s){note}\n```\n{output}\n```"
 NO_COMMAND = "Your reply held no ```bash block. Reply with exactly one."
@@ -86,13 +86,20 @@ class BashAgent:
                 continue
             command = blocks[0].strip()
             if command == SUBMIT:
-                result = await shell.run(DIFF_COMMAND)
-                if result.get("truncated") or result.get("exit_code") != 0:
-                    return Reply(None, "its diff could not be read back whole", usage=dict(usage))
-                return Reply(result["output"], "submitted after working in the shell", dict(usage))
+                return await submit(shell, "submitted after working in the shell", usage)
             result = await shell.run(command)
+            if int(result.get("steps_left") or 0) <= 1:  # the last step reads the diff back
+                return await submit(shell, "submitted as its step budget ran out", usage)
             messages.append({"role": "user", "content": observation(result)})
         return Reply(None, "ran out of turns without submitting", usage=dict(usage))
+
+
+async def submit(shell: Shell, why: str, usage: Counter[str]) -> Reply:
+    """The workspace's changes as the patch (the diff command's output, if whole)."""
+    result = await shell.run(DIFF_COMMAND)
+    if result.get("truncated") or result.get("exit_code") != 0:
+        return Reply(None, "its diff could not be read back whole", usage=dict(usage))
+    return Reply(result["output"], why, usage=dict(usage))
 
 
 def observation(result: dict[str, Any]) -> str:
