@@ -131,12 +131,7 @@ class RunMetrics(BaseModel):
             infrastructure_errors=self.infrastructure_errors,
             participant_failures=self.participant_failures,
             environment_limited=self.environment_limited,
-            interactive_instances=self.interactive_instances,
-            steps=self.steps,
-            resolved_interactive=self.resolved_interactive,
-            resolved_steps=self.resolved_steps,
-            resolved_with_tokens=self.resolved_with_tokens,
-            resolved_tokens=self.resolved_tokens,
+            **{name: getattr(self, name) for name in USAGE_TOTALS},
         )
         return row
 
