@@ -64,10 +64,6 @@ class Evaluator:
     async def evaluate(self, run_id: str, instance: Instance, patch: PatchResult) -> InstanceResult:
         key: Key = functools.partial(art.instance_key, run_id, instance.instance_id)
         row = RowBuilder(instance, patch, utcnow(), time.monotonic())
-        if patch.extra.get("transcript"):
-            self.artifacts.write_text(
-                key(art.TRANSCRIPT), json.dumps(patch.extra["transcript"], indent=1)
-            )
         if (oversized := oversized_patch(patch.patch, self.max_patch_bytes)) is not None:
             return self._too_large(key, row, oversized)
         self.artifacts.write_text(key(art.PATCH), patch.patch or "")

@@ -229,6 +229,11 @@ class Runner:
         except Exception as exc:  # a bug must cost one row, never the run
             failure = EvaluationFailure(f"internal error: {exc!r}", log_tail=traceback.format_exc())
             return error_row(inst, patch, failure, 1, started, t0)
+        if patch.extra.get("transcript"):  # once, not per evaluation attempt
+            self.artifacts.write_text(
+                art.instance_key(run_id, inst.instance_id, art.TRANSCRIPT),
+                json.dumps(patch.extra["transcript"], indent=1),
+            )
 
         async def note(message: str) -> None:
             await self._emit(ProgressEvent("note", inst.instance_id, message=message))

@@ -324,11 +324,13 @@ class Testbeds:
             runner_files(testbed.recipe.test_cmd, testbed.repo),
         )
 
-    def mounts(self, testbed: Testbed) -> Mounts:
+    def mounts(self, testbed: Testbed, *, repo_cache: bool = True) -> Mounts:
         """What a sandboxed phase sees besides the system: the workspace and its temp dirs
         (writable), the environment and git caches (read-only), and the interpreter a
-        virtualenv-layout environment is based on."""
-        readonly = [self.envs.root, self.repos.root]
+        virtualenv-layout environment is based on. ``repo_cache``: the git cache a checkout
+        borrows its objects from (off for a workbench, whose ``.git`` is its own and which
+        must not see the fix's future commits)."""
+        readonly = [self.envs.root, *([self.repos.root] if repo_cache else [])]
         if testbed.prepared is not None:  # the view's links lead through the prepared one
             readonly.append(testbed.prepared)
         info = testbed.env.root / ENV_INFO
@@ -349,7 +351,7 @@ class Testbeds:
         host = testbed.host_dir
         log_path = host / art.TEST_OUTPUT
         log_path.unlink(missing_ok=True)
-        env = self._test_env(testbed)
+        env = self.test_env(testbed)
         mounts = self.mounts(testbed)
         deadline = time.monotonic() + policy.timeout
         prepare = host / "prepare.sh"
@@ -433,7 +435,7 @@ class Testbeds:
             recorded = await channel.close() if record else None
         return result, recorded
 
-    def _test_env(self, testbed: Testbed) -> dict[str, str]:
+    def test_env(self, testbed: Testbed) -> dict[str, str]:
         env = testbed.env
         extra = {
             **env.runtime_env,
@@ -484,7 +486,7 @@ class Testbeds:
         one commit of the result, so that ``git diff`` shows only the patch."""
         recipe = testbed.recipe
         steps = [*recipe.pre_install, *([recipe.install] if recipe.install else [])]
-        environ = self._with_compile_cache(testbed, self._test_env(testbed), writable=True)
+        environ = self._with_compile_cache(testbed, self.test_env(testbed), writable=True)
         environ.update({k: v for k, v in self.git_env(testbed).items() if k.startswith("GIT_")})
         script = "\n".join(
             ["set -euxo pipefail", *steps, "git commit --quiet --allow-empty -am SWE-bench"]

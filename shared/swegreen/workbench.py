@@ -68,12 +68,8 @@ class Workbench:
         self.testbeds = testbeds
         self.testbed = testbed
         self._steps = 0
-        base = testbeds.mounts(testbed)
-        self.mounts = Mounts(
-            writable=base.writable,
-            readonly=tuple(p for p in base.readonly if p != testbeds.repos.root),
-        )
-        self.env = testbeds._test_env(testbed)
+        self.mounts = testbeds.mounts(testbed, repo_cache=False)
+        self.env = testbeds.test_env(testbed)
 
     @property
     def workdir(self) -> Path:
