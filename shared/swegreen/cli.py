@@ -80,6 +80,13 @@ def _config_flags(p: argparse.ArgumentParser) -> None:
         help="also run the tests on the base commit, to flag environment limits",
     )
     g.add_argument(
+        "--env-files-at-base",
+        action="store_true",
+        default=None,
+        help="read the recipe's requirements files at the base commit where the "
+        "environment_setup_commit is missing from the source (recorded per row)",
+    )
+    g.add_argument(
         "--network-instances",
         help="instance ids whose test command keeps the network (comma-separated)",
     )
@@ -354,6 +361,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "repo_url_template",
         "green_agent_model",
         "base_validation",
+        "env_files_at_base",
         "network_instances",
         "isolation",
     ]

@@ -85,6 +85,14 @@ class EvalConfig(BaseModel):
         description="Also run each instance's tests on the base commit (cached) to "
         "tell environment problems from participant failures.",
     )
+    env_files_at_base: bool = Field(
+        False,
+        description="Where a row's environment_setup_commit is missing from the repository "
+        "source (a fork), read the recipe's environment files (requirements, "
+        "environment.yml) at its base commit instead of failing the row; each such row "
+        "says so in its `environment` provenance. Off by default: upstream reads them at "
+        "the environment_setup_commit.",
+    )
 
     isolation: Literal["bwrap", "process"] = Field(
         "bwrap",

@@ -121,6 +121,7 @@ def build_testbeds(
             disk_mb=settings.disk_mb,
             keep_workspaces=settings.keep_workspaces,
             network_instances=known_network_instances() | set(config.network_instances),
+            env_files_at_base=config.env_files_at_base,
         ),
         host_env=host_env,
         compile_cache=CompileCache.find(host_env) if settings.compile_cache else None,

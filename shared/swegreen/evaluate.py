@@ -105,6 +105,7 @@ class Evaluator:
                 notes = testbed.notes
                 row.durations.setup = time.monotonic() - t_setup
                 row.durations.env_build += testbed.env_build_seconds
+                row.environment = dict(testbed.provenance)
                 t_apply = time.monotonic()
                 try:
                     check_against_tree(row.info, testbed.repo)

@@ -99,12 +99,20 @@ class Recipe(BaseModel):
     def env_key(self, setup_commit: str) -> str:
         """Identity of the built environment: equal keys share one build."""
         data = {k: getattr(self, k) for k in ENV_FIELDS}
-        # Files in the repository, or the project's own dependencies (see
-        # environments.project_extras), depend on the commit they are read at.
-        if self.requirements or (self.exclude_newer and _installs_project(self.install)):
+        if self.reads_setup_commit:
             data["setup_commit"] = setup_commit
         blob = json.dumps([RECIPE_SCHEMA_VERSION, data], sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def reads_setup_commit(self) -> bool:
+        """Whether the build reads the repository at the environment_setup_commit: its
+        requirements files (as upstream), or the project's own dependencies, which the
+        engine locks with the rest (environments.project_extras). Only such rows need that
+        commit at all."""
+        return bool(self.requirements) or bool(
+            self.exclude_newer and _installs_project(self.install)
+        )
 
     def digest(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
@@ -169,6 +177,16 @@ class RecipeBook:
             )
         return recipe
 
+    @property
+    def reads_setup_commit(self) -> bool:
+        """Whether the build reads the repository at the environment_setup_commit: its
+        requirements files (as upstream), or the project's own dependencies, which the
+        engine locks with the rest (environments.project_extras). Only such rows need that
+        commit at all."""
+        return bool(self.requirements) or bool(
+            self.exclude_newer and _installs_project(self.install)
+        )
+
     def digest(self) -> str:
         blob = json.dumps(
             {
@@ -206,15 +224,17 @@ def builtin_recipes() -> RecipeBook:
 PREPARED_SCHEMA = 1
 
 
-def prepared_name(instance: Instance, recipe: Recipe) -> str:
+def prepared_name(instance: Instance, recipe: Recipe, setup_commit: str | None = None) -> str:
     """The name of an instance's prepared workspace (testbed.py): one per instance,
     environment and setup steps (a changed recipe or a rebuilt environment prepares it
-    again). Here, not in testbed.py, because the AWS pipeline's Lambdas name them too."""
+    again). ``setup_commit``: where the environment's files were read when that was not
+    the row's environment_setup_commit (testbed.setup_source). Here, not in testbed.py,
+    because the AWS pipeline's Lambdas name them too."""
     blob = json.dumps(
         [
             PREPARED_SCHEMA,
             instance.base_commit,
-            recipe.env_key(instance.environment_setup_commit),
+            recipe.env_key(setup_commit or instance.environment_setup_commit),
             recipe.pre_install,
             recipe.install,
         ]

@@ -67,6 +67,10 @@ class InstanceResult(BaseModel):
     durations: Durations = Field(default_factory=Durations)
     test_command_seconds: float = 0.0  # inside the eval script (the benchmark's denominator)
     base_validation: dict[str, Any] | None = None
+    # How the environment was made where it differs from upstream's way (testbed.py):
+    # files read at another commit, build sources from an offline directory, an
+    # interpreter the user pointed at. Empty: upstream's way.
+    environment: dict[str, Any] = Field(default_factory=dict)
     participant_usage: dict[str, Any] | None = None
     # Interactive mode only: steps, command_seconds, output_bytes, setup_seconds, ended.
     interaction: dict[str, Any] | None = None

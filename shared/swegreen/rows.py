@@ -34,6 +34,7 @@ class RowBuilder:
     tampered_files: list[str] = field(default_factory=list)
     isolation: str | None = None
     test_exit_code: int | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.durations.participant = self.patch.duration
@@ -79,6 +80,7 @@ class RowBuilder:
             participant_usage=self.patch.usage,
             interaction=self.patch.interaction,
             base_validation=self.base_validation,
+            environment=dict(self.environment),
             test_command_seconds=self.test_command_seconds,
             started_at=self.started,
             finished_at=utcnow(),

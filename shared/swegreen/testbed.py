@@ -31,7 +31,7 @@ from swegreen.dataset import Instance
 from swegreen.env_guard import EnvGuard, project_names
 from swegreen.environments import COMPLETE as ENV_COMPLETE
 from swegreen.environments import ENV_INFO, Environment, EnvManager, transient_failure
-from swegreen.errors import EnvSetupFailed
+from swegreen.errors import EnvSetupFailed, RepoUnavailable
 from swegreen.eval_script import eval_phases, test_command_seconds
 from swegreen.locks import file_lock
 from swegreen.patches import inspect_patch
@@ -88,6 +88,9 @@ class TestbedOptions:
     # Prepared workspaces (one per instance, like the official instance images);
     # default: beside work_root.
     prepared_dir: Path | None = None
+    # Read a recipe's environment files at the base commit where the row's
+    # environment_setup_commit is missing from the source (EvalConfig.env_files_at_base).
+    env_files_at_base: bool = False
 
     @property
     def prepared_root(self) -> Path:
@@ -108,6 +111,9 @@ class Testbed:
     env_build_seconds: float = 0.0  # spent building what this testbed was first to need
     prepared: Path | None = None  # the prepared workspace this one is a copy of
     index_url: str | None = None  # the package index as of the recipe's date (dated_index)
+    # How the environment was made where that differs from upstream's way (a row's
+    # ``environment`` provenance): files read at another commit, say.
+    provenance: dict[str, object] = field(default_factory=dict)
 
     @property
     def repo(self) -> Path:
@@ -220,6 +226,7 @@ class Testbeds:
                 env_build_seconds=built,
                 prepared=prepared.workspace,
                 index_url=prepared.index_url,
+                provenance=prepared.provenance,
             )
         finally:
             if not self.options.keep_workspaces:
@@ -228,26 +235,79 @@ class Testbeds:
                 await asyncio.to_thread(shutil.rmtree, workspace, True)
                 await asyncio.to_thread(shutil.rmtree, host_dir, True)
 
-    def prepared_dir(self, instance: Instance, recipe: Recipe) -> Path:
-        return self.options.prepared_root / prepared_name(instance, recipe)
-
     async def prepared(self, instance: Instance, recipe: Recipe, notes: list[str]) -> Testbed:
         """The instance's workspace as the official instance image holds it: the
         repository at the base commit, its environment view, pre-install and install done
         and committed. Built once (under a lock), then only copied: the eval script's own
         install is the only one an evaluation runs. Its ``env_build_seconds`` are what this
         call spent building (the environment included)."""
-        root = self.prepared_dir(instance, recipe)
-        if not self._usable(root):
+        root = self._existing(instance, recipe)
+        if root is None:
+            setup_commit, provenance = await self.setup_source(instance, recipe)
+            root = self.options.prepared_root / prepared_name(
+                instance, recipe, setup_commit if provenance else None
+            )
             async with file_lock(self.options.prepared_root / ".locks" / f"{root.name}.lock"):
                 if not self._usable(root):
-                    return await self._prepare(instance, recipe, root, notes)
-        env = self.envs.loaded(
-            json.loads((root / PREPARED_INFO).read_text())["env_key"], root / "env"
-        )
+                    return await self._prepare(
+                        instance, recipe, root, notes, setup_commit, provenance
+                    )
+        info = json.loads((root / PREPARED_INFO).read_text())
+        env = self.envs.loaded(info["env_key"], root / "env")
         notes.append(f"environment {env.key} and prepared workspace {root.name} (reused)")
         index_url = await self.envs.index_url(recipe)
-        return Testbed(instance, recipe, root, env, [], index_url=index_url)
+        return Testbed(
+            instance,
+            recipe,
+            root,
+            env,
+            [],
+            index_url=index_url,
+            provenance=info.get("provenance") or {},
+        )
+
+    def _existing(self, instance: Instance, recipe: Recipe) -> Path | None:
+        """A usable prepared workspace, found without the repository: the one made at the
+        environment_setup_commit, else (when allowed) the one made at the base commit."""
+        names = [prepared_name(instance, recipe)]
+        if self.options.env_files_at_base and recipe.requirements:
+            names.append(prepared_name(instance, recipe, instance.base_commit))
+        for name in names:
+            if self._usable(root := self.options.prepared_root / name):
+                return root
+        return None
+
+    async def setup_source(
+        self, instance: Instance, recipe: Recipe
+    ) -> tuple[str, dict[str, object]]:
+        """The commit the environment build reads the repository at, and (when that is
+        not the row's environment_setup_commit) the provenance that says why.
+
+        Only a recipe that reads files there needs the commit at all. Its requirements
+        files are read at the base commit instead only when ``env_files_at_base`` allows
+        it; the project's own dependencies (which only the engine locks: upstream's
+        install resolves them at the base commit) are then read at the base commit."""
+        wanted = instance.environment_setup_commit
+        if not recipe.reads_setup_commit or wanted == instance.base_commit:
+            return wanted, {}
+        try:
+            await self.repos.ensure_commit(instance.repo, wanted)
+            return wanted, {}
+        except RepoUnavailable as exc:
+            if recipe.requirements and not self.options.env_files_at_base:
+                raise RepoUnavailable(
+                    f"{exc}. Its recipe reads {', '.join(recipe.requirements)} there; to read "
+                    "them at the base commit instead, pass --env-files-at-base (config "
+                    "env_files_at_base = true; recorded in each such row)",
+                    permanent=True,
+                ) from exc
+        what = list(recipe.requirements) or ["the project's own dependencies"]
+        return instance.base_commit, {
+            "environment_setup_commit": wanted,
+            "files_read_at": instance.base_commit,
+            "files": what,
+            "why": "environment_setup_commit missing from the repository source",
+        }
 
     def _usable(self, root: Path) -> bool:
         """Complete, made from the environment build that exists now (one rebuilt since,
@@ -265,7 +325,13 @@ class Testbeds:
         return all(store.is_dir() for store in history_stores(root / "repo"))
 
     async def _prepare(
-        self, instance: Instance, recipe: Recipe, root: Path, notes: list[str]
+        self,
+        instance: Instance,
+        recipe: Recipe,
+        root: Path,
+        notes: list[str],
+        setup_commit: str,
+        provenance: dict[str, object],
     ) -> Testbed:
         start = time.monotonic()
         await asyncio.to_thread(shutil.rmtree, root, True)  # an interrupted earlier one
@@ -273,25 +339,24 @@ class Testbeds:
         try:
             # The checkout first: an unreachable repository should not cost an env build.
             await self.repos.checkout_isolated(instance.repo, instance.base_commit, root / "repo")
-            await self.repos.ensure_commit(instance.repo, instance.environment_setup_commit)
-            read = functools.partial(
-                self.repos.read_file, instance.repo, instance.environment_setup_commit
-            )
-            checkout = functools.partial(
-                self.repos.checkout, instance.repo, instance.environment_setup_commit
-            )
+            if provenance:
+                notes.append(
+                    f"environment files ({', '.join(map(str, provenance['files']))}) read at "
+                    f"the base commit {setup_commit}: environment_setup_commit "
+                    f"{instance.environment_setup_commit} is missing from the source"
+                )
+            read = functools.partial(self.repos.read_file, instance.repo, setup_commit)
+            checkout = functools.partial(self.repos.checkout, instance.repo, setup_commit)
             built = await self.envs.ensure(
-                recipe,
-                f"{instance.repo} {instance.version}",
-                instance.environment_setup_commit,
-                read,
-                checkout,
+                recipe, f"{instance.repo} {instance.version}", setup_commit, read, checkout
             )
             how = "reused" if built.reused else f"built in {built.build_seconds:.1f}s"
             notes.append(f"environment {built.key} ({how})")
             env = await self.envs.view(built, root / "env")
             index_url = await self.envs.index_url(recipe)
-            testbed = Testbed(instance, recipe, root, env, notes, index_url=index_url)
+            testbed = Testbed(
+                instance, recipe, root, env, notes, index_url=index_url, provenance=provenance
+            )
             await self._setup_repo(testbed)
             scratch = testbed.scratch
             if (scratch / PIP_CACHE).is_dir():  # kept for the evaluations (open)
@@ -304,6 +369,7 @@ class Testbeds:
                         "env_built": (built.root / ENV_COMPLETE).read_text(),
                         "layout": PREPARED_LAYOUT,
                         "instance_id": instance.instance_id,
+                        "provenance": provenance,
                     }
                 )
             )
@@ -314,7 +380,14 @@ class Testbeds:
         seconds = time.monotonic() - start
         notes.append(f"prepared workspace {root.name} built in {seconds:.1f}s")
         return Testbed(
-            instance, recipe, root, env, [], env_build_seconds=seconds, index_url=index_url
+            instance,
+            recipe,
+            root,
+            env,
+            [],
+            env_build_seconds=seconds,
+            index_url=index_url,
+            provenance=provenance,
         )
 
     def git_env(self, testbed: Testbed) -> dict[str, str]:

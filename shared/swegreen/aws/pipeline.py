@@ -301,6 +301,7 @@ class Pipeline:
                     "eval_timeout",
                     "max_attempts",
                     "base_validation",
+                    "env_files_at_base",
                     "max_patch_bytes",
                 },
             )

@@ -1,0 +1,149 @@
+"""The environment_setup_commit is needed only where a recipe reads files there; where a
+fork lacks it, reading them at the base commit is an explicit opt-in, recorded per row."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from swegreen.classify import Status
+from swegreen.dataset import load_dataset
+from swegreen.engine import LocalSettings, build_engine
+from swegreen.errors import RepoUnavailable
+from swegreen.recipes import Recipe, RecipeBook
+from swegreen.sample import SampleBenchmark
+
+from .conftest import RunSample, sample_config
+from .helpers import commit, git
+
+MISSING = "1234567890abcdef1234567890abcdef12345678"  # in no repository
+INSTANCE = "sample__calculator-1"
+TEST_CMD = "pytest --no-header -rA --tb=no -p no:cacheprovider"
+
+
+def recipe(**fields: Any) -> Recipe:
+    return Recipe(python="host", test_cmd=TEST_CMD, eval_timeout=120, **fields)
+
+
+@pytest.fixture
+def fork(sample: SampleBenchmark, tmp_path: Path) -> dict[str, str]:
+    """A fork of the sample's calculator whose base commit adds a requirements file, and a
+    dataset whose row names an environment_setup_commit the fork does not have."""
+    forks = tmp_path / "forks"
+    repo = forks / "sample__calculator"
+    shutil.copytree(sample.repos_dir / "sample__calculator", repo, symlinks=True)
+    row = next(
+        json.loads(line)
+        for line in sample.dataset.read_text().splitlines()
+        if json.loads(line)["instance_id"] == INSTANCE
+    )
+    git(repo, "checkout", "-q", "-B", "fork", row["base_commit"])
+    base = commit(repo, {"requirements.txt": "pytest==8.3.5\n"}, "test requirements")
+    row.update(base_commit=base, environment_setup_commit=MISSING)
+    dataset = tmp_path / "fork.jsonl"
+    dataset.write_text(json.dumps(row) + "\n")
+    return {
+        "dataset": str(dataset),
+        "repo_url_template": str(forks / "{owner}__{name}"),
+        "base": base,
+    }
+
+
+def evaluate(
+    run_sample: RunSample,
+    settings: LocalSettings,
+    sample: SampleBenchmark,
+    host_env: dict[str, str],
+    fork: dict[str, str],
+    book_recipe: Recipe,
+    run_id: str,
+    **config: Any,
+):
+    values = {"dataset": fork["dataset"], "repo_url_template": fork["repo_url_template"], **config}
+    book = RecipeBook({"sample/calculator": {"1.0": book_recipe}})
+    engine = build_engine(settings, sample_config(sample, **values), host_env, recipes=book)
+    try:
+        (row,) = run_sample("gold", run_id=run_id, engine=engine, **values).results
+    finally:
+        engine.close()
+    return row
+
+
+def test_requirements_at_a_missing_setup_commit_fail_clearly_unless_allowed(
+    run_sample: RunSample,
+    settings: LocalSettings,
+    sample: SampleBenchmark,
+    host_env: dict[str, str],
+    fork: dict[str, str],
+) -> None:
+    reads = recipe(requirements=("requirements.txt",))
+    off = evaluate(run_sample, settings, sample, host_env, fork, reads, "off")
+    assert (off.status, off.reason) == (Status.ERROR, "repo_unavailable")
+    assert MISSING in off.detail and "--env-files-at-base" in off.detail
+    assert "requirements.txt" in off.detail
+
+    on = evaluate(run_sample, settings, sample, host_env, fork, reads, "on", env_files_at_base=True)
+    assert on.status == Status.RESOLVED, on.detail
+    assert on.environment == {
+        "environment_setup_commit": MISSING,
+        "files_read_at": fork["base"],
+        "files": ["requirements.txt"],
+        "why": "environment_setup_commit missing from the repository source",
+    }
+    # the requirements really were read, at the base commit, and installed from them
+    logs = list((settings.cache_dir / "envs").glob("*/build.log"))
+    assert any(
+        f"# requirements from requirements.txt at {fork['base']}" in p.read_text() for p in logs
+    )
+
+    # the prepared workspace is found again (without the repository) and keeps its record
+    again = evaluate(
+        run_sample, settings, sample, host_env, fork, reads, "again", env_files_at_base=True
+    )
+    assert again.status == Status.RESOLVED
+    assert again.durations.env_build == 0.0
+    assert again.environment == on.environment
+
+
+def test_a_recipe_that_reads_nothing_there_never_needs_the_setup_commit(
+    run_sample: RunSample,
+    settings: LocalSettings,
+    sample: SampleBenchmark,
+    host_env: dict[str, str],
+    fork: dict[str, str],
+) -> None:
+    row = evaluate(
+        run_sample, settings, sample, host_env, fork, recipe(packages=("pytest==8.3.5",)), "plain"
+    )
+    assert row.status == Status.RESOLVED, row.detail
+    assert row.environment == {}  # upstream's way: nothing was read anywhere else
+
+
+def test_the_project_lock_reads_the_project_at_the_base_commit_without_the_opt_in(
+    settings: LocalSettings, sample: SampleBenchmark, host_env: dict[str, str], fork: dict[str, str]
+) -> None:
+    """Only the engine locks the project's own dependencies (upstream's install resolves
+    them at the base commit): a missing setup commit reads them at the base, said so."""
+    locks = recipe(exclude_newer="2024-08-01", install="python -m pip install -e .")
+    book = RecipeBook({"sample/calculator": {"1.0": locks}})
+    config = sample_config(
+        sample, dataset=fork["dataset"], repo_url_template=fork["repo_url_template"]
+    )
+    engine = build_engine(settings, config, host_env, recipes=book)
+    (instance,) = load_dataset(fork["dataset"]).instances
+    try:
+        commit_, provenance = asyncio.run(engine.testbeds.setup_source(instance, locks))
+        # a recipe whose requirements are read there stays strict
+        strict = recipe(requirements=("requirements.txt",), exclude_newer="2024-08-01")
+        with pytest.raises(RepoUnavailable, match="env-files-at-base"):
+            asyncio.run(engine.testbeds.setup_source(instance, strict))
+    finally:
+        engine.close()
+    assert commit_ == fork["base"]
+    assert provenance["files"] == ["the project's own dependencies"]
+    assert provenance["files_read_at"] == fork["base"]
