@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
 from swegreen.errors import InterpreterNotFound
-from swegreen.interpreters import InterpreterSearch, describe_interpreter, find_interpreter
+from swegreen.interpreters import (
+    InterpreterSearch,
+    describe_interpreter,
+    find_interpreter,
+    parse_given,
+)
 
 HOST = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
@@ -73,3 +79,73 @@ def test_bad_version_strings_are_refused(tmp_path: Path) -> None:
 def test_describe_reports_version_and_installation_prefix() -> None:
     info = describe_interpreter(Path(sys.executable))
     assert info.version == HOST and info.prefix == Path(sys.base_prefix)
+
+
+def test_a_given_interpreter_wins_and_a_wrong_one_is_an_error(tmp_path: Path) -> None:
+    """--python 3.5=PATH: used first; one that is not that version fails, naming what it is."""
+    on_path = fake_python(tmp_path / "bin" / "python3.5", "3.5")
+    mine = fake_python(tmp_path / "opt" / "py35" / "python", "3.5")
+    given = InterpreterSearch(
+        path=str(on_path.parent),
+        pyenv_root=tmp_path / "pyenv",
+        uv_dir=tmp_path / "uv",
+        given=tuple(parse_given(f"3.5={mine}").items()),
+    )
+    assert find_interpreter("3.5", given) == mine
+    wrong = InterpreterSearch(
+        path=str(on_path.parent),
+        pyenv_root=tmp_path / "pyenv",
+        uv_dir=tmp_path / "uv",
+        given=(("3.5", Path(sys.executable)),),
+    )
+    with pytest.raises(InterpreterNotFound, match=rf"given as .* it is Python {HOST}") as err:
+        find_interpreter("3.5", wrong)
+    assert err.value.permanent
+    with pytest.raises(InterpreterNotFound, match=re.escape("--python 3.5=/path/to/python3.5")):
+        find_interpreter("3.5", search(tmp_path))
+
+
+def test_given_interpreters_are_parsed_strictly() -> None:
+    assert parse_given(" 3.5=/a/python3.5 , 3.6=/b/python ") == {
+        "3.5": Path("/a/python3.5"),
+        "3.6": Path("/b/python"),
+    }
+    for bad in ("3.5", "py35=/a", "3.5="):
+        with pytest.raises(ValueError, match="VERSION=PATH"):
+            parse_given(bad)
+
+
+def test_an_evaluation_builds_with_the_given_interpreter_and_records_it(
+    settings, sample, host_env, run_sample, tmp_path: Path
+) -> None:
+    """A recipe's version served by the user's interpreter (a wrapper that leaves a mark)."""
+    from swegreen.classify import Status
+    from swegreen.engine import build_engine
+    from swegreen.recipes import Recipe, RecipeBook
+
+    from .conftest import sample_config
+
+    mark = tmp_path / "used"
+    wrapper = tmp_path / "mine" / "python"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\necho run >> {mark}\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    recipe = Recipe(
+        python=HOST,
+        packages=("pytest==8.3.5",),
+        constraints=("pytest==8.3.5",),  # its own environment, not the sample's
+        test_cmd="pytest --no-header -rA --tb=no -p no:cacheprovider",
+        eval_timeout=120,
+    )
+    book = RecipeBook({"sample/calculator": {"1.0": recipe}})
+    local = settings.model_copy(
+        update={"cache_dir": tmp_path / "cache", "pythons": {HOST: wrapper}}
+    )
+    engine = build_engine(local, sample_config(sample), host_env, recipes=book)
+    try:
+        (row,) = run_sample("gold", engine=engine, instance_ids=["sample__calculator-1"]).results
+    finally:
+        engine.close()
+    assert row.status == Status.RESOLVED, row.detail
+    assert mark.exists()  # the build asked the given interpreter
+    assert row.environment["interpreter"] == {"python": HOST, "given_by_user": True}

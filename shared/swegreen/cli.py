@@ -32,7 +32,17 @@ if TYPE_CHECKING:
     from swegreen.runner import RunOutcome
     from swegreen.scrub import Scrubber
 
-LOCAL_ENV_KEYS = frozenset({"output_dir", "cache_dir", "memory_mb", "disk_mb", "max_processes"})
+LOCAL_ENV_KEYS = frozenset(
+    {
+        "output_dir",
+        "cache_dir",
+        "memory_mb",
+        "disk_mb",
+        "max_processes",
+        "offline_sources",
+        "pythons",
+    }
+)
 # Exit codes (docs/usage.md): scripts tell a run that could not start from one that
 # finished with error rows, and both from an interrupted one.
 EXIT_OK = 0
@@ -115,6 +125,20 @@ def _local_flags(p: argparse.ArgumentParser, evaluates: bool = True) -> None:
     g.add_argument("--keep-workspaces", action="store_true", help="keep each instance's checkout")
     g.add_argument(
         "--allow-python-install", action="store_true", help="install missing interpreters with uv"
+    )
+    g.add_argument(
+        "--python",
+        action="append",
+        metavar="VERSION=PATH",
+        dest="pythons",
+        help="use this interpreter for recipes that ask for VERSION (repeatable; e.g. "
+        "3.5=/opt/python3.5/bin/python3.5; also SWEGREEN_PYTHONS)",
+    )
+    g.add_argument(
+        "--offline-sources",
+        type=Path,
+        help="source archives builds download while they run, served when their sha256 is "
+        "upstream's (default <cache-dir>/sources; docs/environments.md)",
     )
     g.add_argument(
         "--rebuild-envs",
@@ -333,8 +357,22 @@ def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
         keep_workspaces=getattr(args, "keep_workspaces", False),
         allow_python_install=getattr(args, "allow_python_install", False),
         rebuild_envs=getattr(args, "rebuild_envs", False),
+        pythons=_pythons(getattr(args, "pythons", None), env),
+        offline_sources=getattr(args, "offline_sources", None)
+        or (Path(raw) if (raw := env.get("SWEGREEN_OFFLINE_SOURCES", "").strip()) else None),
         **limits,
     )
+
+
+def _pythons(flags: list[str] | None, env: dict[str, str]) -> dict[str, Path]:
+    from swegreen.interpreters import parse_given
+
+    try:
+        given = parse_given(env.get("SWEGREEN_PYTHONS", ""))
+        given.update(parse_given(",".join(flags or [])))
+    except ValueError as exc:
+        raise ConfigError(f"--python / SWEGREEN_PYTHONS: {exc}") from None
+    return given
 
 
 # The sandbox's limits, settings of the machine (an assessment request cannot change them).

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from swegreen.artifacts import LocalArtifacts, ScrubbedArtifacts
 from swegreen.base_validation import BaseValidator
+from swegreen.build_sources import OfflineSources
 from swegreen.compile_cache import CompileCache
 from swegreen.config import EvalConfig
 from swegreen.dated_index import DEFAULT_UPSTREAM, DatedIndex, index_env
@@ -62,6 +63,16 @@ class LocalSettings(BaseModel):
     disk_mb: int | None = Field(
         10240, gt=0, description="MB one sandboxed run may add to its workspace and temp dirs."
     )
+    pythons: dict[str, Path] = Field(
+        default_factory=dict,
+        description="Interpreters to use for recipe versions this machine has no standard "
+        'install of: {"3.5": "/opt/python3.5/bin/python3.5"} (--python, SWEGREEN_PYTHONS).',
+    )
+    offline_sources: Path | None = Field(
+        None,
+        description="Source archives that builds download while they run (build_sources.py), "
+        "used when their sha256 is upstream's; default: <cache_dir>/sources.",
+    )
     compile_cache: bool = Field(
         True,
         description="Compile an instance's extensions once, where the host has ccache "
@@ -105,7 +116,9 @@ def build_testbeds(
         recipes=recipes or builtin_recipes(),
         envs=EnvManager(
             cache / "envs",
-            InterpreterSearch.from_environ(host_env, allow_install=settings.allow_python_install),
+            InterpreterSearch.from_environ(
+                host_env, allow_install=settings.allow_python_install, given=settings.pythons
+            ),
             host_env,
             rebuild_failed=settings.rebuild_envs,
             dated_index=DatedIndex(
@@ -125,6 +138,7 @@ def build_testbeds(
         ),
         host_env=host_env,
         compile_cache=CompileCache.find(host_env) if settings.compile_cache else None,
+        sources=OfflineSources(settings.offline_sources or cache / "sources"),
     )
 
 

@@ -25,9 +25,17 @@ class InterpreterSearch:
     uv_dir: Path | None
     uv_binary: str | None = None
     allow_install: bool = False
+    # Interpreters the user pointed at ("3.5" -> a python3.5 of theirs): used first, and
+    # only these for their versions (a wrong one is an error, not a silent fallback).
+    given: tuple[tuple[str, Path], ...] = ()
 
     @classmethod
-    def from_environ(cls, env: Mapping[str, str], allow_install: bool = False) -> InterpreterSearch:
+    def from_environ(
+        cls,
+        env: Mapping[str, str],
+        allow_install: bool = False,
+        given: Mapping[str, Path] | None = None,
+    ) -> InterpreterSearch:
         home = Path(env.get("HOME", str(Path.home())))
         pyenv = env.get("PYENV_ROOT") or str(home / ".pyenv")
         uv_dir = env.get("UV_PYTHON_INSTALL_DIR") or str(
@@ -39,7 +47,26 @@ class InterpreterSearch:
             uv_dir=Path(uv_dir),
             uv_binary=shutil.which("uv", path=env.get("PATH", "")),
             allow_install=allow_install,
+            given=tuple(sorted((given or {}).items())),
         )
+
+    def given_for(self, version: str) -> Path | None:
+        return dict(self.given).get(version)
+
+
+def parse_given(text: str) -> dict[str, Path]:
+    """``3.5=/opt/py35/bin/python3.5,3.6=...`` (the --python flag and SWEGREEN_PYTHONS)."""
+    given: dict[str, Path] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        version, sep, path = item.partition("=")
+        if not sep or not _VERSION.match(version.strip()) or not path.strip():
+            raise ValueError(
+                f"{item!r} is not VERSION=PATH: give e.g. 3.5=/opt/python3.5/bin/python3.5"
+            )
+        given[version.strip()] = Path(path.strip())
+    return given
 
 
 def find_interpreter(version: str, search: InterpreterSearch, needed_by: str = "") -> Path:
@@ -49,6 +76,15 @@ def find_interpreter(version: str, search: InterpreterSearch, needed_by: str = "
     m = _VERSION.match(version)
     if not m:
         raise InterpreterNotFound(f"recipe asks for Python {version!r}; expected X.Y or 'host'")
+    if (given := search.given_for(version)) is not None:
+        if _reports_version(given, version):
+            return given
+        raise InterpreterNotFound(
+            f"Python {version} was given as {given} (--python / SWEGREEN_PYTHONS), but that "
+            f"does not run as Python {version}: {_what_it_is(given)}. Point it at a working "
+            f"python{version}.",
+            permanent=True,
+        )
     for candidate in _candidates(version, search):
         if _reports_version(candidate, version):
             return candidate
@@ -70,7 +106,9 @@ def find_interpreter(version: str, search: InterpreterSearch, needed_by: str = "
     raise InterpreterNotFound(
         f"Python {version}{who} was not found on PATH, in {search.pyenv_root}/versions or in "
         f"{search.uv_dir}{detail}. Install it, e.g. `uv python install {version}` or "
-        f"`pyenv install {version}`, or enable interpreter installs (allow_python_install)."
+        f"`pyenv install {version}`, point at one you have with --python "
+        f"{version}=/path/to/python{version} (SWEGREEN_PYTHONS), or enable interpreter "
+        "installs (--allow-python-install)."
     )
 
 
@@ -113,6 +151,22 @@ def _reports_version(candidate: Path, version: str) -> bool:
     except OSError:
         return False
     return out.returncode == 0 and out.stdout.strip() == version
+
+
+def _what_it_is(candidate: Path) -> str:
+    try:
+        out = subprocess.run(
+            [str(candidate), "-c", "import sys; print(sys.version.split()[0])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except OSError as exc:
+        return f"it cannot be run ({exc.strerror or exc})"
+    if out.returncode != 0:
+        return f"it exits {out.returncode}"
+    return f"it is Python {out.stdout.strip()}"
 
 
 SYSTEM_PREFIXES = {Path("/"), Path("/usr"), Path("/usr/local")}

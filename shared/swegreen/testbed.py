@@ -25,6 +25,7 @@ from pathlib import Path
 
 from swegreen import artifacts as art
 from swegreen import trusted_git
+from swegreen.build_sources import SHIM_LOG, OfflineSources
 from swegreen.compile_cache import CACHE_DIR as COMPILE_CACHE_DIR
 from swegreen.compile_cache import CompileCache
 from swegreen.dataset import Instance
@@ -169,8 +170,10 @@ class Testbeds:
         options: TestbedOptions,
         host_env: Mapping[str, str],
         compile_cache: CompileCache | None = None,
+        sources: OfflineSources | None = None,
     ) -> None:
         self.repos = repos
+        self.sources = sources or OfflineSources(None)
         self.compile_cache = compile_cache
         self.recipes = recipes
         self.envs = envs
@@ -244,8 +247,9 @@ class Testbeds:
         root = self._existing(instance, recipe)
         if root is None:
             setup_commit, provenance = await self.setup_source(instance, recipe)
+            elsewhere = setup_commit != instance.environment_setup_commit
             root = self.options.prepared_root / prepared_name(
-                instance, recipe, setup_commit if provenance else None
+                instance, recipe, setup_commit if elsewhere else None
             )
             async with file_lock(self.options.prepared_root / ".locks" / f"{root.name}.lock"):
                 if not self._usable(root):
@@ -345,6 +349,8 @@ class Testbeds:
                     f"the base commit {setup_commit}: environment_setup_commit "
                     f"{instance.environment_setup_commit} is missing from the source"
                 )
+            if self.envs.search.given_for(recipe.python) is not None:
+                provenance["interpreter"] = {"python": recipe.python, "given_by_user": True}
             read = functools.partial(self.repos.read_file, instance.repo, setup_commit)
             checkout = functools.partial(self.repos.checkout, instance.repo, setup_commit)
             built = await self.envs.ensure(
@@ -631,6 +637,10 @@ class Testbeds:
         steps = [*recipe.pre_install, *([recipe.install] if recipe.install else [])]
         environ = self._with_compile_cache(testbed, self.test_env(testbed), writable=True)
         environ.update({k: v for k, v in self.git_env(testbed).items() if k.startswith("GIT_")})
+        # downloads during the build (matplotlib's qhull, FreeType) from the offline sources
+        shim = testbed.scratch / "sources-shim"
+        extra, offered = await asyncio.to_thread(self.sources.stage, Path(environ["HOME"]), shim)
+        environ.update(extra, PATH=f"{shim}:{environ['PATH']}")
         script = "\n".join(
             ["set -euxo pipefail", *steps, "git commit --quiet --allow-empty -am SWE-bench"]
         )
@@ -639,11 +649,27 @@ class Testbeds:
         )
         testbed.notes.append(f"repository setup ({len(steps)} step(s)) took {result.duration:.1f}s")
         if not result.ok:
+            if missing := self.sources.missing_in(result.output):
+                raise EnvSetupFailed(
+                    f"repository setup: {self.sources.advice(missing)}",
+                    log_tail=result.tail(),
+                    permanent=True,
+                )
             raise EnvSetupFailed(
                 f"repository setup (pre_install/install) failed: {recipe.install or 'commit'}",
                 log_tail=result.tail(),
                 permanent=not result.timed_out and not transient_failure(result.output),
             )
+        served = shim / SHIM_LOG
+        if offered:
+            testbed.provenance["build_sources"] = {
+                "offered": offered,
+                "served_to_wget": [
+                    json.loads(line)["file"] for line in served.read_text().splitlines()
+                ]
+                if served.exists()
+                else [],
+            }
 
 
 def history_stores(repo: Path) -> list[Path]:

@@ -1,0 +1,149 @@
+"""Downloads during a build come from the offline sources directory, only with upstream's
+hash; a build that still lacks one fails with a reason that names the file to provide."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from swegreen.build_sources import SHIM_LOG, Download, OfflineSources, known_downloads
+from swegreen.classify import Status
+from swegreen.engine import LocalSettings, build_engine
+from swegreen.recipes import Recipe, RecipeBook
+from swegreen.sample import SampleBenchmark
+
+from .conftest import RunSample, sample_config
+
+URL = "http://127.0.0.1:9/downloads/extra-1.0.tgz"  # nothing listens: only the shim answers
+
+
+def archive() -> bytes:
+    """A source archive holding one file."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:gz") as tar:
+        body = b"EXTRA = 1\n"
+        info = tarfile.TarInfo("extra-1.0/extra.py")
+        info.size = len(body)
+        info.mtime = 0
+        tar.addfile(info, io.BytesIO(body))
+    return data.getvalue()
+
+
+def download(blob: bytes, **extra: object) -> Download:
+    return Download(
+        file="extra-1.0.tgz",
+        sha256=hashlib.sha256(blob).hexdigest(),
+        urls=(URL,),
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def run_wget(shim: Path, env_extra: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **env_extra, "PATH": f"{shim}:/usr/bin:/bin"}
+    return subprocess.run(
+        ["wget", "-O", "got.tgz", URL], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+def test_the_shim_serves_a_known_url_only_with_upstreams_hash(tmp_path: Path) -> None:
+    blob = archive()
+    sources_dir = tmp_path / "sources"
+    sources_dir.mkdir()
+    (sources_dir / "extra-1.0.tgz").write_bytes(blob)
+    sources = OfflineSources(sources_dir, (download(blob, matplotlib_cache=True),))
+    home = tmp_path / "home"
+    env, offered = sources.stage(home, tmp_path / "shim")
+    assert offered == [{"file": "extra-1.0.tgz", "sha256": hashlib.sha256(blob).hexdigest()}]
+    # matplotlib's own download cache, keyed by the hash
+    assert (home / ".cache" / "matplotlib" / hashlib.sha256(blob).hexdigest()).read_bytes() == blob
+
+    work = tmp_path / "work"
+    work.mkdir()
+    served = run_wget(tmp_path / "shim", env, work)
+    assert served.returncode == 0, served.stderr
+    assert (work / "got.tgz").read_bytes() == blob
+    log = (tmp_path / "shim" / SHIM_LOG).read_text().splitlines()
+    assert [json.loads(line)["file"] for line in log] == ["extra-1.0.tgz"]
+
+    # another file under the same name (another version, say) is never served
+    (sources_dir / "extra-1.0.tgz").write_bytes(blob + b"tampered")
+    (work / "got.tgz").unlink()
+    other = OfflineSources(sources_dir, (download(blob),))
+    env, offered = other.stage(tmp_path / "home2", tmp_path / "shim2")
+    assert offered == []
+    refused = run_wget(tmp_path / "shim2", env, work)
+    assert refused.returncode != 0  # the real wget (or its absence) answers: no such host
+    assert not (work / "got.tgz").exists() or (work / "got.tgz").read_bytes() != blob + b"tampered"
+    assert other.missing_in(f"wget {URL} failed") == list(other.downloads)
+    advice = other.advice(other.missing_in(URL))
+    assert "extra-1.0.tgz" in advice and hashlib.sha256(blob).hexdigest() in advice
+    assert str(sources_dir) in advice
+
+
+def test_the_known_downloads_are_upstreams() -> None:
+    """qhull's hash is matplotlib's LOCAL_QHULL_HASH, FreeType 2.6.1's is its table's."""
+    known = {d.file: d for d in known_downloads()}
+    assert known["qhull-2020-src-8.0.2.tgz"].sha256 == (
+        "b5c2d7eb833278881b952c8a52d20179eab87766b00b865000469a45c1838b7e"
+    )
+    assert known["freetype-2.6.1.tar.gz"].sha256 == (
+        "0a3c7dfbda6da1e8fce29232e8e96d987ababbbf71ebc8c75659e4132c367014"
+    )
+    assert all(d.matplotlib_cache for d in known.values())
+
+
+@pytest.fixture
+def downloading_engine(settings: LocalSettings, sample: SampleBenchmark, host_env, tmp_path):
+    """The sample's calculator with a pre_install that downloads and unpacks an archive."""
+    blob = archive()
+    recipe = Recipe(
+        python="host",
+        packages=("pytest==8.3.5",),
+        pre_install=(
+            f'wget -O "$TMPDIR/extra.tgz" "{URL}"',
+            'tar -xzf "$TMPDIR/extra.tgz" -C "$SWEGREEN_REPO"',
+            'test -f "$SWEGREEN_REPO/extra-1.0/extra.py"',
+        ),
+        test_cmd="pytest --no-header -rA --tb=no -p no:cacheprovider",
+        eval_timeout=120,
+    )
+    book = RecipeBook({"sample/calculator": {"1.0": recipe}})
+    sources_dir = tmp_path / "sources"
+    sources_dir.mkdir()
+    local = settings.model_copy(
+        update={"cache_dir": tmp_path / "cache", "offline_sources": sources_dir}
+    )
+    engine = build_engine(local, sample_config(sample), host_env, recipes=book)
+    assert engine.testbeds.sources.directory == sources_dir  # the setting reaches the testbeds
+    engine.testbeds.sources = OfflineSources(sources_dir, (download(blob),))
+    yield engine, sources_dir, blob
+    engine.close()
+
+
+def test_a_build_that_downloads_runs_offline_and_says_so(
+    downloading_engine, run_sample: RunSample
+) -> None:
+    engine, sources_dir, blob = downloading_engine
+    ids = ["sample__calculator-1"]
+    missing = run_sample("gold", run_id="no-source", engine=engine, instance_ids=ids)
+    (row,) = missing.results
+    assert (row.status, row.reason) == (Status.ERROR, "env_setup_failed")
+    assert "extra-1.0.tgz" in row.detail and hashlib.sha256(blob).hexdigest() in row.detail
+    assert str(sources_dir) in row.detail
+    assert row.attempts == 1  # permanent: trying again cannot help
+
+    (sources_dir / "extra-1.0.tgz").write_bytes(blob)
+    served = run_sample("gold", run_id="with-source", engine=engine, instance_ids=ids)
+    (row,) = served.results
+    assert row.status == Status.RESOLVED, row.detail
+    assert row.environment["build_sources"] == {
+        "offered": [{"file": "extra-1.0.tgz", "sha256": hashlib.sha256(blob).hexdigest()}],
+        "served_to_wget": ["extra-1.0.tgz"],
+    }
