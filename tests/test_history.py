@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from swegreen.engine import Engine
+from swegreen.errors import RepoUnavailable
 from swegreen.history import anchors, quarter_start
 from swegreen.repo_cache import RepoCache
 from swegreen.sample import SampleBenchmark
@@ -156,3 +157,26 @@ def test_no_later_commit_is_readable_in_a_graded_workspace_or_a_workbench(
         assert "done" in output and "FOUND" not in output, output
         assert output.count(" commit ") >= 2, output  # git ran, and saw the past
         assert not set(later) & set(output.split()), output
+
+
+def test_a_source_missing_old_blobs_still_gives_every_complete_checkout(tmp_path: Path) -> None:
+    """A public snapshot may lack some blobs of old history (large files left out): the
+    stores are still made, a base whose own tree is whole checks out; one whose tree lacks
+    a blob fails, naming it."""
+    upstream, shas = make_history(tmp_path)
+    blob = git(upstream, "rev-parse", f"{shas['first']}:first.txt").stdout.strip()
+    (upstream / ".git" / "objects" / blob[:2] / blob[2:]).unlink()  # loose: gone for good
+    cache = RepoCache(tmp_path / "cache" / "repos", str(tmp_path / "upstream" / "{owner}__{name}"))
+    # new-base's tree still lists first.txt: make a base without it
+    git(upstream, "rm", "-q", "first.txt")
+    base = commit_on(upstream, 500, "whole-base")
+    cut = asyncio.run(cache.checkout_isolated("o/r", base, tmp_path / "ws"))
+    assert cut.objects
+    assert git(tmp_path / "ws", "status", "--porcelain").stdout == ""
+    assert (tmp_path / "ws" / "new-fix.txt").read_text() == "new-fix\n"
+    try:
+        asyncio.run(cache.checkout_isolated("o/r", shas["old-base"], tmp_path / "broken"))
+    except RepoUnavailable as exc:
+        assert blob in str(exc)
+    else:
+        raise AssertionError("a base whose tree lacks a blob must not check out")

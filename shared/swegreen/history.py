@@ -154,6 +154,10 @@ class HistoryStores:
                 mirror,
                 "pack-objects",
                 "--revs",
+                # a source may lack blobs of old history (a public snapshot without its
+                # largest files): the stores hold what exists; a checkout still needs
+                # every blob of its own tree, and fails naming the missing one
+                "--missing=allow-any",
                 "--delta-base-offset",
                 "-q",
                 str(tmp / "objects" / "pack" / "pack"),
