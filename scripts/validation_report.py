@@ -20,9 +20,14 @@ def load(results: Path, runs: str) -> dict[str, dict]:
     for run in runs.split(","):
         path = results / run / "instances.jsonl"  # an absolute run directory works too
         if path.exists():
-            for line in path.read_text().splitlines():
-                row = json.loads(line)
-                rows[row["instance_id"]] = {**row, "_run": run}
+            found = [json.loads(line) for line in path.read_text().splitlines()]
+        else:  # a run still going: the rows finished so far
+            found = [
+                json.loads(p.read_text())
+                for p in sorted((results / run / "instances").glob("*/result.json"))
+            ]
+        for row in found:
+            rows[row["instance_id"]] = {**row, "_run": run}
     return rows
 
 
@@ -36,18 +41,35 @@ def base(row: dict) -> str:
     return f"P2P failing on base: {bad}" if bad else "not ok"
 
 
+def note(row: dict) -> str:
+    """What sets the row apart: how its environment was made, or why it did not resolve."""
+    parts = []
+    env = row.get("environment") or {}
+    if env.get("files_read_at"):
+        parts.append("env files at base")
+    if env.get("interpreter", {}).get("given_by_user"):
+        parts.append(f"given Python {env['interpreter']['python']}")
+    if env.get("build_sources"):
+        parts.append(
+            "offline sources: " + ", ".join(env["build_sources"].get("served_to_wget", []))
+        )
+    if row.get("status") == "error":
+        parts.append(row.get("reason", ""))
+    return "; ".join(p for p in parts if p)
+
+
 def main() -> None:
     results, gold_runs, empty_runs = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     gold, empty = load(results, gold_runs), load(results, empty_runs)
-    print("| instance | gold | F2P | P2P | base | time | empty |")
-    print("|---|---|---:|---:|---|---:|---|")
+    print("| instance | gold | F2P | P2P | base | time | empty | note |")
+    print("|---|---|---:|---:|---|---:|---|---|")
     for iid in sorted(gold):
         g, e = gold[iid], empty.get(iid, {})
         seconds = g.get("durations", {}).get("total", 0.0)
         print(
             f"| {iid} | {g['status']} | {g['f2p_passed']}/{g['f2p_total']} "
             f"| {g['p2p_passed']}/{g['p2p_total']} | {base(g)} | {seconds:.0f} s "
-            f"| {e.get('status', 'not run')} |"
+            f"| {e.get('status', 'not run')} | {note(g)} |"
         )
     resolved = sum(r["status"] == "resolved" for r in gold.values())
     no_op = sum(r["status"] == "no_op" for r in empty.values())

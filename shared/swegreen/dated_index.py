@@ -111,6 +111,10 @@ class _Handler(BaseHTTPRequestHandler):
             kept = files
         else:
             kept = [f for f in files if uploaded_before(f, cutoff)]
+        if self.path.endswith("?files"):  # the engine's own question (source_builds.py)
+            body = {"meta": {"api-version": "1.0"}, "name": project, "files": kept}
+            self._answer(200, JSON_API, json.dumps(body))
+            return
         self._answer(200, "text/html; charset=utf-8", render(project, kept))
 
     def _files(self, project: str) -> list[dict]:

@@ -50,6 +50,7 @@ from swegreen.requirements import (
     requirement_name,
     requirements_txt,
 )
+from swegreen.source_builds import TAGS_SCRIPT, build_wheels, find_source_only, pins
 from swegreen.system_deps import (
     build_locales,
     build_sysroot,
@@ -503,6 +504,7 @@ class _Build:
             req_in = self.path / "requirements.in"
             req_in.write_text("\n".join(requirements) + "\n")
             locked = await self._freeze(requirements, project, interp)
+            await self._build_source_only(locked, requirements)
             await self._install_creation_packages(pip, locked)
             if locked is not None:
                 frozen = True
@@ -532,6 +534,35 @@ class _Build:
                 indent=2,
             )
         )
+
+    async def _build_source_only(self, locked: Path | None, requirements: list[str]) -> None:
+        """Wheels for the pins PyPI has only as source for this interpreter, built with
+        the build requirements of their own release (source_builds.py); every later pip
+        of this build finds them (PIP_FIND_LINKS)."""
+        index = self.mgr.dated_index
+        if self.dated_index_url is None or index is None:
+            return
+        lines = locked.read_text().splitlines() if locked is not None else requirements
+        wanted = pins([*lines, *self.recipe.packages])
+        if not wanted:
+            return
+        python = self.path / "py" / "bin" / "python"
+        probe = await run_process([str(python), "-c", TAGS_SCRIPT], cwd=self.path, env=self.env)
+        if not probe.ok:
+            self.log.append(
+                f"# wheel tags unknown, source-only pins not looked for\n{probe.output}"
+            )
+            return
+        todo = await find_source_only(wanted, self.dated_index_url, set(probe.output.split()))
+        if not todo:
+            return
+        self.log.append(
+            "# only as source for this interpreter: "
+            + ", ".join(f"{p.name}=={p.version} ({p.released})" for p in todo)
+        )
+        wheelhouse = self.path / "wheelhouse"
+        await build_wheels(python, todo, wheelhouse, index.url, self.step)
+        self.env["PIP_FIND_LINKS"] = str(wheelhouse)
 
     async def _install_creation_packages(self, pip: list[str], locked: Path | None) -> None:
         """Upstream creates the environment with its ``packages`` (``conda create python=X
