@@ -137,3 +137,18 @@ def test_the_pipeline_refuses_an_oversized_patch_before_storing_it(
         assert record.provenance["config"]["repo_url_template"] == "https://github.com/{repo}.git"
     finally:
         store.close()
+
+
+def test_the_pipeline_refuses_the_local_env_files_fallback(s3: Any, tmp_path: Path) -> None:
+    """env_files_at_base is for local runs from forks: the build phase names artifacts by
+    the environment_setup_commit, so the pipeline says so instead of building others."""
+    store = SqliteStore(tmp_path / "store.sqlite")
+    pipeline = Pipeline(PipelineSettings(table="unused", bucket=BUCKET), s3, store)
+    try:
+        with pytest.raises(ValueError, match="env_files_at_base is for local runs"):
+            pipeline.resolve(
+                StartEvent(run_id="aws-fork", patches="gold", config={"env_files_at_base": True})
+            )
+        assert store.get_run("aws-fork") is None
+    finally:
+        store.close()

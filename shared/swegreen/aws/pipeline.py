@@ -259,6 +259,12 @@ class Pipeline:
         config = build_config(
             ("stack defaults", self.settings.default_config), ("request config", event.config)
         )
+        if config.env_files_at_base:
+            raise ValueError(
+                "env_files_at_base is for local runs from forks that lack some "
+                "environment_setup_commits; the pipeline's build phase names its artifacts "
+                "by those commits and clones repo_url_template, which must have them all"
+            )
         key = self.dataset_key(config)
         text = self._get(key)
         if text is None:
@@ -301,7 +307,6 @@ class Pipeline:
                     "eval_timeout",
                     "max_attempts",
                     "base_validation",
-                    "env_files_at_base",
                     "max_patch_bytes",
                 },
             )
