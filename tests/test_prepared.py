@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from swegreen import overlay
 from swegreen.classify import Status
 from swegreen.dataset import load_dataset
 from swegreen.engine import LocalSettings, build_engine
@@ -73,7 +74,7 @@ def where_imported(testbed: Testbed) -> str:
 
 def tracked_changes(repo: Path) -> str:
     return subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
+        ["git", "-c", "safe.directory=*", "status", "--porcelain", "--untracked-files=no"],
         cwd=repo,
         capture_output=True,
         text=True,
@@ -100,14 +101,18 @@ def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
         i for i in load_dataset(str(sample.dataset)).instances if i.repo == "sample/calculator"
     )
 
-    async def main() -> None:
+    async def main() -> Path:
         async with testbeds.open("one", instance) as first:
             assert first.prepared is not None
             prepared_digest = tree_digest(first.prepared)
             assert where_imported(first).startswith(str(first.repo))
             assert first.env_build_seconds > 0  # it paid for the environment and the setup
-            # what an evaluation may do to its copy: new files, in-place edits, installs
+            # a root engine mounts the copy over the prepared one (overlay.py), else copies
+            assert overlay.is_mounted(first.repo) == overlay.can_mount()
+            # what an evaluation may do to its copy: new files, in-place edits, deletions,
+            # installs
             (first.repo / "calculator" / "junk.py").write_text("JUNK = 1\n")
+            (first.repo / "README.md").unlink()
             with (first.repo / "calculator" / "__init__.py").open("a") as fh:
                 fh.write("LEAKED = True\n")
             site = first.site_packages
@@ -122,6 +127,7 @@ def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
                 assert second.env_build_seconds == 0.0
                 assert where_imported(second).startswith(str(second.repo))
                 assert not (second.repo / "calculator" / "junk.py").exists()
+                assert (second.repo / "README.md").is_file()
                 init = (second.repo / "calculator" / "__init__.py").read_text()
                 assert "LEAKED" not in init
                 assert second.site_packages is not None
@@ -130,8 +136,10 @@ def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
                 # the setup is committed (`commit -am`, as in upstream's images)
                 assert tracked_changes(second.repo) == ""
             assert tree_digest(first.prepared) == prepared_digest
+            return first.repo
 
-    asyncio.run(main())
+    repo = asyncio.run(main())
+    assert not overlay.is_mounted(repo) and not repo.exists()  # nothing left behind
     assert count.read_text().count("setup") == 1
 
     # an environment built again since (the cache cleared, say) prepares the workspace again

@@ -73,6 +73,11 @@ class LocalSettings(BaseModel):
         description="Source archives that builds download while they run (build_sources.py), "
         "used when their sha256 is upstream's; default: <cache_dir>/sources.",
     )
+    copy_on_write: bool = Field(
+        True,
+        description="Mount each evaluation's checkout copy-on-write over the prepared one "
+        "where the engine may (root; overlay.py); off: copy it.",
+    )
     compile_cache: bool = Field(
         True,
         description="Compile an instance's extensions once, where the host has ccache "
@@ -135,6 +140,7 @@ def build_testbeds(
             keep_workspaces=settings.keep_workspaces,
             network_instances=known_network_instances() | set(config.network_instances),
             env_files_at_base=config.env_files_at_base,
+            copy_on_write=settings.copy_on_write,
         ),
         host_env=host_env,
         compile_cache=CompileCache.find(host_env) if settings.compile_cache else None,

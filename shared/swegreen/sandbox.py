@@ -521,20 +521,27 @@ class LocalSandbox:
         uid = self.isolation.sandbox_uid
         if not self.bwrap or uid is None:
             return
+
+        def own(path: Path, st: os.stat_result) -> None:
+            # what is the sandbox's already is left alone: on a copy-on-write checkout
+            # (overlay.py) any ownership change, even to the same owner, copies it up
+            if st.st_uid != uid or st.st_gid != uid:
+                os.lchown(path, uid, uid)
+
         for root in paths:
             if not root.exists():
                 continue
-            os.lchown(root, uid, uid)
+            own(root, root.lstat())
             for dirpath, dirnames, filenames in os.walk(root):
                 here = Path(dirpath)
                 dirnames[:] = [d for d in dirnames if here / d not in shared]
                 for name in dirnames:
-                    os.lchown(here / name, uid, uid)
+                    own(here / name, (here / name).lstat())
                 for name in filenames:
                     path = here / name
                     st = path.lstat()
                     if st.st_nlink == 1 or path.is_symlink():
-                        os.lchown(path, uid, uid)
+                        own(path, st)
 
     async def run_script(
         self,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swegreen import artifacts as art
-from swegreen import trusted_git
+from swegreen import overlay, trusted_git
 from swegreen.build_sources import SHIM_LOG, OfflineSources
 from swegreen.compile_cache import CACHE_DIR as COMPILE_CACHE_DIR
 from swegreen.compile_cache import CompileCache
@@ -92,6 +92,9 @@ class TestbedOptions:
     # Read a recipe's environment files at the base commit where the row's
     # environment_setup_commit is missing from the source (EvalConfig.env_files_at_base).
     env_files_at_base: bool = False
+    # Evaluations' checkouts as overlays on the prepared one where the engine may mount
+    # (overlay.py); off, or elsewhere: copies.
+    copy_on_write: bool = True
 
     @property
     def prepared_root(self) -> Path:
@@ -199,11 +202,18 @@ class Testbeds:
         host_dir = workspace.with_name(workspace.name + ".host")
         host_dir.mkdir()
         host_dir.chmod(0o711)  # the sandbox's uid may open the files it is given by name
+        repo = workspace / "repo"
+        mounted = False
         try:
             notes: list[str] = []
             t0 = time.monotonic()
             prepared = await self.prepared(instance, recipe, notes)
-            await asyncio.to_thread(_copy_tree, prepared.repo, workspace / "repo")
+            if self._copy_on_write(prepared.repo):
+                mounted = await asyncio.to_thread(
+                    overlay.mount, prepared.repo, host_dir / "layers", repo
+                )
+            if not mounted:
+                await asyncio.to_thread(_copy_tree, prepared.repo, repo)
             # What the setup's install downloaded (build requirements of an isolated
             # build, say), as a private copy: the eval-time install finds it, as it finds
             # the pip cache of upstream's image, and nothing it writes reaches another.
@@ -216,8 +226,9 @@ class Testbeds:
                 prepared.env, workspace / "env", {str(prepared.repo): str(workspace / "repo")}
             )
             built = prepared.env_build_seconds
+            how = "mounted copy-on-write on" if mounted else "copied from"
             notes.append(
-                f"workspace copied from the prepared one in {time.monotonic() - t0:.1f}s"
+                f"workspace {how} the prepared one in {time.monotonic() - t0:.1f}s"
                 + (f" (including {built:.1f}s of building)" if built else "")
             )
             yield Testbed(
@@ -232,6 +243,8 @@ class Testbeds:
                 provenance=prepared.provenance,
             )
         finally:
+            if mounted:
+                await asyncio.to_thread(overlay.unmount, repo)
             if not self.options.keep_workspaces:
                 scratch = scratch_dir(workspace / "repo", f"swegreen-{workspace.name}")
                 await asyncio.to_thread(shutil.rmtree, scratch, True)
@@ -269,6 +282,18 @@ class Testbeds:
             index_url=index_url,
             provenance=info.get("provenance") or {},
         )
+
+    def _copy_on_write(self, prepared_repo: Path) -> bool:
+        """Whether an evaluation may mount its checkout over ``prepared_repo`` (overlay.py):
+        the setting allows it, the workspace is not kept, and the prepared checkout is
+        already the sandbox's (lending it would copy every file up). Prepared checkouts
+        made before this was possible are copied, never changed while in use."""
+        if not self.options.copy_on_write or self.options.keep_workspaces:
+            return False
+        if not overlay.can_mount():
+            return False
+        uid = self.sandbox.isolation.sandbox_uid
+        return uid is None or prepared_repo.stat().st_uid == uid
 
     def _existing(self, instance: Instance, recipe: Recipe) -> Path | None:
         """A usable prepared workspace, found without the repository: the one made at the
@@ -379,6 +404,8 @@ class Testbeds:
                     }
                 )
             )
+            # the sandbox's already, so that evaluations mounted on it change no file
+            await asyncio.to_thread(self.sandbox.lend, [root / "repo"])
             (root / PREPARED_COMPLETE).write_text(str(time.time()))
         except BaseException:
             await asyncio.to_thread(shutil.rmtree, root, True)

@@ -85,7 +85,17 @@ def environment(base: Mapping[str, str], home: Path) -> dict[str, str]:
     """``base`` without what could point git at configuration or programs, plus: no
     system or global configuration files, and an engine-owned HOME (which git does not
     need to exist)."""
-    env = {k: v for k, v in base.items() if k not in _DROPPED}
+    env = {
+        k: v
+        for k, v in base.items()
+        if k not in _DROPPED and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
+    }
+    # the overrides for every git run with this environment too (`git apply`, the
+    # workbench's), not only those built with ``argv``: command-line scope, as `-c`
+    for i, item in enumerate(OVERRIDES):
+        key, _, value = item.partition("=")
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    env["GIT_CONFIG_COUNT"] = str(len(OVERRIDES))
     env.update(
         {
             "HOME": str(home),

@@ -149,7 +149,23 @@ async def detach_history(repo: Path, env: dict[str, str]) -> None:
     fresh = repo.parent / "git-detached"
     await run_checked(["git", "init", "--quiet", "--bare", str(fresh)], env=env)
     await run_checked(
-        ["git", "-C", str(fresh), "fetch", "--quiet", "--depth=1", f"file://{repo}", head],
+        # the engine's own fresh copy (no participant code has run in it yet): the file
+        # transport for it alone (trusted_git.OVERRIDES refuse every transport)
+        [
+            "git",
+            "-c",
+            "protocol.file.allow=always",
+            "-C",
+            str(fresh),
+            "fetch",
+            "--quiet",
+            # git clears the environment's configuration for the other side: its
+            # upload-pack is told itself that the sandbox-owned checkout is safe
+            "--upload-pack=git -c safe.directory=* upload-pack",
+            "--depth=1",
+            f"file://{repo}",
+            head,
+        ],
         env=env,
     )
     old = repo / ".git"

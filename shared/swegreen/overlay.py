@@ -1,0 +1,84 @@
+"""Copy-on-write workspaces: an evaluation's checkout as an overlay on the prepared one.
+
+Every evaluation used to copy its prepared checkout (django: 9,600 files, 51 MB; 1-3 s, and
+more on a loaded machine), because it may write anywhere in it and nothing it writes may
+reach the prepared one. An overlay mount gives the same guarantee for nothing: the
+prepared checkout is the read-only lower layer, every write (and every deletion, as a
+whiteout) lands in the evaluation's own upper layer, and both the engine's own steps on
+the host (git apply, the tamper checks, the reseated ``.git``) and the sandbox (bound to
+the mount point) see the merged tree. The layers live in the evaluation's host directory,
+which the sandbox never sees, so it cannot write to them behind the mount's back.
+
+Only a root engine may mount; elsewhere (and where the kernel refuses) the checkout is
+copied as before. The lower layer must never change while mounted: prepared checkouts are
+complete before any evaluation starts, and are already owned by the sandbox's uid then,
+so lending the workspace to the sandbox changes no file (an ownership change would copy
+every file up).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+_UNSAFE = (",", ":", "\\", "\n")  # separators of mount's option string
+
+
+def can_mount() -> bool:
+    return os.geteuid() == 0
+
+
+def mount(lower: Path, layers: Path, target: Path) -> bool:
+    """Mount ``lower`` copy-on-write at ``target`` (upper and work dirs under ``layers``);
+    False (nothing mounted) where it cannot be done here."""
+    paths = [str(lower), str(layers), str(target)]
+    if not can_mount() or any(c in p for p in paths for c in _UNSAFE):
+        return False
+    upper, work = layers / "upper", layers / "work"
+    upper.mkdir(parents=True)
+    work.mkdir()
+    target.mkdir(parents=True, exist_ok=True)
+    # the upper layer's root takes the lower root's owner and mode, as a copy would
+    st = lower.stat()
+    os.chown(upper, st.st_uid, st.st_gid)
+    upper.chmod(st.st_mode & 0o7777)
+    options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+    done = subprocess.run(
+        ["mount", "-t", "overlay", "overlay", "-o", options, str(target)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def is_mounted(target: Path) -> bool:
+    """Whether ``target`` is a mount point (of this mount namespace)."""
+    wanted = str(target)
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            fields = line.split()
+            if len(fields) > 4 and _unescape(fields[4]) == wanted:
+                return True
+    return False
+
+
+def unmount(target: Path) -> None:
+    """Unmount ``target``; a busy mount (a process still in it) is detached lazily, so
+    the layers can be removed at once."""
+    if subprocess.run(["umount", str(target)], capture_output=True, check=False).returncode:
+        subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
+
+
+def _unescape(field: str) -> str:
+    """mountinfo escapes space, tab, newline and backslash as octal."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and i + 3 < len(field) and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
