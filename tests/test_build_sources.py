@@ -88,13 +88,17 @@ def test_the_shim_serves_a_known_url_only_with_upstreams_hash(tmp_path: Path) ->
 
 
 def test_the_known_downloads_are_upstreams() -> None:
-    """qhull's hash is matplotlib's LOCAL_QHULL_HASH, FreeType 2.6.1's is its table's."""
+    """qhull's hash is matplotlib's LOCAL_QHULL_HASH, FreeType 2.6.1's is its table's,
+    jQuery UI's is setup.py's."""
     known = {d.file: d for d in known_downloads()}
     assert known["qhull-2020-src-8.0.2.tgz"].sha256 == (
         "b5c2d7eb833278881b952c8a52d20179eab87766b00b865000469a45c1838b7e"
     )
     assert known["freetype-2.6.1.tar.gz"].sha256 == (
         "0a3c7dfbda6da1e8fce29232e8e96d987ababbbf71ebc8c75659e4132c367014"
+    )
+    assert known["jquery-ui-1.12.1.zip"].sha256 == (
+        "f8233674366ab36b2c34c577ec77a3d70cac75d2e387d8587f3836345c0f624d"
     )
     assert all(d.matplotlib_cache for d in known.values())
 
