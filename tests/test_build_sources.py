@@ -15,7 +15,7 @@ import pytest
 
 from swegreen.build_sources import SHIM_LOG, Download, OfflineSources, known_downloads
 from swegreen.classify import Status
-from swegreen.engine import LocalSettings, build_engine
+from swegreen.engine import Engine, LocalSettings, build_engine
 from swegreen.recipes import Recipe, RecipeBook
 from swegreen.sample import SampleBenchmark
 
@@ -107,10 +107,12 @@ def test_the_known_downloads_are_upstreams() -> None:
 def downloading_engine(settings: LocalSettings, sample: SampleBenchmark, host_env, tmp_path):
     """The sample's calculator with a pre_install that downloads and unpacks an archive."""
     blob = archive()
+    count = tmp_path / "setups"
     recipe = Recipe(
         python="host",
         packages=("pytest==8.3.5",),
         pre_install=(
+            f"echo setup >> {count}",
             f'wget -O "$TMPDIR/extra.tgz" "{URL}"',
             'tar -xzf "$TMPDIR/extra.tgz" -C "$SWEGREEN_REPO"',
             'test -f "$SWEGREEN_REPO/extra-1.0/extra.py"',
@@ -124,27 +126,41 @@ def downloading_engine(settings: LocalSettings, sample: SampleBenchmark, host_en
     local = settings.model_copy(
         update={"cache_dir": tmp_path / "cache", "offline_sources": sources_dir}
     )
-    engine = build_engine(local, sample_config(sample), host_env, recipes=book)
-    assert engine.testbeds.sources.directory == sources_dir  # the setting reaches the testbeds
-    engine.testbeds.sources = OfflineSources(sources_dir, (download(blob),))
-    yield engine, sources_dir, blob
-    engine.close()
+    config = sample_config(sample, base_validation=True)
+    engines = []
+
+    def make() -> Engine:
+        engine = build_engine(local, config, host_env, recipes=book)
+        assert engine.testbeds.sources.directory == sources_dir  # the setting reaches it
+        engine.testbeds.sources = OfflineSources(sources_dir, (download(blob),))
+        engines.append(engine)
+        return engine
+
+    yield make, sources_dir, blob, count
+    for engine in engines:
+        engine.close()
 
 
 def test_a_build_that_downloads_runs_offline_and_says_so(
     downloading_engine, run_sample: RunSample
 ) -> None:
-    engine, sources_dir, blob = downloading_engine
+    make, sources_dir, blob, count = downloading_engine
     ids = ["sample__calculator-1"]
-    missing = run_sample("gold", run_id="no-source", engine=engine, instance_ids=ids)
+    missing = run_sample(
+        "gold", run_id="no-source", engine=make(), instance_ids=ids, base_validation=True
+    )
     (row,) = missing.results
     assert (row.status, row.reason) == (Status.ERROR, "env_setup_failed")
     assert "extra-1.0.tgz" in row.detail and hashlib.sha256(blob).hexdigest() in row.detail
     assert str(sources_dir) in row.detail
     assert row.attempts == 1  # permanent: trying again cannot help
+    # the base validation's setup failed; the evaluation's was not run again
+    assert count.read_text().count("setup") == 1
 
     (sources_dir / "extra-1.0.tgz").write_bytes(blob)
-    served = run_sample("gold", run_id="with-source", engine=engine, instance_ids=ids)
+    served = run_sample(  # a new run (its own engine) tries again
+        "gold", run_id="with-source", engine=make(), instance_ids=ids, base_validation=True
+    )
     (row,) = served.results
     assert row.status == Status.RESOLVED, row.detail
     assert row.environment["build_sources"] == {

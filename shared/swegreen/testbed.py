@@ -32,7 +32,7 @@ from swegreen.dataset import Instance
 from swegreen.env_guard import EnvGuard, project_names
 from swegreen.environments import COMPLETE as ENV_COMPLETE
 from swegreen.environments import ENV_INFO, Environment, EnvManager, transient_failure
-from swegreen.errors import EnvSetupFailed, RepoUnavailable
+from swegreen.errors import EnvSetupFailed, EvaluationFailure, RepoUnavailable
 from swegreen.eval_script import eval_phases, test_command_seconds
 from swegreen.locks import file_lock
 from swegreen.patches import inspect_patch
@@ -177,6 +177,10 @@ class Testbeds:
     ) -> None:
         self.repos = repos
         self.sources = sources or OfflineSources(None)
+        # Permanent failures of a prepared workspace's setup in this run, by its name: the
+        # base validation and the evaluation of a row (and a retry) fail at once with the
+        # same reason instead of running the failing install again.
+        self._failed: dict[str, EvaluationFailure] = {}
         self.compile_cache = compile_cache
         self.recipes = recipes
         self.envs = envs
@@ -264,11 +268,20 @@ class Testbeds:
             root = self.options.prepared_root / prepared_name(
                 instance, recipe, setup_commit if elsewhere else None
             )
+            if (known := self._failed.get(root.name)) is not None:
+                raise known
             async with file_lock(self.options.prepared_root / ".locks" / f"{root.name}.lock"):
+                if (known := self._failed.get(root.name)) is not None:
+                    raise known
                 if not self._usable(root):
-                    return await self._prepare(
-                        instance, recipe, root, notes, setup_commit, provenance
-                    )
+                    try:
+                        return await self._prepare(
+                            instance, recipe, root, notes, setup_commit, provenance
+                        )
+                    except EvaluationFailure as exc:
+                        if exc.permanent:
+                            self._failed[root.name] = exc
+                        raise
         info = json.loads((root / PREPARED_INFO).read_text())
         env = self.envs.loaded(info["env_key"], root / "env")
         notes.append(f"environment {env.key} and prepared workspace {root.name} (reused)")
