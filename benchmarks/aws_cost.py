@@ -19,8 +19,8 @@ EvaluateFailed, EvaluateAgain?, EvaluateBackoff, EvaluateCapacity? and an on-dem
 again. Rows are scheduled on ``max_concurrent_rows`` slots in dataset order; each row's
 evaluate time is its repository's measured warm evaluation spread log-normally (seeded:
 every scenario sees the same rows), so the run's wall time includes the slow tail.
-Repositories not measured here (django, matplotlib, scikit-learn) take the median of the
-measured ones.
+Repositories not measured here (matplotlib, scikit-learn: their builds need what this
+machine cannot have, docs/validation.md) take the median of the measured ones.
 
     python benchmarks/aws_cost.py                          # the docs' scenarios
     python benchmarks/aws_cost.py --concurrency 100 --task-start-seconds 60
@@ -73,6 +73,9 @@ COLD_BUILD = {
     "pytest-dev/pytest": 52.2,
     "sphinx-doc/sphinx": 66.1,
     "sympy/sympy": 34.1,
+    # the validation run's first rows per django version (2026-11-24; environment and
+    # prepared workspace), 37-58 s
+    "django/django": 50.0,
 }
 ARTIFACT_MB = 263.0  # median a row downloads (mirror + environment + prepared), artifacts.py
 UNPACK_SECONDS = 12.8  # median unpack of those, artifacts.py (measured on a loaded machine)
