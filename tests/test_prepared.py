@@ -109,6 +109,12 @@ def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
             assert first.env_build_seconds > 0  # it paid for the environment and the setup
             # a root engine mounts the copy over the prepared one (overlay.py), else copies
             assert overlay.is_mounted(first.repo) == overlay.can_mount()
+            if overlay.is_mounted(first.repo):
+                # lending it to the sandbox (as every run does) copies nothing up: the
+                # prepared checkout is the sandbox's already
+                testbeds.sandbox.lend([first.workspace, first.scratch])
+                upper = first.host_dir / "layers" / "upper"
+                assert [p for p in upper.rglob("*") if p.is_file()] == []
             # what an evaluation may do to its copy: new files, in-place edits, deletions,
             # installs
             (first.repo / "calculator" / "junk.py").write_text("JUNK = 1\n")
