@@ -1,6 +1,6 @@
 """Summarise validation runs (gold and empty patches per repository) as markdown tables.
 
-    python scripts/validation_report.py RESULTS_DIR GOLD_RUN[,GOLD_RUN...] EMPTY_RUN[,...]
+    python scripts/validation_report.py RESULTS_DIR GOLD_RUN[,GOLD_RUN...] EMPTY_RUN[,...] [REPO]
 
 Later runs override earlier ones for the same instance (a re-run after a fix); a run may
 also be given as an absolute directory. Prints, per
@@ -19,13 +19,14 @@ def load(results: Path, runs: str) -> dict[str, dict]:
     rows: dict[str, dict] = {}
     for run in runs.split(","):
         path = results / run / "instances.jsonl"  # an absolute run directory works too
-        if path.exists():
-            found = [json.loads(line) for line in path.read_text().splitlines()]
-        else:  # a run still going: the rows finished so far
-            found = [
-                json.loads(p.read_text())
-                for p in sorted((results / run / "instances").glob("*/result.json"))
-            ]
+        found = (
+            [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        )
+        # each row's own record is its latest (a run resumed or still going)
+        found += [
+            json.loads(p.read_text())
+            for p in sorted((results / run / "instances").glob("*/result.json"))
+        ]
         for row in found:
             rows[row["instance_id"]] = {**row, "_run": run}
     return rows
@@ -61,9 +62,16 @@ def note(row: dict) -> str:
 def main() -> None:
     results, gold_runs, empty_runs = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     gold, empty = load(results, gold_runs), load(results, empty_runs)
+    if len(sys.argv) > 4:  # one repository of runs that cover several
+        repo = sys.argv[4]
+        gold = {k: v for k, v in gold.items() if v.get("repo") == repo}
+        empty = {k: v for k, v in empty.items() if v.get("repo") == repo}
     print("| instance | gold | F2P | P2P | base | time | empty | note |")
     print("|---|---|---:|---:|---|---:|---|---|")
-    for iid in sorted(gold):
+    for iid in sorted(set(gold) | set(empty)):
+        if iid not in gold:
+            print(f"| {iid} | not run | | | | | {empty[iid]['status']} | |")
+            continue
         g, e = gold[iid], empty.get(iid, {})
         seconds = g.get("durations", {}).get("total", 0.0)
         print(
