@@ -82,6 +82,14 @@ OVERRIDES: list[tuple[str, Any, dict[str, Any], str]] = [
         "these suites call httpbin.org (HTTPBIN_URL); a local httpbin on the sandbox's own "
         "loopback stands in for it (from 2.9 the suites start pytest-httpbin themselves)",
     ),
+    (
+        "scikit-learn/scikit-learn",
+        ["0.20", "0.21", "0.22"],
+        {"constraints": ["cython<3"]},
+        "upstream's conda environment for Python 3.6 gets conda's last Cython for 3.6, a "
+        "0.29 (Cython 3 was never built for it there); PyPI's Cython 3.0.10 still installs "
+        "on 3.6 but cannot compile these versions' .pyx files",
+    ),
 ]
 
 _APT_INSTALL = re.compile(r"apt-get\s+(?:-\S+\s+)*install\s+(.*?)(?:&&|;|$)")
