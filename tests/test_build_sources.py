@@ -57,28 +57,31 @@ def test_the_shim_serves_a_known_url_only_with_upstreams_hash(tmp_path: Path) ->
     sources_dir = tmp_path / "sources"
     sources_dir.mkdir()
     (sources_dir / "extra-1.0.tgz").write_bytes(blob)
+    sha = hashlib.sha256(blob).hexdigest()
     sources = OfflineSources(sources_dir, (download(blob, matplotlib_cache=True),))
     home = tmp_path / "home"
-    env, offered = sources.stage(home, tmp_path / "shim")
-    assert offered == [{"file": "extra-1.0.tgz", "sha256": hashlib.sha256(blob).hexdigest()}]
-    # matplotlib's own download cache, keyed by the hash
-    assert (home / ".cache" / "matplotlib" / hashlib.sha256(blob).hexdigest()).read_bytes() == blob
+    staged = sources.stage(home, tmp_path / "shim")
+    assert staged.used() == []  # offered is not used: provenance says only what was taken
+    # matplotlib's own download cache, keyed by the hash; reading it counts
+    assert (home / ".cache" / "matplotlib" / sha).read_bytes() == blob
+    assert staged.used() == [{"file": "extra-1.0.tgz", "sha256": sha, "via": "matplotlib's cache"}]
 
     work = tmp_path / "work"
     work.mkdir()
-    served = run_wget(tmp_path / "shim", env, work)
+    served = run_wget(tmp_path / "shim", staged.env, work)
     assert served.returncode == 0, served.stderr
     assert (work / "got.tgz").read_bytes() == blob
     log = (tmp_path / "shim" / SHIM_LOG).read_text().splitlines()
     assert [json.loads(line)["file"] for line in log] == ["extra-1.0.tgz"]
+    assert staged.used() == [{"file": "extra-1.0.tgz", "sha256": sha, "via": "wget"}]
 
     # another file under the same name (another version, say) is never served
     (sources_dir / "extra-1.0.tgz").write_bytes(blob + b"tampered")
     (work / "got.tgz").unlink()
-    other = OfflineSources(sources_dir, (download(blob),))
-    env, offered = other.stage(tmp_path / "home2", tmp_path / "shim2")
-    assert offered == []
-    refused = run_wget(tmp_path / "shim2", env, work)
+    other = OfflineSources(sources_dir, (download(blob, matplotlib_cache=True),))
+    staged = other.stage(tmp_path / "home2", tmp_path / "shim2")
+    assert not (tmp_path / "home2" / ".cache" / "matplotlib" / sha).exists()
+    refused = run_wget(tmp_path / "shim2", staged.env, work)
     assert refused.returncode != 0  # the real wget (or its absence) answers: no such host
     assert not (work / "got.tgz").exists() or (work / "got.tgz").read_bytes() != blob + b"tampered"
     assert other.missing_in(f"wget {URL} failed") == list(other.downloads)
@@ -163,7 +166,6 @@ def test_a_build_that_downloads_runs_offline_and_says_so(
     )
     (row,) = served.results
     assert row.status == Status.RESOLVED, row.detail
-    assert row.environment["build_sources"] == {
-        "offered": [{"file": "extra-1.0.tgz", "sha256": hashlib.sha256(blob).hexdigest()}],
-        "served_to_wget": ["extra-1.0.tgz"],
-    }
+    assert row.environment["build_sources"] == [
+        {"file": "extra-1.0.tgz", "sha256": hashlib.sha256(blob).hexdigest(), "via": "wget"}
+    ]

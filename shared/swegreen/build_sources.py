@@ -64,6 +64,30 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+@dataclass(frozen=True)
+class Staged:
+    """One setup run's offline sources: its environment, and how to tell what it took."""
+
+    env: dict[str, str]
+    shim_dir: Path
+    cached: dict[str, tuple[Download, Path]]
+    known: dict[str, Download]
+
+    def used(self) -> list[dict[str, str]]:
+        """What the build really took (the row's provenance): files served to ``wget``,
+        and copies in matplotlib's cache that were read."""
+        used: dict[str, dict[str, str]] = {}
+        log = self.shim_dir / SHIM_LOG
+        if log.exists():
+            for line in log.read_text().splitlines():
+                d = self.known[json.loads(line)["file"]]
+                used[d.file] = {"file": d.file, "sha256": d.sha256, "via": "wget"}
+        for name, (d, copy) in self.cached.items():
+            if name not in used and copy.exists() and copy.stat().st_atime > 0:
+                used[name] = {"file": d.file, "sha256": d.sha256, "via": "matplotlib's cache"}
+        return list(used.values())
+
+
 class OfflineSources:
     """A directory of source archives (possibly empty or absent) and what they stand for."""
 
@@ -84,32 +108,35 @@ class OfflineSources:
             self._checked[key] = sha256_of(path) == download.sha256
         return path if self._checked[key] else None
 
-    def stage(self, home: Path, shim_dir: Path) -> tuple[dict[str, str], list[dict[str, str]]]:
-        """Prepare a setup run: a ``wget`` that knows the directory (returned as env
-        additions: PATH first) and matplotlib's cache in ``home``; returns those env
-        additions and what was offered (for provenance)."""
+    def stage(self, home: Path, shim_dir: Path) -> Staged:
+        """Prepare a setup run: a ``wget`` that knows the directory (``Staged.env``: put
+        ``shim_dir`` first on PATH) and matplotlib's download cache in ``home``."""
         shim_dir.mkdir(parents=True, exist_ok=True)
-        offered: list[dict[str, str]] = []
+        cached: dict[str, tuple[Download, Path]] = {}
         for download in self.downloads:
             path = self.available(download)
-            if path is None:
+            if path is None or not download.matplotlib_cache:
                 continue
-            offered.append({"file": download.file, "sha256": download.sha256})
-            if download.matplotlib_cache:
-                cache = home / ".cache" / "matplotlib"
-                cache.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, cache / download.sha256)
+            cache = home / ".cache" / "matplotlib"
+            cache.mkdir(parents=True, exist_ok=True)
+            copy = cache / download.sha256
+            shutil.copyfile(path, copy)
+            # access time before its change time: the first read sets it (relatime)
+            os.utime(copy, (0, copy.stat().st_mtime))
+            cached[download.file] = (download, copy)
         (shim_dir / TABLE).write_text(
             json.dumps({"downloads": [dataclasses.asdict(d) for d in self.downloads]})
         )
         wget = shim_dir / "wget"
-        wget.write_text(f'#!/bin/sh\nexec {sys.executable} -m swegreen.build_sources wget "$@"\n')
+        wget.write_text(
+            f'#!/bin/sh\nexec {sys.executable} -I -m swegreen.build_sources wget "$@"\n'
+        )
         wget.chmod(0o755)
         env = {
             "SWEGREEN_OFFLINE_SOURCES": str(self.directory or ""),
             "SWEGREEN_SOURCES_SHIM": str(shim_dir),
         }
-        return env, offered
+        return Staged(env, shim_dir, cached, {d.file: d for d in self.downloads})
 
     def missing_in(self, output: str) -> list[Download]:
         """Known downloads a failed setup's output asked for that the directory lacks."""

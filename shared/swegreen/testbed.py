@@ -25,7 +25,7 @@ from pathlib import Path
 
 from swegreen import artifacts as art
 from swegreen import overlay, trusted_git
-from swegreen.build_sources import SHIM_LOG, OfflineSources
+from swegreen.build_sources import OfflineSources
 from swegreen.compile_cache import CACHE_DIR as COMPILE_CACHE_DIR
 from swegreen.compile_cache import CompileCache
 from swegreen.dataset import Instance
@@ -679,8 +679,8 @@ class Testbeds:
         environ.update({k: v for k, v in self.git_env(testbed).items() if k.startswith("GIT_")})
         # downloads during the build (matplotlib's qhull, FreeType) from the offline sources
         shim = testbed.scratch / "sources-shim"
-        extra, offered = await asyncio.to_thread(self.sources.stage, Path(environ["HOME"]), shim)
-        environ.update(extra, PATH=f"{shim}:{environ['PATH']}")
+        staged = await asyncio.to_thread(self.sources.stage, Path(environ["HOME"]), shim)
+        environ.update(staged.env, PATH=f"{shim}:{environ['PATH']}")
         script = "\n".join(
             ["set -euxo pipefail", *steps, "git commit --quiet --allow-empty -am SWE-bench"]
         )
@@ -700,16 +700,8 @@ class Testbeds:
                 log_tail=result.tail(),
                 permanent=not result.timed_out and not transient_failure(result.output),
             )
-        served = shim / SHIM_LOG
-        if offered:
-            testbed.provenance["build_sources"] = {
-                "offered": offered,
-                "served_to_wget": [
-                    json.loads(line)["file"] for line in served.read_text().splitlines()
-                ]
-                if served.exists()
-                else [],
-            }
+        if used := staged.used():
+            testbed.provenance["build_sources"] = used
 
 
 def history_stores(repo: Path) -> list[Path]:
