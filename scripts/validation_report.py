@@ -51,9 +51,7 @@ def note(row: dict) -> str:
     if env.get("interpreter", {}).get("given_by_user"):
         parts.append(f"given Python {env['interpreter']['python']}")
     if env.get("build_sources"):
-        parts.append(
-            "offline sources: " + ", ".join(env["build_sources"].get("served_to_wget", []))
-        )
+        parts.append("offline sources: " + ", ".join(d["file"] for d in env["build_sources"]))
     if row.get("status") == "error":
         parts.append(row.get("reason", ""))
     return "; ".join(p for p in parts if p)
