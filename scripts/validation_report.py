@@ -50,8 +50,11 @@ def note(row: dict) -> str:
         parts.append("env files at base")
     if env.get("interpreter", {}).get("given_by_user"):
         parts.append(f"given Python {env['interpreter']['python']}")
-    if env.get("build_sources"):
-        parts.append("offline sources: " + ", ".join(d["file"] for d in env["build_sources"]))
+    taken = env.get("build_sources") or []
+    if isinstance(taken, dict):  # rows of an earlier format: what was served to wget
+        taken = [{"file": f} for f in taken.get("served_to_wget", [])]
+    if taken:
+        parts.append("offline sources: " + ", ".join(d["file"] for d in taken))
     if row.get("status") == "error":
         parts.append(row.get("reason", ""))
     return "; ".join(p for p in parts if p)
