@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import http.server
+import io
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterable
+import zipfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,3 +132,67 @@ def stop(servers: Iterable[Server]) -> None:
     for server in servers:
         with contextlib.suppress(subprocess.TimeoutExpired):
             server.proc.wait(timeout=10)
+
+
+def wheel_bytes(name: str, version: str, files: dict[str, str]) -> bytes:
+    """A pure-Python wheel holding ``files`` (path -> text)."""
+    data = io.BytesIO()
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(data, "w") as z:
+        for arcname, text in files.items():
+            z.writestr(arcname, text)
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        z.writestr(f"{info}/RECORD", "")
+    return data.getvalue()
+
+
+@contextlib.contextmanager
+def json_index(projects: dict[str, list[tuple[str, str, bytes]]]) -> Iterator[str]:
+    """A package index on 127.0.0.1 that speaks only the JSON simple API (PEP 691, with
+    PEP 700 upload times), serving ``projects`` (name -> [(filename, upload time, bytes)]);
+    yields its ``/simple`` URL."""
+    blobs = {f: b for files in projects.values() for f, _, b in files}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            port = self.server.server_address[1]
+            parts = self.path.strip("/").split("/")
+            if len(parts) == 2 and parts[0] == "simple" and parts[1] in projects:
+                files = [
+                    {
+                        "filename": f,
+                        "url": f"http://127.0.0.1:{port}/files/{f}",
+                        "hashes": {"sha256": hashlib.sha256(b).hexdigest()},
+                        "upload-time": when,
+                    }
+                    for f, when, b in projects[parts[1]]
+                ]
+                meta = {"api-version": "1.1"}
+                body = json.dumps({"meta": meta, "name": parts[1], "files": files}).encode()
+                kind = "application/vnd.pypi.simple.v1+json"
+            elif len(parts) == 2 and parts[0] == "files" and parts[1] in blobs:
+                body, kind = blobs[parts[1]], "application/octet-stream"
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -4,36 +4,24 @@ on the recipe's date. Real pip, real HTTP on 127.0.0.1, a test-made upstream ind
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import os
 import subprocess
 import sys
-import threading
-import zipfile
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from swegreen.dated_index import JSON_API, DatedIndex, index_env
+from swegreen.dated_index import DatedIndex, index_env
+
+from .helpers import json_index, wheel_bytes
 
 OLD, NEW = "2020-06-01T00:00:00Z", "2025-06-01T00:00:00Z"
 
 
 def wheel(directory: Path, name: str, version: str, files: dict[str, str]) -> Path:
     path = directory / f"{name}-{version}-py3-none-any.whl"
-    info = f"{name}-{version}.dist-info"
-    with zipfile.ZipFile(path, "w") as z:
-        for arcname, text in files.items():
-            z.writestr(arcname, text)
-        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        z.writestr(
-            f"{info}/WHEEL",
-            "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        )
-        z.writestr(f"{info}/RECORD", "")
+    path.write_bytes(wheel_bytes(name, version, files))
     return path
 
 
@@ -48,47 +36,9 @@ def upstream(tmp_path: Path) -> Iterator[str]:
         w = wheel(
             files, "buildhelper", version, {"buildhelper/__init__.py": f"VERSION = {version!r}\n"}
         )
-        entries.append((w, when))
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            port = self.server.server_address[1]
-            if self.path.rstrip("/") == "/simple/buildhelper":
-                body = json.dumps(
-                    {
-                        "meta": {"api-version": "1.1"},
-                        "name": "buildhelper",
-                        "files": [
-                            {
-                                "filename": w.name,
-                                "url": f"http://127.0.0.1:{port}/files/{w.name}",
-                                "hashes": {"sha256": hashlib.sha256(w.read_bytes()).hexdigest()},
-                                "upload-time": when,
-                            }
-                            for w, when in entries
-                        ],
-                    }
-                ).encode()
-                kind = JSON_API
-            elif self.path.startswith("/files/") and (files / self.path[7:]).is_file():
-                body, kind = (files / self.path[7:]).read_bytes(), "application/octet-stream"
-            else:
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
-    server.shutdown()
+        entries.append((w.name, when, w.read_bytes()))
+    with json_index({"buildhelper": entries}) as url:
+        yield url
 
 
 def pip(*args: str, index: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from swegreen.dataset import load_dataset
 from swegreen.engine import LocalSettings, build_engine
 from swegreen.errors import RepoUnavailable
 from swegreen.recipes import Recipe, RecipeBook
+from swegreen.results import InstanceResult
 from swegreen.sample import SampleBenchmark
 
 from .conftest import RunSample, sample_config
@@ -54,40 +56,40 @@ def fork(sample: SampleBenchmark, tmp_path: Path) -> dict[str, str]:
     }
 
 
+@pytest.fixture
 def evaluate(
     run_sample: RunSample,
     settings: LocalSettings,
     sample: SampleBenchmark,
     host_env: dict[str, str],
     fork: dict[str, str],
-    book_recipe: Recipe,
-    run_id: str,
-    **config: Any,
-):
-    values = {"dataset": fork["dataset"], "repo_url_template": fork["repo_url_template"], **config}
-    book = RecipeBook({"sample/calculator": {"1.0": book_recipe}})
-    engine = build_engine(settings, sample_config(sample, **values), host_env, recipes=book)
-    try:
-        (row,) = run_sample("gold", run_id=run_id, engine=engine, **values).results
-    finally:
-        engine.close()
-    return row
+) -> Callable[..., InstanceResult]:
+    """Evaluate the fork's row with gold, ``book_recipe`` as its recipe, in run ``run_id``."""
+
+    def run(book_recipe: Recipe, run_id: str, **config: Any) -> InstanceResult:
+        values = {"dataset": fork["dataset"], "repo_url_template": fork["repo_url_template"]}
+        values.update(config)
+        book = RecipeBook({"sample/calculator": {"1.0": book_recipe}})
+        engine = build_engine(settings, sample_config(sample, **values), host_env, recipes=book)
+        try:
+            (row,) = run_sample("gold", run_id=run_id, engine=engine, **values).results
+        finally:
+            engine.close()
+        return row
+
+    return run
 
 
 def test_requirements_at_a_missing_setup_commit_fail_clearly_unless_allowed(
-    run_sample: RunSample,
-    settings: LocalSettings,
-    sample: SampleBenchmark,
-    host_env: dict[str, str],
-    fork: dict[str, str],
+    evaluate: Callable[..., InstanceResult], settings: LocalSettings, fork: dict[str, str]
 ) -> None:
     reads = recipe(requirements=("requirements.txt",))
-    off = evaluate(run_sample, settings, sample, host_env, fork, reads, "off")
+    off = evaluate(reads, "off")
     assert (off.status, off.reason) == (Status.ERROR, "repo_unavailable")
     assert MISSING in off.detail and "--env-files-at-base" in off.detail
     assert "requirements.txt" in off.detail
 
-    on = evaluate(run_sample, settings, sample, host_env, fork, reads, "on", env_files_at_base=True)
+    on = evaluate(reads, "on", env_files_at_base=True)
     assert on.status == Status.RESOLVED, on.detail
     assert on.environment == {
         "environment_setup_commit": MISSING,
@@ -102,24 +104,16 @@ def test_requirements_at_a_missing_setup_commit_fail_clearly_unless_allowed(
     )
 
     # the prepared workspace is found again (without the repository) and keeps its record
-    again = evaluate(
-        run_sample, settings, sample, host_env, fork, reads, "again", env_files_at_base=True
-    )
+    again = evaluate(reads, "again", env_files_at_base=True)
     assert again.status == Status.RESOLVED
     assert again.durations.env_build == 0.0
     assert again.environment == on.environment
 
 
 def test_a_recipe_that_reads_nothing_there_never_needs_the_setup_commit(
-    run_sample: RunSample,
-    settings: LocalSettings,
-    sample: SampleBenchmark,
-    host_env: dict[str, str],
-    fork: dict[str, str],
+    evaluate: Callable[..., InstanceResult],
 ) -> None:
-    row = evaluate(
-        run_sample, settings, sample, host_env, fork, recipe(packages=("pytest==8.3.5",)), "plain"
-    )
+    row = evaluate(recipe(packages=("pytest==8.3.5",)), "plain")
     assert row.status == Status.RESOLVED, row.detail
     assert row.environment == {}  # upstream's way: nothing was read anywhere else
 

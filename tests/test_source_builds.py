@@ -5,20 +5,16 @@ serves on 127.0.0.1 (PEP 691, with upload times)."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import io
-import json
 import sys
 import tarfile
-import threading
 import zipfile
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from swegreen.dated_index import JSON_API, DatedIndex
+from swegreen.dated_index import DatedIndex
 from swegreen.errors import EnvSetupFailed
 from swegreen.procs import run_process
 from swegreen.source_builds import (
@@ -29,6 +25,8 @@ from swegreen.source_builds import (
     pins,
     source_only,
 )
+
+from .helpers import json_index, wheel_bytes
 
 BACKEND = """
 import os, zipfile
@@ -48,20 +46,6 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         z.writestr(info + "RECORD", "")
     return name
 """
-
-
-def wheel(name: str, version: str, module: str) -> bytes:
-    data = io.BytesIO()
-    info = f"{name}-{version}.dist-info/"
-    with zipfile.ZipFile(data, "w") as z:
-        z.writestr(f"{name}.py", module)
-        z.writestr(info + "METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        z.writestr(
-            info + "WHEEL",
-            "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        )
-        z.writestr(info + "RECORD", "")
-    return data.getvalue()
 
 
 def sdist() -> bytes:
@@ -87,12 +71,12 @@ PROJECTS = {
         (
             "oldtool-1.0-py3-none-any.whl",
             "2020-01-01T00:00:00Z",
-            wheel("oldtool", "1.0", 'VERSION = "1.0"\n'),
+            wheel_bytes("oldtool", "1.0", {"oldtool.py": 'VERSION = "1.0"\n'}),
         ),
         (
             "oldtool-2.0-py3-none-any.whl",
             "2024-01-01T00:00:00Z",
-            wheel("oldtool", "2.0", 'VERSION = "2.0"\n'),
+            wheel_bytes("oldtool", "2.0", {"oldtool.py": 'VERSION = "2.0"\n'}),
         ),
     ],
     "needsold": [("needsold-1.0.tar.gz", "2020-06-01T12:00:00Z", sdist())],
@@ -102,45 +86,8 @@ PROJECTS = {
 @pytest.fixture
 def upstream() -> Iterator[str]:
     """A PEP 691 index with upload times, and its files, on 127.0.0.1."""
-    blobs = {f: b for files in PROJECTS.values() for f, _, b in files}
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            port = self.server.server_address[1]
-            parts = self.path.strip("/").split("/")
-            if parts[0] == "simple" and len(parts) == 2 and parts[1] in PROJECTS:
-                files = [
-                    {
-                        "filename": f,
-                        "url": f"http://127.0.0.1:{port}/files/{f}",
-                        "hashes": {"sha256": hashlib.sha256(b).hexdigest()},
-                        "upload-time": t,
-                    }
-                    for f, t, b in PROJECTS[parts[1]]
-                ]
-                self._send(JSON_API, json.dumps({"meta": {"api-version": "1.0"}, "files": files}))
-            elif parts[0] == "files" and parts[1] in blobs:
-                self._send("application/octet-stream", blobs[parts[1]])
-            else:
-                self.send_error(404)
-
-        def _send(self, kind: str, body: str | bytes) -> None:
-            data = body.encode() if isinstance(body, str) else body
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
-    server.shutdown()
-    server.server_close()
+    with json_index(PROJECTS) as url:
+        yield url
 
 
 def test_pins_and_what_is_source_only() -> None:

@@ -139,34 +139,24 @@ def _patch_level(path: Path) -> tuple[int, ...]:
     return tuple(int(n) for n in nums[:3])
 
 
-def _reports_version(candidate: Path, version: str) -> bool:
+def _ask(candidate: Path, code: str) -> str | None:
+    """What ``candidate`` prints running ``code``; None when it cannot run or fails."""
     try:
         out = subprocess.run(
-            [str(candidate), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
+            [str(candidate), "-c", code], capture_output=True, text=True, timeout=30, check=False
         )
     except OSError:
-        return False
-    return out.returncode == 0 and out.stdout.strip() == version
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _reports_version(candidate: Path, version: str) -> bool:
+    return _ask(candidate, "import sys; print('%d.%d' % sys.version_info[:2])") == version
 
 
 def _what_it_is(candidate: Path) -> str:
-    try:
-        out = subprocess.run(
-            [str(candidate), "-c", "import sys; print(sys.version.split()[0])"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except OSError as exc:
-        return f"it cannot be run ({exc.strerror or exc})"
-    if out.returncode != 0:
-        return f"it exits {out.returncode}"
-    return f"it is Python {out.stdout.strip()}"
+    full = _ask(candidate, "import sys; print(sys.version.split()[0])")
+    return f"it is Python {full}" if full else "it does not run as a Python interpreter"
 
 
 SYSTEM_PREFIXES = {Path("/"), Path("/usr"), Path("/usr/local")}

@@ -177,16 +177,6 @@ class RecipeBook:
             )
         return recipe
 
-    @property
-    def reads_setup_commit(self) -> bool:
-        """Whether the build reads the repository at the environment_setup_commit: its
-        requirements files (as upstream), or the project's own dependencies, which the
-        engine locks with the rest (environments.project_extras). Only such rows need that
-        commit at all."""
-        return bool(self.requirements) or bool(
-            self.exclude_newer and _installs_project(self.install)
-        )
-
     def digest(self) -> str:
         blob = json.dumps(
             {
