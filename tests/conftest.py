@@ -37,6 +37,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     root = config.stash.get(_TEMP_ROOT, None)
     if root is not None:
+        # workspaces an engine killed by a test left mounted (overlay.py) would pin the tree
+        from swegreen import overlay
+
+        overlay.sweep(root)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -23,6 +23,7 @@ import subprocess
 from pathlib import Path
 
 _UNSAFE = (",", ":", "\\", "\n")  # separators of mount's option string
+OWNER = "owner"  # in the layers directory: the pid of the engine that mounted it
 
 
 def can_mount() -> bool:
@@ -43,6 +44,7 @@ def mount(lower: Path, layers: Path, target: Path) -> bool:
     st = lower.stat()
     os.chown(upper, st.st_uid, st.st_gid)
     upper.chmod(st.st_mode & 0o7777)
+    (layers / OWNER).write_text(str(os.getpid()))  # for ``sweep`` after a crash
     options = f"lowerdir={lower},upperdir={upper},workdir={work}"
     done = subprocess.run(
         ["mount", "-t", "overlay", "overlay", "-o", options, str(target)],
@@ -69,6 +71,47 @@ def unmount(target: Path) -> None:
     the layers can be removed at once."""
     if subprocess.run(["umount", str(target)], capture_output=True, check=False).returncode:
         subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
+
+
+def sweep(root: Path) -> list[Path]:
+    """Unmount the overlays under ``root`` whose engine is gone (killed before it could
+    unmount: a crash, SIGKILL); those of a live engine, another run on the same cache
+    included, are left alone. Returns the mount points it unmounted."""
+    if not can_mount():
+        return []
+    prefix = str(root).rstrip("/") + "/"
+    gone = []
+    with open("/proc/self/mountinfo") as fh:
+        lines = fh.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        if " - overlay " not in line or len(fields) < 5:
+            continue
+        target = _unescape(fields[4])
+        if not target.startswith(prefix):
+            continue
+        options = line.rsplit(" ", 1)[-1]
+        upper = next((o[9:] for o in options.split(",") if o.startswith("upperdir=")), None)
+        owner = Path(_unescape(upper)).parent / OWNER if upper else None
+        try:
+            pid = int(owner.read_text()) if owner else 0
+        except (OSError, ValueError):
+            pid = 0
+        if pid and _alive(pid):
+            continue
+        unmount(Path(target))
+        gone.append(Path(target))
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _unescape(field: str) -> str:

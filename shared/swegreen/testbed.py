@@ -181,6 +181,8 @@ class Testbeds:
         # base validation and the evaluation of a row (and a retry) fail at once with the
         # same reason instead of running the failing install again.
         self._failed: dict[str, EvaluationFailure] = {}
+        # workspaces of an engine killed before it could unmount them (overlay.py)
+        overlay.sweep(options.work_root)
         self.compile_cache = compile_cache
         self.recipes = recipes
         self.envs = envs

@@ -1,0 +1,49 @@
+"""Copy-on-write workspaces: what a killed engine left mounted is unmounted by the next
+one; a live engine's mounts (another run on the same cache) are left alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swegreen import overlay
+
+pytestmark = pytest.mark.skipif(not overlay.can_mount(), reason="only a root engine mounts")
+
+
+def make_lower(root: Path) -> Path:
+    lower = root / "prepared" / "repo"
+    lower.mkdir(parents=True)
+    (lower / "a.txt").write_text("a\n")
+    return lower
+
+
+def test_the_mounts_of_a_dead_engine_are_swept_and_a_live_ones_kept(tmp_path: Path) -> None:
+    lower = make_lower(tmp_path)
+    work = tmp_path / "work"
+    dead, live = work / "dead" / "repo", work / "live" / "repo"
+    # an engine that mounts and dies without unmounting (as under SIGKILL)
+    code = (
+        "import sys; from pathlib import Path; from swegreen import overlay; "
+        "sys.exit(0 if overlay.mount(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])) "
+        "else 1)"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(lower), str(work / "dead.host" / "layers"), str(dead)],
+        check=True,
+    )
+    assert overlay.mount(lower, work / "live.host" / "layers", live)  # this process: alive
+    try:
+        assert overlay.is_mounted(dead) and overlay.is_mounted(live)
+        assert (dead / "a.txt").read_text() == "a\n"
+        assert overlay.sweep(work) == [dead]
+        assert not overlay.is_mounted(dead)
+        assert overlay.is_mounted(live) and (live / "a.txt").read_text() == "a\n"
+        assert overlay.sweep(tmp_path / "elsewhere") == []  # only under the root it is given
+    finally:
+        overlay.unmount(live)
+    assert not overlay.is_mounted(live)
+    assert (lower / "a.txt").read_text() == "a\n"
