@@ -47,3 +47,14 @@ def test_the_mounts_of_a_dead_engine_are_swept_and_a_live_ones_kept(tmp_path: Pa
         overlay.unmount(live)
     assert not overlay.is_mounted(live)
     assert (lower / "a.txt").read_text() == "a\n"
+
+
+def test_a_mount_that_fails_leaves_nothing_behind_for_the_copy(tmp_path: Path) -> None:
+    """Where the kernel refuses (here: a lower layer that is not a directory), the caller
+    copies into the target, which must not exist: no layers, no target left."""
+    lower = tmp_path / "not-a-dir"
+    lower.write_text("x\n")
+    layers, target = tmp_path / "w.host" / "layers", tmp_path / "w" / "repo"
+    assert not overlay.mount(lower, layers, target)
+    assert not target.exists() and not layers.exists()
+    assert not overlay.is_mounted(target)

@@ -18,7 +18,9 @@ every file up).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -32,27 +34,37 @@ def can_mount() -> bool:
 
 def mount(lower: Path, layers: Path, target: Path) -> bool:
     """Mount ``lower`` copy-on-write at ``target`` (upper and work dirs under ``layers``);
-    False (nothing mounted) where it cannot be done here."""
+    False, leaving neither ``layers`` nor ``target`` behind, where it cannot be done here
+    (not root, no ``mount`` program, a kernel or container that refuses)."""
     paths = [str(lower), str(layers), str(target)]
-    if not can_mount() or any(c in p for p in paths for c in _UNSAFE):
+    if not can_mount() or any(c in p for p in paths for c in _UNSAFE) or target.exists():
         return False
     upper, work = layers / "upper", layers / "work"
-    upper.mkdir(parents=True)
-    work.mkdir()
-    target.mkdir(parents=True, exist_ok=True)
-    # the upper layer's root takes the lower root's owner and mode, as a copy would
-    st = lower.stat()
-    os.chown(upper, st.st_uid, st.st_gid)
-    upper.chmod(st.st_mode & 0o7777)
-    (layers / OWNER).write_text(str(os.getpid()))  # for ``sweep`` after a crash
-    options = f"lowerdir={lower},upperdir={upper},workdir={work}"
-    done = subprocess.run(
-        ["mount", "-t", "overlay", "overlay", "-o", options, str(target)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return done.returncode == 0
+    try:
+        upper.mkdir(parents=True)
+        work.mkdir()
+        target.mkdir(parents=True)
+        # the upper layer's root takes the lower root's owner and mode, as a copy would
+        st = lower.stat()
+        os.chown(upper, st.st_uid, st.st_gid)
+        upper.chmod(st.st_mode & 0o7777)
+        (layers / OWNER).write_text(str(os.getpid()))  # for ``sweep`` after a crash
+        options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+        done = subprocess.run(
+            ["mount", "-t", "overlay", "overlay", "-o", options, str(target)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode == 0:
+            return True
+    except OSError:
+        pass
+    # the caller copies instead, into a target that must not exist yet
+    shutil.rmtree(layers, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        target.rmdir()
+    return False
 
 
 def is_mounted(target: Path) -> bool:
