@@ -10,7 +10,12 @@ import pytest
 from swegreen.dataset import load_dataset, parse_rows
 from swegreen.errors import NoRecipe
 from swegreen.recipes import Recipe, RecipeBook, builtin_recipes
-from swegreen.requirements import conda_to_pip, environment_yml_requirements, requirements_txt
+from swegreen.requirements import (
+    build_system_packages,
+    conda_to_pip,
+    environment_yml_requirements,
+    requirements_txt,
+)
 
 from .helpers import raw_row
 
@@ -98,6 +103,21 @@ def test_conda_specs_translate_to_pip() -> None:
     tr = environment_yml_requirements(yml)
     assert tr.requirements == ["numpy==1.21", "pytest==7.0"]
     assert tr.dropped == ["hdf5", "pip"]
+
+
+def test_conda_system_libraries_and_source_builds_become_debian_packages() -> None:
+    # matplotlib 3.5's environment.yml: gtk3 is a system library, pygobject builds from source
+    yml = "dependencies:\n  - pygobject\n  - conda-forge::gtk3\n  - wxpython\n  - pyqt\n"
+    tr = environment_yml_requirements(yml)
+    assert tr.requirements == ["pygobject", "PyQt5"]
+    assert tr.system_packages == ["gir1.2-gtk-3.0"]
+    assert tr.dropped == ["wxpython"]
+    assert build_system_packages(["PyGObject>=3.4; python_version>'3'", "pycairo==1.26.1"]) == [
+        "pkg-config",
+        "libcairo2-dev",
+        "libgirepository1.0-dev",
+    ]
+    assert build_system_packages(["numpy", "six"]) == []
 
 
 def test_requirements_files_expand_includes_and_skip_the_repo_itself() -> None:

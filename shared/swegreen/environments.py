@@ -46,6 +46,7 @@ from swegreen.locks import file_lock
 from swegreen.procs import ProcResult, run_process
 from swegreen.recipes import Recipe
 from swegreen.requirements import (
+    build_system_packages,
     environment_yml_requirements,
     requirement_name,
     requirements_txt,
@@ -412,6 +413,7 @@ class _Build:
         self.mgr, self.recipe, self.key, self.path = mgr, recipe, key, path
         self.label, self.setup_commit, self.read_file = label, setup_commit, read_file
         self.checkout: Checkout | None = None
+        self.conda_system: list[str] = []
         self.dated_index_url: str | None = None
         self.log: list[str] = [
             f"# environment {key} for {label}",
@@ -484,20 +486,23 @@ class _Build:
         if (url := self.dated_index_url) is not None:
             self.env["PIP_INDEX_URL"] = url  # build isolation included (dated_index.py)
             self.log.append(f"# pip sees the index as of {recipe.exclude_newer}: {url}")
+        requirements = await asyncio.to_thread(self._requirements)
         runtime: dict[str, str] = {}
         extra_bin: list[str] = []
-        if recipe.system_packages:
+        system = self._system_packages(requirements)
+        if system:
             sysroot = self.path / "sysroot"
-            runtime = merge_path_vars(
-                runtime, await build_sysroot(list(recipe.system_packages), sysroot, self.step)
-            )
+            runtime = merge_path_vars(runtime, await build_sysroot(system, sysroot, self.step))
             extra_bin = [str(d) for d in sysroot_bin_dirs(sysroot)]
+            # the builds below (pip's isolated ones too) find its headers and libraries
+            self.env = merge_path_vars(
+                self.env, runtime, {"PATH": ":".join([*extra_bin, self.env["PATH"]])}
+            )
         if recipe.locales:
             have = await host_locales(self.step)
             runtime.update(
                 await build_locales(list(recipe.locales), self.path / "locale", have, self.step)
             )
-        requirements = await asyncio.to_thread(self._requirements)
         project = await self._project()
         frozen = False
         if requirements or project:
@@ -527,6 +532,7 @@ class _Build:
                     "layout": "interpreter copy" if interp.relocatable else "virtualenv",
                     "frozen_as_of": recipe.exclude_newer if frozen or dated else None,
                     "frozen_by": "lock" if frozen else ("dated index" if dated else None),
+                    "system_packages": system,
                     "runtime_env": runtime,
                     "extra_bin": extra_bin,
                     "recipe": recipe.model_dump(mode="json"),
@@ -593,6 +599,15 @@ class _Build:
                 [str(interp.path), "-m", "venv", "--copies", str(prefix)], "creating the virtualenv"
             )
 
+    def _system_packages(self, requirements: list[str]) -> list[str]:
+        """The recipe's Debian packages, those standing in for conda's system libraries,
+        and those the source builds of its requirements need."""
+        wanted = [*self.recipe.system_packages, *self.conda_system]
+        build = build_system_packages(requirements)
+        if build:
+            self.log.append(f"# for source builds of the requirements: {', '.join(build)}")
+        return list(dict.fromkeys([*wanted, *build]))
+
     def _requirements(self) -> list[str]:
         recipe = self.recipe
         from_files: list[str] = []
@@ -605,6 +620,12 @@ class _Build:
                 if recipe.requirements_kind == "conda_env":
                     tr = environment_yml_requirements(text)
                     from_files = tr.requirements
+                    self.conda_system = tr.system_packages
+                    if tr.system_packages:
+                        self.log.append(
+                            "# conda system libraries, from Debian: "
+                            + ", ".join(tr.system_packages)
+                        )
                     if tr.dropped:
                         self.log.append(
                             f"# conda-only, not installed by pip: {', '.join(tr.dropped)}"

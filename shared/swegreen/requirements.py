@@ -45,6 +45,23 @@ CONDA_ONLY = {
     "tk": "part of the interpreter",
     "freetype": "bundled in the matplotlib wheels",
     "qhull": "bundled in the matplotlib wheels",
+    "wxpython": (
+        "PyPI has only its sources for Linux (wheels live on extras.wxpython.org) and "
+        "building wxWidgets takes hours; matplotlib's wx tests need a display and skip "
+        "without one, as they do in upstream's images"
+    ),
+}
+# conda packages that are system libraries: the Debian packages giving the same thing
+# (unpacked into the environment's sysroot, system_deps.py).
+CONDA_SYSTEM = {
+    "gtk3": ["gir1.2-gtk-3.0"],
+    "gtk4": ["gir1.2-gtk-4.0"],
+}
+# PyPI packages PyPI has only as source, with the Debian packages their builds need
+# (conda ships them as binaries linked against its own libraries).
+BUILD_SYSTEM_PACKAGES = {
+    "pycairo": ["pkg-config", "libcairo2-dev"],
+    "pygobject": ["pkg-config", "libcairo2-dev", "libgirepository1.0-dev"],
 }
 _SPEC = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(\[[^\]]*\])?\s*(.*?)\s*$")
 
@@ -53,6 +70,7 @@ _SPEC = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(\[[^\]]*\])?\s*(.*?)\s*$")
 class Translation:
     requirements: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
+    system_packages: list[str] = field(default_factory=list)  # Debian names, for the sysroot
 
 
 def conda_to_pip(spec: str) -> str | None:
@@ -81,6 +99,10 @@ def conda_to_pip(spec: str) -> str | None:
 def translate_specs(specs: Iterable[str]) -> Translation:
     out = Translation()
     for spec in specs:
+        system = CONDA_SYSTEM.get(_conda_name(spec))
+        if system is not None:
+            out.system_packages += [p for p in system if p not in out.system_packages]
+            continue
         req = conda_to_pip(spec)
         if req is None:
             if spec.strip() and not spec.strip().startswith("#"):
@@ -102,6 +124,23 @@ def environment_yml_requirements(text: str) -> Translation:
             part = translate_specs([str(dep)])
             out.requirements += part.requirements
             out.dropped += part.dropped
+            out.system_packages += part.system_packages
+    return out
+
+
+def _conda_name(spec: str) -> str:
+    spec = spec.strip().strip("'\"").split("::")[-1]
+    m = _SPEC.match(spec)
+    return m.group(1).lower() if m else spec.lower()
+
+
+def build_system_packages(requirements: Iterable[str]) -> list[str]:
+    """The Debian packages the source builds of ``requirements`` need (BUILD_SYSTEM_PACKAGES)."""
+    out: list[str] = []
+    for req in requirements:
+        for pkg in BUILD_SYSTEM_PACKAGES.get(requirement_name(req), []):
+            if pkg not in out:
+                out.append(pkg)
     return out
 
 

@@ -9,6 +9,8 @@ the machine already has are used as they are.
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -28,7 +30,9 @@ async def missing_packages(packages: list[str], step: Step) -> list[str]:
 
 
 async def build_sysroot(packages: list[str], sysroot: Path, step: Step) -> dict[str, str]:
-    """Unpack ``packages`` into ``sysroot``; returns the variables that make it usable."""
+    """Unpack ``packages`` into ``sysroot``; returns the variables that make it usable, to
+    programs (libraries, typelibs) and to builds (pkg-config, headers, link paths), pip's
+    isolated builds included."""
     needed = await missing_packages(packages, step)
     if not needed:
         return {}
@@ -39,24 +43,64 @@ async def build_sysroot(packages: list[str], sysroot: Path, step: Step) -> dict[
     for deb in sorted(debs.glob("*.deb")):
         await step(["dpkg", "-x", str(deb), str(sysroot)], f"unpacking {deb.name}")
     shutil.rmtree(debs, ignore_errors=True)
+    join_host(sysroot, Path("/"))
     env = {"SWEGREEN_SYSROOT": str(sysroot)}
-    libdirs = [
-        d
-        for d in (
-            sysroot / "usr" / "lib" / "x86_64-linux-gnu",
-            sysroot / "usr" / "lib",
-            sysroot / "lib" / "x86_64-linux-gnu",
-        )
-        if d.is_dir()
-    ]
+    libdirs = _existing(sysroot, LIB_DIRS)
     if libdirs:
-        env["LD_LIBRARY_PATH"] = ":".join(str(d) for d in libdirs)
+        env["LD_LIBRARY_PATH"] = ":".join(libdirs)
+        env["LIBRARY_PATH"] = ":".join(libdirs)
+    if pkgconfig := _existing(sysroot, PKGCONFIG_DIRS):
+        env["PKG_CONFIG_PATH"] = ":".join(pkgconfig)
+    if include := _existing(sysroot, ("usr/include/x86_64-linux-gnu", "usr/include")):
+        env["CPATH"] = ":".join(include)
+    if typelibs := _existing(sysroot, ("usr/lib/x86_64-linux-gnu/girepository-1.0",)):
+        env["GI_TYPELIB_PATH"] = ":".join(typelibs)
     graphviz = sysroot / "usr" / "lib" / "x86_64-linux-gnu" / "graphviz"
     if graphviz.is_dir():
         env["GVBINDIR"] = str(graphviz)
         dot = sysroot / "usr" / "bin" / "dot"
         await step([str(dot), "-c"], "registering graphviz plugins", extra_env=env)
     return env
+
+
+LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib", "lib/x86_64-linux-gnu")
+PKGCONFIG_DIRS = ("usr/lib/x86_64-linux-gnu/pkgconfig", "usr/lib/pkgconfig", "usr/share/pkgconfig")
+
+
+def _existing(root: Path, relative: tuple[str, ...]) -> list[str]:
+    return [str(root / r) for r in relative if (root / r).is_dir()]
+
+
+def join_host(sysroot: Path, host: Path) -> None:
+    """Make a sysroot holding only what the host lacks usable next to the host's own files.
+
+    apt unpacks a -dev package whose runtime library the host already has, so three things
+    point at the wrong place: its pkg-config files say ``prefix=/usr``, its ``libX.so``
+    symlink names a ``libX.so.N`` that is on the host only, and its headers include
+    siblings (``#include "xcb.h"``) from a host directory. Prefixes are rewritten to the
+    sysroot, dangling symlinks pointed at the host's file, and each include directory
+    both have gets links to the host's entries it lacks.
+    """
+    for pc in sysroot.glob("**/pkgconfig/*.pc"):
+        text = pc.read_text(errors="surrogateescape")
+        fixed = re.sub(r"^prefix=/usr\b", f"prefix={sysroot}/usr", text, flags=re.M)
+        if fixed != text:
+            pc.write_text(fixed, errors="surrogateescape")
+    for directory in _existing(sysroot, LIB_DIRS):
+        for link in Path(directory).iterdir():
+            if link.is_symlink() and not link.exists():
+                target = host / link.parent.relative_to(sysroot) / os.readlink(link)
+                if target.exists():
+                    link.unlink()
+                    link.symlink_to(target)
+    include = sysroot / "usr" / "include"
+    for directory, _dirs, _files in os.walk(include):
+        here = Path(directory)
+        theirs = host / here.relative_to(sysroot)
+        if theirs.is_dir() and not theirs.is_symlink():
+            for entry in theirs.iterdir():
+                if not os.path.lexists(here / entry.name):
+                    (here / entry.name).symlink_to(entry)
 
 
 def sysroot_bin_dirs(sysroot: Path) -> list[Path]:
