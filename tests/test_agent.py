@@ -137,6 +137,10 @@ def test_an_assessment_over_a2a_1_0_with_good_and_misbehaving_participants(serve
     assert rows["gold"]["resolved_pct"] == 1.0 and rows["gold"]["total_instances"] == 2
     assert rows["hang"]["participant_failures"] == 2 and rows["broken"]["participant_failures"] == 2
     assert rows["prose"]["participant_failures"] == 0
+    # why a participant failed travels with the published rows (the gateway keeps only them)
+    for role, said in (("hang", "did not finish within 4 s"), ("broken", "500 Internal Server Error")):
+        details = [i["detail"] for i in rows[role]["instances"]]
+        assert all(said in d for d in details), details
 
     gold = rows["gold"]
     for key in (
@@ -220,6 +224,76 @@ def test_an_assessment_over_a2a_0_3_as_agentbeats_runs_it(servers, a2a03_python:
     assert set(by_role) == {"gold", "fenced"}  # one result per data part, no text taken as JSON
     assert by_role["gold"]["resolved_pct"] == 1.0
     assert by_role["fenced"]["resolved_pct"] == 1.0  # a ```diff block in prose is found
+
+
+def gateway_shard(green: str, participants: dict[str, str], config: dict, python: Path) -> dict:
+    """One shard as the gateway runs it (a2a-sdk 0.3): {"status", "results": data parts}."""
+    out = subprocess.run(
+        [
+            str(python),
+            str(ROOT / "tests" / "a2a" / "client_v03.py"),
+            green,
+            json.dumps({"participants": participants, "config": config}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+    )
+    result = json.loads(out.stdout)
+    return {"status": result["state"], "results": result["results"]}
+
+
+def test_sharded_assessments_as_the_gateway_sends_them_cover_the_selection_once(
+    servers, a2a03_python: Path, tmp_path: Path
+) -> None:
+    """The leaderboard template starts every shard with the manifest's assessment_config
+    plus num_instances, shard_index and num_shards, then merges the shards' results into
+    one {participants, results} file that the leaderboard's DuckDB queries read."""
+    import duckdb
+    import json5
+
+    manifest = json5.loads((ROOT / "agentbeats" / "green-agent.json5").read_text())
+    shipped = manifest["metadata"]["assessment_config"]
+    base = {**shipped, "dataset": "swegreen:sample"}  # the hub is not reachable here
+    participants = {"agent": servers["gold"].url}
+    plans = {
+        # num_instances chose 3 of the 8 rows; 2 shards deal them 2 + 1
+        "three": [{**base, "num_instances": 3, "shard_index": i, "num_shards": 2} for i in (0, 1)],
+        # the template's empty num_instances: every row of the selection, once
+        "all": [
+            {**base, "repos": ["sample/ledger"], "shard_index": i, "num_shards": 2} for i in (0, 1)
+        ],
+    }
+    expected = {
+        "three": ["sample__calculator-1", "sample__calculator-2", "sample__calculator-3"],
+        "all": ["sample__ledger-1", "sample__ledger-2"],
+    }
+    for name, shards in plans.items():
+        merged = {"participants": {"agent": f"id-{name}"}, "results": []}
+        seen: list[str] = []
+        for config in shards:
+            shard = gateway_shard(servers["green"].url, participants, config, a2a03_python)
+            assert shard["status"] == "completed", shard
+            [row] = shard["results"]
+            seen += [i["instance_id"] for i in row["instances"]]
+            chosen = row["provenance"]["config"]
+            assert chosen["rows_chosen_by"].startswith(
+                "num_instances" if name == "three" else "sharded without num_instances"
+            )
+            merged["results"].extend(shard["results"])
+        assert sorted(seen) == expected[name]  # disjoint, and together the whole selection
+        (tmp_path / f"{name}.json").write_text(json.dumps(merged))
+
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE results AS SELECT * FROM read_json_auto('{tmp_path}/*.json')")
+    sql = (ROOT / "agentbeats" / "leaderboard.sql").read_text()
+    overall = next(q for q in sql.split(";") if "SELECT" in q)
+    rows = con.execute(overall).fetchall()
+    columns = [d[0] for d in con.description]
+    table = {r[0]: dict(zip(columns, r, strict=True)) for r in rows}
+    assert table["id-three"]["instances"] == 3 and table["id-three"]["resolved"] == 1.0
+    assert table["id-all"]["instances"] == 2 and table["id-all"]["resolved"] == 1.0
 
 
 @pytest.mark.parametrize(

@@ -141,6 +141,28 @@ def test_a_run_whose_rows_end_in_error_exits_3_and_says_how_to_retry(
     }
 
 
+def test_the_sample_is_named_on_the_command_line_as_a_request_names_it(
+    tmp_path: Path, session_cache: Path, sample
+) -> None:
+    out = cli(
+        "run",
+        "--dataset",
+        "swegreen:sample",
+        "--patches",
+        "gold",
+        "--max-rows",
+        "1",
+        "--run-id",
+        "by-name",
+        "--no-progress",
+        cwd=tmp_path,
+        cache=session_cache,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = read_jsonl(tmp_path / "results" / "by-name" / "instances.jsonl")
+    assert [r["status"] for r in rows] == ["resolved"]
+
+
 def test_a_corrupt_predictions_file_exits_2(tmp_path: Path, session_cache: Path, sample) -> None:
     (tmp_path / "p.jsonl").write_text('{"instance_id": "sample__calculator-1", "model_patch": \n')
     out = cli("run", "--sample", "--patches", "p.jsonl", cwd=tmp_path, cache=session_cache)

@@ -83,10 +83,19 @@ def test_misspelt_environment_variable_is_an_error() -> None:
     )
 
 
-def test_num_instances_is_agentbeats_name_for_max_rows() -> None:
+def test_num_instances_is_agentbeats_name_for_max_rows_and_wins_over_it() -> None:
     assert build_config(("request", {"num_instances": 7})).selection().max_rows == 7
-    with pytest.raises(ConfigError, match="disagree"):
-        build_config(("request", {"num_instances": 7, "max_rows": 3}))
+    # the gateway sends the manifest's config (max_rows 3) plus num_instances: not rejected
+    both = build_config(("request", {"num_instances": 8, "max_rows": 3}))
+    assert both.selection().max_rows == 8
+    assert both.public()["max_rows"] == 8
+    assert both.public()["rows_chosen_by"] == "num_instances (max_rows 3 set aside)"
+    # sharded with neither: every shard deals from the whole selection
+    sharded = build_config(("request", {"shard_index": 1, "num_shards": 2}))
+    assert sharded.selection().max_rows == -1
+    assert sharded.public()["rows_chosen_by"].startswith("sharded without num_instances")
+    assert build_config(("r", {"num_shards": 2, "max_rows": 4})).selection().max_rows == 4
+    assert build_config(("request", {})).public()["rows_chosen_by"] == "max_rows default"
 
 
 def test_naming_instances_evaluates_all_of_them_unless_max_rows_is_set() -> None:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import random
+import time
 
 from swegreen.classify import Reason, Status
+from swegreen.dataset import Instance
+from swegreen.errors import EnvSetupFailed
 from swegreen.metrics import RunMetrics
+from swegreen.ports import PatchResult
 from swegreen.results import InstanceResult
+from swegreen.rows import RowBuilder, error_row
 
 
 def row(
@@ -168,3 +173,40 @@ def test_steps_and_tokens_per_resolved_instance() -> None:
     assert published["participant_failures"] == 1  # budget_exhausted is the participant's
     none = RunMetrics.from_results([row("e", Status.RESOLVED, (1, 1), (1, 1))]).result_row("m")
     assert none["mean_steps_per_resolved"] is None and none["mean_tokens_per_resolved"] is None
+
+
+def test_pass_rates_cannot_flatter_a_run_of_errors_and_silence() -> None:
+    """Error rows count their instance's tests as not passing; P2P tests of a row whose
+    code stayed unchanged count as kept, but are shown apart, as are rows that ran tests."""
+    inst = Instance(
+        instance_id="o__r-1",
+        repo="o/r",
+        base_commit="c" * 40,
+        patch="",
+        test_patch="",
+        problem_statement="p",
+        version="1",
+        FAIL_TO_PASS=("t1", "t2"),
+        PASS_TO_PASS=("t3", "t4", "t5"),
+    )
+    errored = error_row(inst, None, EnvSetupFailed("no build"), 1, "now", time.monotonic())
+    assert (errored.f2p_passed, errored.f2p_total, errored.p2p_passed, errored.p2p_total) == (
+        0,
+        2,
+        0,
+        3,
+    )
+    silent = RowBuilder(inst, PatchResult(None, "x"), "now", time.monotonic()).unapplied(
+        Reason.NO_PATCH, "nothing"
+    )
+    graded = row("g", Status.RESOLVED, (1, 1), (2, 2)).model_copy(update={"tests_ran": True})
+    metrics = RunMetrics.from_results([errored, silent, graded])
+    assert (metrics.f2p_passed, metrics.f2p_total) == (1, 5)
+    assert (metrics.p2p_passed, metrics.p2p_total) == (5, 8)  # 3 unrun + 2 run, of 3+3+2
+    out = metrics.result_row("m")
+    assert out["tests_ran_instances"] == 1 and out["pass_to_pass_passed_unrun"] == 3
+    assert RunMetrics.from_result_row(out) == metrics
+    only_errors = RunMetrics.from_results(
+        [errored, errored.model_copy(update={"instance_id": "b"})]
+    )
+    assert only_errors.f2p_rate == 0.0 and only_errors.p2p_rate == 0.0

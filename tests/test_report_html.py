@@ -61,6 +61,9 @@ def test_every_run_writes_a_report_a_browser_shows(
     assert "swegreen run html" in text
     # the leaderboard, each status's share, and every instance with its files
     assert f"<b>{len(outcome.results)}</b>" in text
+    ran = sum(r.tests_ran for r in outcome.results)
+    assert f"<b>{ran} of {len(outcome.results)}</b>" in text  # rows whose tests ran
+    assert 0 < ran < len(outcome.results)  # the crafted predictions hold both kinds
     for status in Status:
         assert f">{status.value}<" in text
     for row in outcome.results:

@@ -527,8 +527,10 @@ def _evaluate(
     from swegreen.console import ProgressView
     from swegreen.dataset import load_dataset, select_instances
     from swegreen.engine import build_engine
+    from swegreen.sample import resolve_sample
     from swegreen.sources import PredictionsSource, source_for
 
+    config = resolve_sample(config, settings.cache_dir)  # the request's name works here too
     dataset = load_dataset(config.dataset, config.split, config.dataset_revision)
     instances = select_instances(dataset, config.selection())
     source = source_for(patches)

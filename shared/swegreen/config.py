@@ -39,7 +39,9 @@ class EvalConfig(BaseModel):
     max_concurrent_rows: int = Field(1, ge=1, le=10_000, description="Rows evaluated at once.")
     max_rows: int = Field(3, description="Rows to evaluate; -1 for all of the selection.")
     num_instances: int | None = Field(
-        None, description="AgentBeats v2 name for max_rows; when given it must agree with it."
+        None,
+        description="AgentBeats v2: how many rows the whole assessment evaluates (all its "
+        "shards together); when given it wins over max_rows.",
     )
     green_agent_model: str = Field(
         "ollama/qwen2.5-coder:7b",
@@ -184,12 +186,6 @@ class EvalConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> EvalConfig:
-        explicit_rows = "max_rows" in self.model_fields_set
-        if self.num_instances is not None and explicit_rows and self.num_instances != self.max_rows:
-            raise ValueError(
-                f"num_instances ({self.num_instances}) and max_rows ({self.max_rows}) "
-                "disagree; give only one of them"
-            )
         try:
             self.selection()
         except ValidationError as exc:  # surface Selection's own message, not a nested dump
@@ -198,13 +194,30 @@ class EvalConfig(BaseModel):
             ) from None
         return self
 
+    def row_limit(self) -> tuple[int, str]:
+        """How many rows of the selection are evaluated (-1: all), and what decided it.
+
+        The platform's ``num_instances`` wins over ``max_rows`` (a manifest's default
+        rides along with every request). A sharded request that names neither means the
+        whole selection: the leaderboard template leaves ``num_instances`` empty for "all".
+        Named ``instance_ids`` alone mean those instances, not the first three of them.
+        """
+        if self.num_instances is not None:
+            why = "num_instances"
+            if "max_rows" in self.model_fields_set and self.max_rows != self.num_instances:
+                why += f" (max_rows {self.max_rows} set aside)"
+            return self.num_instances, why
+        if "max_rows" in self.model_fields_set:
+            return self.max_rows, "max_rows"
+        if self.instance_ids:
+            return -1, "instance_ids"
+        if "num_shards" in self.model_fields_set:
+            return -1, "sharded without num_instances: the whole selection"
+        return self.max_rows, "max_rows default"
+
     def selection(self) -> Selection:
-        max_rows = self.num_instances if self.num_instances is not None else self.max_rows
-        explicit = "max_rows" in self.model_fields_set or self.num_instances is not None
-        if self.instance_ids and not explicit:
-            max_rows = -1  # naming instances means "these", not "the first three of these"
         return Selection(
-            max_rows=max_rows,
+            max_rows=self.row_limit()[0],
             instance_ids=self.instance_ids,
             repos=self.repos,
             shard_index=self.shard_index,
@@ -215,6 +228,7 @@ class EvalConfig(BaseModel):
         """The config as recorded in provenance and results: without the host's paths (a
         local dataset file by its name only, a local repository template as ``local``)."""
         values = self.model_dump(mode="json")
+        values["max_rows"], values["rows_chosen_by"] = self.row_limit()
         values["dataset"] = public_dataset_name(self.dataset)
         values["repo_url_template"] = public_url_template(self.repo_url_template)
         if self.participant_repo_url_template is not None:

@@ -78,7 +78,7 @@ class Evaluator:
     async def _evaluate(self, run_id: str, key: Key, row: RowBuilder) -> InstanceResult:
         instance, text = row.instance, row.patch.patch
         if row.patch.failure is not None or text is None:
-            detail = row.patch.detail or "no patch was provided"
+            detail = self.scrub(row.patch.detail) or "no patch was provided"
             return self._finish(
                 key,
                 row.unapplied(row.patch.failure or Reason.NO_PATCH, detail),
@@ -282,7 +282,9 @@ class Evaluator:
             Reason.LOG_TAMPERING,
             "the test log contradicts what pytest itself recorded (something in the test "
             "process printed results or forced its exit code):\n" + "\n".join(shown),
-            counts=TestCounts(0, 0, 0, 0),
+            counts=TestCounts(
+                0, len(row.instance.FAIL_TO_PASS), 0, len(row.instance.PASS_TO_PASS)
+            ),
             applied=True,
             tests_ran=True,
         )

@@ -38,6 +38,10 @@ class RunMetrics(BaseModel):
     infrastructure_errors: int = 0
     participant_failures: int = 0
     environment_limited: int = 0
+    # Rows whose tests ran; P2P tests counted as passing without running, because the
+    # row's patch provably left the code unchanged (none, empty, or not applied).
+    tests_ran_instances: int = 0
+    p2p_passed_unrun: int = 0
     # What participants used (interactive mode; tokens where they report usage), summed
     # over resolved rows for the per-resolved means.
     interactive_instances: int = 0
@@ -62,6 +66,9 @@ class RunMetrics(BaseModel):
             totals["infrastructure_errors"] += r.is_infrastructure_error
             totals["participant_failures"] += r.is_participant_failure
             totals["environment_limited"] += r.is_environment_limited
+            totals["tests_ran_instances"] += r.tests_ran
+            if not r.tests_ran:
+                totals["p2p_passed_unrun"] += r.p2p_passed
             steps = (r.interaction or {}).get("steps")
             tokens = tokens_of(r.participant_usage)
             resolved = r.status is Status.RESOLVED
@@ -131,6 +138,8 @@ class RunMetrics(BaseModel):
             infrastructure_errors=self.infrastructure_errors,
             participant_failures=self.participant_failures,
             environment_limited=self.environment_limited,
+            tests_ran_instances=self.tests_ran_instances,
+            pass_to_pass_passed_unrun=self.p2p_passed_unrun,
             **{name: getattr(self, name) for name in USAGE_TOTALS},
         )
         return row
@@ -149,6 +158,8 @@ class RunMetrics(BaseModel):
             infrastructure_errors=row.get("infrastructure_errors", 0),
             participant_failures=row.get("participant_failures", 0),
             environment_limited=row.get("environment_limited", 0),
+            tests_ran_instances=row.get("tests_ran_instances", 0),
+            p2p_passed_unrun=row.get("pass_to_pass_passed_unrun", 0),
             **{name: row.get(name, 0) for name in USAGE_TOTALS},
         )
 
@@ -170,6 +181,8 @@ ADDITIVE = (
     "infrastructure_errors",
     "participant_failures",
     "environment_limited",
+    "tests_ran_instances",
+    "p2p_passed_unrun",
     *USAGE_TOTALS,
 )
 

@@ -54,9 +54,20 @@ def base_provenance(dataset: Dataset, config: EvalConfig, grader: str) -> dict[s
     }
 
 
+# How much of a row's detail travels with the published row (the whole stays in artifacts):
+# enough to say why a participant failed where only the results file reaches its author.
+PUBLIC_DETAIL_CHARS = 500
+
+
 def public_row(result: InstanceResult) -> dict[str, Any]:
-    """The per-instance row published with the leaderboard (details stay in artifacts)."""
-    return result.model_dump(mode="json", include=set(PUBLIC_FIELDS))
+    """The per-instance row published with the leaderboard. Its ``detail`` is cut short;
+    it was scrubbed of host secrets where it was made (evaluate.py)."""
+    row = result.model_dump(mode="json", include=set(PUBLIC_FIELDS))
+    detail = result.detail
+    if len(detail) > PUBLIC_DETAIL_CHARS:
+        detail = detail[: PUBLIC_DETAIL_CHARS - 20] + f" ... [{len(detail)} chars]"
+    row["detail"] = detail
+    return row
 
 
 def result_row(

@@ -97,6 +97,9 @@ def _leaderboard(metrics: RunMetrics) -> str:
         ("resolved", _pct(row["resolved_pct"])),
         ("F2P pass rate", _pct(row["fail_to_pass_passed_pct"])),
         ("P2P pass rate", _pct(row["pass_to_pass_passed_pct"])),
+        ("rows whose tests ran", f"{metrics.tests_ran_instances} of {metrics.total_instances}"),
+        # counted as kept: those rows' code stayed as it was (docs/results.md)
+        ("P2P kept without running", f"{metrics.p2p_passed_unrun} of {metrics.p2p_passed}"),
         ("infrastructure errors", str(metrics.infrastructure_errors)),
         ("participant failures", str(metrics.participant_failures)),
     ]

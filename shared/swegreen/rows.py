@@ -119,7 +119,9 @@ def error_row(
         Status.ERROR,
         failure.reason,
         detail,
-        counts=TestCounts(0, 0, 0, 0),
+        # Every test of the instance counts, none as passing: a run whose rows fail to
+        # evaluate must not show a pass rate it never measured.
+        counts=TestCounts(0, len(instance.FAIL_TO_PASS), 0, len(instance.PASS_TO_PASS)),
         applied=False,
         tests_ran=False,
     )
