@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import http.server
@@ -14,12 +15,14 @@ import sys
 import threading
 import time
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import uvicorn
+from starlette.types import ASGIApp
 
 GIT_ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
 
@@ -196,3 +199,23 @@ def json_index(projects: dict[str, list[tuple[str, str, bytes]]]) -> Iterator[st
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.asynccontextmanager
+async def serving(build: Callable[[str], ASGIApp]) -> AsyncIterator[str]:
+    """An ASGI app served by uvicorn on 127.0.0.1 inside this event loop; yields its URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    config = uvicorn.Config(
+        build(url), log_level="warning", lifespan="off", timeout_graceful_shutdown=2
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()

@@ -11,7 +11,6 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import subprocess
 import uuid
 from collections import defaultdict
@@ -21,7 +20,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from a2a.client import ClientConfig, ClientFactory
 from a2a.helpers import new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -49,7 +47,7 @@ from swegreen.engine import LocalSettings
 from swegreen.participants.server import Reply, participant_app
 from swegreen.sample import SampleBenchmark
 from swegreen.sandbox import Isolation
-from tests.helpers import GIT_ID, read_jsonl
+from tests.helpers import GIT_ID, read_jsonl, serving
 
 GUARD = 60  # seconds: a test that waits longer than this has hung (the bug it guards)
 CANCELED = TaskState.TASK_STATE_CANCELED
@@ -134,26 +132,6 @@ class Wire:
             await send(message)
 
         await self.app(scope, replay, held)
-
-
-@contextlib.asynccontextmanager
-async def serving(build: Callable[[str], ASGIApp]) -> AsyncIterator[str]:
-    """An ASGI app served by uvicorn on 127.0.0.1 inside this event loop; yields its URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    config = uvicorn.Config(
-        build(url), log_level="warning", lifespan="off", timeout_graceful_shutdown=2
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
 
 
 @contextlib.asynccontextmanager

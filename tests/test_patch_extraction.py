@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from swegreen.patch_extraction import ReplyPart, extract_patch
 
 DIFF = "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
@@ -11,6 +13,15 @@ def test_data_parts_win_under_any_of_the_usual_keys() -> None:
     for key in ("patch", "model_patch", "diff"):
         got = extract_patch([ReplyPart(text="prose"), ReplyPart(data={key: DIFF})])
         assert got.patch == DIFF and key in got.source
+
+
+def test_json_in_a_text_part_under_any_of_the_usual_keys() -> None:
+    for key in ("patch", "model_patch", "diff"):
+        got = extract_patch([ReplyPart(text=json.dumps({key: DIFF.rstrip()}))])
+        assert got.patch == DIFF and got.source == f"JSON text part '{key}'"
+    assert extract_patch([ReplyPart(text='{"patch": ""}')]).patch == ""
+    not_a_diff = extract_patch([ReplyPart(text='{"patch": "I changed x.py"}')])
+    assert not_a_diff.patch is None
 
 
 def test_an_empty_patch_in_data_is_an_empty_patch_not_a_missing_one() -> None:

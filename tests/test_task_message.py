@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 
 from swegreen.dataset import parse_rows
+from swegreen.task_dialects import (
+    DIALECTS,
+    EXTENSION_URI,
+    CardFacts,
+    choose,
+    docker_image,
+    render,
+)
 from swegreen.task_message import HIDDEN_FIELDS, SHARED_FIELDS, task_data, task_text
 
 from .helpers import raw_row
@@ -21,15 +30,18 @@ CANARIES = {
 def test_hidden_fields_never_reach_the_participant() -> None:
     inst = parse_rows([raw_row(1, hints_text="look at x.py", **CANARIES)])[0]
     data = task_data(inst, "https://github.com/{repo}.git")
-    blob = json.dumps(data) + task_text(data)
-    for canary in (
-        "GOLD_CANARY",
-        "TESTPATCH_CANARY",
-        "F2P_CANARY",
-        "P2P_CANARY",
-        "EVALSCRIPT_CANARY",
-    ):
-        assert canary not in blob
+    for dialect in DIALECTS:
+        rendered = render(dialect, data, task_text(data))
+        blob = json.dumps(rendered.data) + rendered.text
+        for canary in (
+            "GOLD_CANARY",
+            "TESTPATCH_CANARY",
+            "F2P_CANARY",
+            "P2P_CANARY",
+            "EVALSCRIPT_CANARY",
+        ):
+            assert canary not in blob, (dialect, canary)
+        assert "look at x.py" in blob
     assert set(data) == set(SHARED_FIELDS)
     assert not set(data) & set(HIDDEN_FIELDS)
 
@@ -65,3 +77,55 @@ def test_the_interactive_mode_is_offered_with_its_budgets() -> None:
     assert set(data) == {*SHARED_FIELDS, "interactive"}
     assert "TESTPATCH_CANARY" not in json.dumps(data) + text
     assert "interactive" not in task_data(inst, "{repo}")  # not offered: not mentioned
+
+
+def test_the_json_dialect_is_one_object_as_mini_swe_agent_reads_it() -> None:
+    inst = parse_rows([raw_row(3, repo="psf/requests", hints_text="see models.py")])[0]
+    data = task_data(inst, "https://github.com/{repo}.git")
+    rendered = render("json", data, task_text(data))
+    assert rendered.data is None
+    payload = json.loads(rendered.text)
+    assert payload["instance_id"] == "psf__requests-3"
+    assert payload["hints"] == payload["hints_text"] == "see models.py"
+    assert payload["base_commit"] == "c" * 40 and payload["repo"] == "psf/requests"
+    assert (
+        payload["docker_image"] == "docker.io/swebench/sweb.eval.x86_64.psf_1776_requests-3:latest"
+    )
+    assert docker_image("django__django-11099") == (
+        "docker.io/swebench/sweb.eval.x86_64.django_1776_django-11099:latest"
+    )
+    assert docker_image("Foo__Bar-1").endswith("foo_1776_bar-1:latest")  # lower-cased
+
+
+def test_the_xml_dialect_tags_what_tag_reading_agents_parse() -> None:
+    inst = parse_rows([raw_row(5, repo="psf/requests", hints_text="see models.py")])[0]
+    data = task_data(inst, "https://mirror.example/{repo}.git")
+    text = render("xml", data, task_text(data)).text
+
+    def tag(name: str) -> str:
+        found = re.search(rf"<{name}>(.*?)</{name}>", text, re.DOTALL)
+        assert found, name
+        return found.group(1).strip()
+
+    assert tag("task_id") == "psf__requests-5" and tag("repository") == "psf/requests"
+    assert tag("repo_url") == "https://mirror.example/psf/requests.git"
+    assert tag("base_commit") == "c" * 40 and tag("hints") == "see models.py"
+    assert tag("problem_statement") == inst.problem_statement.strip()
+
+
+def test_the_dialect_is_the_requests_else_the_cards_else_standard() -> None:
+    declared = CardFacts(extensions=[(EXTENSION_URI, {"dialect": "xml"})])
+    assert choose("json", declared) == ("json", "request")
+    assert choose("auto", declared) == ("xml", "agent card extension")
+    assert choose("auto", CardFacts(input_modes=["application/json"])) == (
+        "json",
+        "agent card input modes",
+    )
+    assert choose("auto", CardFacts(input_modes=["text/plain", "application/json"]))[0] == (
+        "standard"
+    )
+    assert choose("auto", CardFacts(extensions=[("urn:other", {"dialect": "xml"})])) == (
+        "standard",
+        "default",
+    )
+    assert choose("auto", None) == ("standard", "default")

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from swegreen.dataset import DEFAULT_DATASET, Selection, public_dataset_name
 from swegreen.errors import ConfigError
 from swegreen.interaction import Budget
+from swegreen.task_dialects import AUTO, DIALECTS
 
 ENV_PREFIX = "SWEGREEN_"
 # 5 MB: the largest gold patch of SWE-bench Verified is 17 kB; nothing an agent
@@ -134,6 +135,14 @@ class EvalConfig(BaseModel):
         description="Interactive mode: bytes of output sent back over one instance's commands.",
     )
 
+    task_dialect: str | dict[str, str] = Field(
+        AUTO,
+        description="How the task is written for participants: 'standard' (prose + data "
+        "part), 'json' (one JSON object, as mini-swe-agent wrappers read it), 'xml' (tagged "
+        "text), or 'auto' (what the participant's agent card declares, else standard). One "
+        "value for all, or a table by role, e.g. {agent = 'json'} (docs/agentbeats.md).",
+    )
+
     network_instances: tuple[str, ...] = Field(
         (),
         description="Instances whose test command keeps the network, beside the known ones "
@@ -149,6 +158,22 @@ class EvalConfig(BaseModel):
                 return json.loads(text)
             return [v.strip() for v in text.split(",") if v.strip()]
         return value
+
+    @field_validator("task_dialect")
+    @classmethod
+    def _known_dialects(cls, value: str | dict[str, str]) -> str | dict[str, str]:
+        for name in [value] if isinstance(value, str) else list(value.values()):
+            if name != AUTO and name not in DIALECTS:
+                raise ValueError(
+                    f"unknown task dialect {name!r}; known: {AUTO}, {', '.join(DIALECTS)}"
+                )
+        return value
+
+    def dialect_for(self, role: str) -> str:
+        """The requested dialect of one participant ('auto': its card decides)."""
+        if isinstance(self.task_dialect, str):
+            return self.task_dialect
+        return self.task_dialect.get(role, AUTO)
 
     @field_validator("repo_url_template")
     @classmethod

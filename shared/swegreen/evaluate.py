@@ -282,9 +282,7 @@ class Evaluator:
             Reason.LOG_TAMPERING,
             "the test log contradicts what pytest itself recorded (something in the test "
             "process printed results or forced its exit code):\n" + "\n".join(shown),
-            counts=TestCounts(
-                0, len(row.instance.FAIL_TO_PASS), 0, len(row.instance.PASS_TO_PASS)
-            ),
+            counts=TestCounts(0, len(row.instance.FAIL_TO_PASS), 0, len(row.instance.PASS_TO_PASS)),
             applied=True,
             tests_ran=True,
         )

@@ -2,13 +2,15 @@
 
 A reply is a list of parts (text, data, file bytes) from the final task's artifacts, its
 status message, or a plain message. The patch is taken, in order, from data parts
-(``patch``, ``model_patch``, ``diff``), diff files, then text: a fenced ```diff block,
+(``patch``, ``model_patch``, ``diff``), diff files, text parts holding the same as JSON,
+then text: a fenced ```diff block,
 ``<patch>...</patch>``, or a bare diff. If nothing looks like a diff the reply has no
 patch: the green agent never writes or repairs a patch for a participant.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -62,6 +64,15 @@ def extract_patch(parts: Iterable[ReplyPart]) -> Extraction:
             part.filename.endswith(DIFF_SUFFIXES) or part.media_type in DIFF_MEDIA_TYPES
         ):
             return Extraction(part.text, f"file {part.filename or '(diff)'}")
+    for part in parts:  # a text part holding JSON: {"patch": "<diff>"} (json.dumps'd replies)
+        data = _json_object(part.text)
+        if data is not None:
+            for key in DATA_KEYS:
+                value = data.get(key)
+                if value == "":
+                    return Extraction("", f"JSON text part '{key}'")
+                if isinstance(value, str) and _looks_like_diff(value):
+                    return Extraction(_with_newline(value), f"JSON text part '{key}'")
     for part in parts:
         if part.text:
             found = diff_in_text(part.text)
@@ -124,6 +135,16 @@ def _looks_like_diff(text: str) -> bool:
         return False
     window = text[start.start() : start.start() + LOOKS_LIKE_DIFF_WINDOW]
     return bool(inspect_patch(window).files)
+
+
+def _json_object(text: str | None) -> Mapping[str, Any] | None:
+    if not text or not text.lstrip().startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, Mapping) else None
 
 
 def _with_newline(text: str) -> str:

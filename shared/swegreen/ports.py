@@ -113,6 +113,8 @@ class PatchResult:
     usage: dict[str, Any] | None = None
     # Interactive mode: steps, command time, output bytes (interaction.Usage.as_row).
     interaction: dict[str, Any] | None = None
+    # A2A participants: the task dialect, what chose it, and where the patch was found.
+    conversation: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -35,6 +35,7 @@ PUBLIC_FIELDS = frozenset(
         "test_command_seconds",
         "participant_usage",
         "interaction",
+        "conversation",
         "diagnosis",
         "base_validation",
         "model_name_or_path",

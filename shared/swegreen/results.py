@@ -74,6 +74,8 @@ class InstanceResult(BaseModel):
     participant_usage: dict[str, Any] | None = None
     # Interactive mode only: steps, command_seconds, output_bytes, setup_seconds, ended.
     interaction: dict[str, Any] | None = None
+    # A2A participants only: dialect, dialect_chosen_by, reply (where the patch was found).
+    conversation: dict[str, Any] | None = None
     diagnosis: str | None = None
     started_at: str = Field(default_factory=utcnow)
     finished_at: str = Field(default_factory=utcnow)

@@ -79,6 +79,7 @@ class RowBuilder:
             durations=self.durations.model_copy(),
             participant_usage=self.patch.usage,
             interaction=self.patch.interaction,
+            conversation=self.patch.conversation,
             base_validation=self.base_validation,
             environment=dict(self.environment),
             test_command_seconds=self.test_command_seconds,

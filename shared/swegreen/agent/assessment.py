@@ -167,6 +167,7 @@ class Assessment:
             http=http,
             workbenches=workbenches,
             budget=config.budget(),
+            dialect=config.dialect_for(role),
         )
         try:
             outcome = await engine.runner.run(

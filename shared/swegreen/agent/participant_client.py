@@ -58,6 +58,7 @@ from swegreen.interaction import (
 )
 from swegreen.patch_extraction import extract_patch
 from swegreen.ports import PatchResult
+from swegreen.task_dialects import AUTO, CardFacts, choose, render
 from swegreen.task_message import task_data, task_text
 
 if TYPE_CHECKING:  # the workbench brings the engine; the AWS Lambdas import this module
@@ -103,6 +104,8 @@ class _Exchange:
     status_parts: list[Part] = field(default_factory=list)
     message_parts: list[Part] | None = None
     usage: dict[str, Any] | None = None
+    # The task dialect and what chose it; where the patch was found (outcome_of).
+    conversation: dict[str, Any] = field(default_factory=dict)
     # Input requests already answered (by their message id): a poll that still shows one
     # means the participant has not taken up our answer yet, not that it asks again.
     answered: set[str] = field(default_factory=set)
@@ -236,9 +239,11 @@ class A2AParticipant:
         cancel_grace: float = CANCEL_GRACE,
         workbenches: Workbenches | None = None,
         budget: Budget | None = None,
+        dialect: str = AUTO,
     ) -> None:
         """With ``workbenches`` and ``budget`` the interactive mode is offered (where the
-        workbenches can isolate commands)."""
+        workbenches can isolate commands). ``dialect``: the task message's shape, or
+        ``auto`` for what the participant's card declares (task_dialects.py)."""
         self.role = role
         self.url = url
         self.timeout = timeout
@@ -250,6 +255,7 @@ class A2AParticipant:
             workbenches if workbenches is not None and workbenches.available else None
         )
         self.budget = budget
+        self.dialect = dialect
         self.name = f"a2a:{role}"
         self._client: Client | None = None
         self._card: AgentCard | None = None
@@ -269,9 +275,7 @@ class A2AParticipant:
         data = task_data(instance, self.url_template, self.budget if session else None)
         # A context id of our own: the task can be looked up by it if the participant never
         # names it (see _stop).
-        context_id = uuid.uuid4().hex
-        message = user_message(task_text(data), data, uuid.uuid4().hex, context_id)
-        exchange = _Exchange(context_id=context_id)
+        exchange = _Exchange(context_id=uuid.uuid4().hex)
 
         def result(patch: str | None, failure: str | None = None, detail: str = "") -> PatchResult:
             return PatchResult(
@@ -282,11 +286,12 @@ class A2AParticipant:
                 duration=time.monotonic() - start,
                 usage=exchange.usage,
                 interaction=session.used if session else None,
+                conversation=dict(exchange.conversation) or None,
                 extra={"transcript": session.meter.usage.commands} if session else {},
             )
 
         talk = asyncio.create_task(
-            self._talk(message, exchange, session), name=f"{self.name}:{instance.instance_id}"
+            self._talk(data, exchange, session), name=f"{self.name}:{instance.instance_id}"
         )
         talk.add_done_callback(lambda _: exchange.named.set())
         try:
@@ -321,8 +326,14 @@ class A2AParticipant:
         patch, failure, detail = outcome_of(exchange, self.role)
         return result(patch, failure, detail)
 
-    async def _talk(self, message: Any, exchange: _Exchange, session: _Session | None) -> None:
+    async def _talk(
+        self, data: dict[str, Any], exchange: _Exchange, session: _Session | None
+    ) -> None:
         client = await self._connect()
+        dialect, chosen_by = choose(self.dialect, card_facts(self._card))
+        exchange.conversation.update(dialect=dialect, dialect_chosen_by=chosen_by)
+        rendered = render(dialect, data, task_text(data))
+        message = user_message(rendered.text, rendered.data, uuid.uuid4().hex, exchange.context_id)
         while True:
             await self._converse(client, message, exchange)
             turn = exchange.turn() if session is not None else None
@@ -465,6 +476,28 @@ async def _to_the_end(cleanup: Coroutine[Any, Any, T]) -> T:
     return task.result()
 
 
+def _where(exchange: _Exchange, patch: str | None) -> str:
+    """Which part of the reply held ``patch``: "artifact: ", "message: ", "status message: "."""
+    if patch is None:
+        return ""
+    places = [("artifact", p) for p in exchange.artifacts.values()]
+    places += [("message", exchange.message_parts or []), ("status message", exchange.status_parts)]
+    for name, parts in places:
+        if extract_patch(reply_parts(parts)).patch == patch:
+            return f"{name}: "
+    return ""
+
+
+def card_facts(card: AgentCard | None) -> CardFacts | None:
+    if card is None:
+        return None
+    extensions = [
+        (ext.uri, MessageToDict(ext.params) if ext.HasField("params") else {})
+        for ext in card.capabilities.extensions
+    ]
+    return CardFacts(extensions, list(card.default_input_modes))
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, httpx.HTTPStatusError):
         return f"HTTP {exc.response.status_code} from {exc.request.url}"
@@ -486,13 +519,20 @@ class PolledParticipant:
         config = ClientConfig(httpx_client=self.http, streaming=False, polling=True)
         return ClientFactory(config).create(card)
 
-    async def send(self, instance: Instance, url_template: str) -> tuple[str | None, _Exchange]:
+    async def send(
+        self, instance: Instance, url_template: str, dialect: str = AUTO
+    ) -> tuple[str | None, _Exchange]:
         """Start the work; returns the remote task id (None if the reply was final) and
         what was said so far."""
+        card = await A2ACardResolver(self.http, self.url).get_agent_card()
+        config = ClientConfig(httpx_client=self.http, streaming=False, polling=True)
+        client = ClientFactory(config).create(card)
+        chosen, chosen_by = choose(dialect, card_facts(card))
         data = task_data(instance, url_template)
-        message = user_message(task_text(data), data, uuid.uuid4().hex)
-        client = await self._client()
+        rendered = render(chosen, data, task_text(data))
+        message = user_message(rendered.text, rendered.data, uuid.uuid4().hex)
         exchange = _Exchange()
+        exchange.conversation.update(dialect=chosen, dialect_chosen_by=chosen_by)
         async for event in client.send_message(SendMessageRequest(message=message)):
             exchange.take(event)
         return (None if exchange.done else exchange.task_id), exchange
@@ -512,6 +552,7 @@ class PolledParticipant:
 def outcome_of(exchange: _Exchange, role: str) -> tuple[str | None, str | None, str]:
     """(patch, failure reason, detail) of a finished exchange, as ``get_patch`` decides them."""
     extraction = extract_patch(reply_parts(exchange.reply()))
+    exchange.conversation["reply"] = f"{_where(exchange, extraction.patch)}{extraction.source}"
     if extraction.patch is not None:
         return extraction.patch, None, f"patch from {extraction.source}"
     if exchange.state in FAILED:

@@ -426,6 +426,7 @@ class Pipeline:
                 )
             return self._arrived(item, pred.model_patch, pred.model_name_or_path, now)
         from swegreen.agent.participant_client import PolledParticipant, outcome_of
+        from swegreen.task_dialects import AUTO
 
         assert item.url is not None
         stored = json.loads(item.config_json)
@@ -434,7 +435,12 @@ class Pipeline:
         )
         try:
             async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=120.0)) as http:
-                task_id, exchange = await PolledParticipant(item.url, http).send(inst, template)
+                requested = stored.get("task_dialect", AUTO)
+                if isinstance(requested, dict):
+                    requested = requested.get(item.role, AUTO)
+                task_id, exchange = await PolledParticipant(item.url, http).send(
+                    inst, template, requested
+                )
         except Exception as exc:  # refused, HTTP errors, garbage: this row only
             return PatchState(
                 done=True,
