@@ -10,6 +10,10 @@ task by the real green agent and each resolving it with the gold patch.
   answers with ``<patch>`` tags in an artifact. Its card declares the XML dialect.
 - ``json-reply``: takes the standard task, answers with a text part holding
   ``{"model_patch": "<diff>"}``.
+- ``agentswe``: speaks the AgentSWE protocol: a JSON task with ``cwd``, each turn a
+  completed task whose artifact is named ``bash``, ``debug`` or ``patch`` (or says so as
+  JSON), the command's output in the next message of the same context. It checks that
+  what its commands wrote did not stay.
 """
 
 from __future__ import annotations
@@ -114,6 +118,57 @@ class JsonReplyDouble(Double):
         return "artifact", json.dumps({"model_patch": self.gold[found.group(1)]})
 
 
+class AgentSweDouble(AgentExecutor):
+    """Four turns per context: look (writing a file), try the gold patch in ``debug``,
+    check that neither stayed, submit the gold patch."""
+
+    def __init__(self, gold: dict[str, str]) -> None:
+        self.gold = gold
+        self.state: dict[str, dict[str, Any]] = {}
+        self.complaints: list[str] = []
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        _task, updater = await open_task(context, event_queue)
+        [text] = [p.text for p in context.message.parts if p.WhichOneof("content") == "text"]
+        state = self.state.setdefault(context.context_id, {"turn": 0})
+        try:
+            name, body = self.step(state, json.loads(text))
+        except (AssertionError, ValueError, KeyError) as exc:
+            self.complaints.append(f"turn {state['turn']}: {exc!r}")
+            await updater.failed(updater.new_agent_message([new_text_part(str(exc))]))
+            return
+        state["turn"] += 1
+        await updater.add_artifact([new_text_part(body)], name=name)
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        return None
+
+    def step(self, state: dict[str, Any], said: dict[str, Any]) -> tuple[str, str]:
+        turn = state["turn"]
+        if turn == 0:
+            for key in ("cwd", "problem_statement", "hints_text", "python_version"):
+                assert key in said, f"the task has no {key}"
+            assert re.fullmatch(r"\d+\.\d+", said["python_version"]), said["python_version"]
+            assert "fail_to_pass" not in said and "FAIL_TO_PASS" not in json.dumps(said)
+            state.update(cwd=said["cwd"], gold=self.gold[said["instance_id"]])
+            return "bash", f"cd {state['cwd']} && touch LEFT_BEHIND && git status --short"
+        assert said.get("cwd") == state["cwd"], said
+        if turn == 1:
+            assert "LEFT_BEHIND" in said["stdout"], said
+            command = f"cd {state['cwd']} && git apply - <<'EOF'\n{state['gold']}EOF\n"
+            command += "git diff --stat"
+            # the action as JSON text in an artifact of another name, as AgentSWE also reads it
+            return "response", json.dumps({"action": "debug", "content": command})
+        if turn == 2:
+            assert said["debug_result"] is True and said["success"] is True, said
+            assert "1 file changed" in said["stdout"], said
+            check = "test ! -e LEFT_BEHIND && git status --short | wc -l"
+            return "bash", f"cd {state['cwd']} && {check}"
+        assert said["exit_code"] == 0 and said["stdout"].strip() == "0", said  # nothing stayed
+        return "patch", state["gold"]
+
+
 @pytest.fixture(scope="module")
 def green(session_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = start(["serve"], session_cache, tmp_path_factory.mktemp("green"), "green")
@@ -131,6 +186,7 @@ def test_existing_participants_work_unchanged(
         "mini": MiniSweDouble(gold, tmp_path),
         "tagged": TaggedDouble(gold, tmp_path),
         "jsonreply": JsonReplyDouble(gold, tmp_path),
+        "agentswe": AgentSweDouble(gold),
     }
 
     def app(role: str, url: str) -> Any:
@@ -147,13 +203,20 @@ def test_existing_participants_work_unchanged(
             serving(lambda url: app("mini", url)) as mini,
             serving(lambda url: app("tagged", url)) as tagged,
             serving(lambda url: app("jsonreply", url)) as jsonreply,
+            serving(lambda url: app("agentswe", url)) as agentswe,
         ):
+            participants = {
+                "mini": mini,
+                "tagged": tagged,
+                "jsonreply": jsonreply,
+                "agentswe": agentswe,
+            }
             request = {
-                "participants": {"mini": mini, "tagged": tagged, "jsonreply": jsonreply},
+                "participants": participants,
                 "config": {
                     "dataset": "swegreen:sample",
                     "instance_ids": [INSTANCE],
-                    "task_dialect": {"mini": "json"},
+                    "task_dialect": {"mini": "json", "agentswe": "agentswe"},
                     "participant_timeout": 120,
                 },
             }
@@ -167,6 +230,7 @@ def test_existing_participants_work_unchanged(
         "mini": ("json", "request", "status message: bare diff"),
         "tagged": ("xml", "agent card extension", "artifact: <patch> tag"),
         "jsonreply": ("standard", "default", "artifact: JSON text part 'model_patch'"),
+        "agentswe": ("agentswe", "request", "artifact: bare diff"),
     }
     for role, (dialect, chosen_by, reply) in expected.items():
         [row] = rows[role]["instances"]
@@ -174,3 +238,6 @@ def test_existing_participants_work_unchanged(
         conversation = row["conversation"]
         assert conversation["dialect"] == dialect and conversation["dialect_chosen_by"] == chosen_by
         assert conversation["reply"] == reply, (role, conversation)
+    agentswe = rows["agentswe"]["instances"][0]
+    assert agentswe["conversation"]["turns"] == 4
+    assert agentswe["interaction"]["steps"] == 3  # bash, debug, bash: under the budget

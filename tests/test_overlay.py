@@ -11,7 +11,7 @@ import pytest
 
 from swegreen import overlay
 
-pytestmark = pytest.mark.skipif(not overlay.can_mount(), reason="only a root engine mounts")
+needs_root = pytest.mark.skipif(not overlay.can_mount(), reason="only a root engine mounts")
 
 
 def make_lower(root: Path) -> Path:
@@ -21,6 +21,7 @@ def make_lower(root: Path) -> Path:
     return lower
 
 
+@needs_root
 def test_the_mounts_of_a_dead_engine_are_swept_and_a_live_ones_kept(tmp_path: Path) -> None:
     lower = make_lower(tmp_path)
     work = tmp_path / "work"
@@ -49,6 +50,7 @@ def test_the_mounts_of_a_dead_engine_are_swept_and_a_live_ones_kept(tmp_path: Pa
     assert (lower / "a.txt").read_text() == "a\n"
 
 
+@needs_root
 def test_a_mount_that_fails_leaves_nothing_behind_for_the_copy(tmp_path: Path) -> None:
     """Where the kernel refuses (here: a lower layer that is not a directory), the caller
     copies into the target, which must not exist: no layers, no target left."""
@@ -58,3 +60,33 @@ def test_a_mount_that_fails_leaves_nothing_behind_for_the_copy(tmp_path: Path) -
     assert not overlay.mount(lower, layers, target)
     assert not target.exists() and not layers.exists()
     assert not overlay.is_mounted(target)
+
+
+@pytest.mark.parametrize("mountable", [True, False], ids=["overlay", "copy"])
+def test_writes_under_a_path_are_undone_and_the_path_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mountable: bool
+) -> None:
+    """What the AgentSWE protocol's commands rely on: after the undo, the directory holds
+    what it held before, at the same path, whether an overlay or a copy kept it."""
+    if mountable and not overlay.can_mount():
+        pytest.skip("mounting needs root")
+    if not mountable:
+        monkeypatch.setattr(overlay, "can_mount", lambda: False)
+    work = tmp_path / "repo"
+    (work / "pkg").mkdir(parents=True)
+    (work / "pkg" / "mod.py").write_text("x = 1\n")
+    (work / "build.so").write_bytes(b"\0binary")
+    (work / "link").symlink_to("pkg/mod.py")
+    undo = overlay.discard_later(work, tmp_path / "layers")
+    assert overlay.is_mounted(work) == mountable
+    (work / "pkg" / "mod.py").write_text("x = 2\n")
+    (work / "build.so").unlink()
+    (work / "new.txt").write_text("left behind?")
+    (work / "pkg" / "sub").mkdir()
+    undo()
+    assert not overlay.is_mounted(work)
+    assert sorted(p.name for p in work.iterdir()) == ["build.so", "link", "pkg"]
+    assert (work / "pkg" / "mod.py").read_text() == "x = 1\n"
+    assert (work / "build.so").read_bytes() == b"\0binary"
+    assert (work / "link").is_symlink() and (work / "link").read_text() == "x = 1\n"
+    assert not (work / "pkg" / "sub").exists() and not (tmp_path / "layers").exists()

@@ -31,7 +31,8 @@ def test_hidden_fields_never_reach_the_participant() -> None:
     inst = parse_rows([raw_row(1, hints_text="look at x.py", **CANARIES)])[0]
     data = task_data(inst, "https://github.com/{repo}.git")
     for dialect in DIALECTS:
-        rendered = render(dialect, data, task_text(data))
+        facts = {**data, "cwd": "/w/repo", "python_version": "3.9"}  # what agentswe adds
+        rendered = render(dialect, facts, task_text(data))
         blob = json.dumps(rendered.data) + rendered.text
         for canary in (
             "GOLD_CANARY",

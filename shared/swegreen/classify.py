@@ -54,6 +54,7 @@ class Reason(StrEnum):
     ENVIRONMENT_FAULT = "environment_fault"
     LOG_TAMPERING = "log_tampering"
     WORKSPACE_TAMPERING = "workspace_tampering"
+    PROTOCOL_UNAVAILABLE = "protocol_unavailable"
     INTERNAL_ERROR = "internal_error"
 
 

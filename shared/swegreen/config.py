@@ -139,8 +139,9 @@ class EvalConfig(BaseModel):
         AUTO,
         description="How the task is written for participants: 'standard' (prose + data "
         "part), 'json' (one JSON object, as mini-swe-agent wrappers read it), 'xml' (tagged "
-        "text), or 'auto' (what the participant's agent card declares, else standard). One "
-        "value for all, or a table by role, e.g. {agent = 'json'} (docs/agentbeats.md).",
+        "text), 'agentswe' (the AgentSWE protocol's turns), or 'auto' (what the "
+        "participant's agent card declares, else standard). One value for all, or a "
+        "table by role, e.g. {agent = 'json'} (docs/agentbeats.md).",
     )
 
     network_instances: tuple[str, ...] = Field(

@@ -115,6 +115,15 @@ class EnvironmentFault(EvaluationFailure):
     reason = "environment_fault"
 
 
+class ProtocolUnavailable(EvaluationFailure):
+    """The participant speaks a protocol this run cannot serve (the AgentSWE protocol's
+    commands need the interactive mode's workbench): the run's configuration, not the
+    participant, so the row is an error, and the same on every retry."""
+
+    reason = "protocol_unavailable"
+    permanent = True
+
+
 class SandboxUnavailable(SweGreenError):
     """The requested isolation cannot run on this host; the run does not start."""
 

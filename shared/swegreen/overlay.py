@@ -22,6 +22,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 _UNSAFE = (",", ":", "\\", "\n")  # separators of mount's option string
@@ -65,6 +66,53 @@ def mount(lower: Path, layers: Path, target: Path) -> bool:
     with contextlib.suppress(OSError):
         target.rmdir()
     return False
+
+
+def discard_later(path: Path, layers: Path) -> Callable[[], None]:
+    """Make every write under ``path`` from now on undoable; returns the undo.
+
+    An overlay mounted over ``path`` itself (its own contents the lower layer) where this
+    engine may mount; elsewhere a copy of ``path`` kept in ``layers`` and moved back. The
+    path stays the same either way, so a participant told its working directory keeps it.
+    """
+    layers.mkdir(parents=True, exist_ok=True)
+    upper, work = layers / "upper", layers / "work"
+    if can_mount() and not any(c in str(p) for p in (path, layers) for c in _UNSAFE):
+        upper.mkdir()
+        work.mkdir()
+        st = path.stat()
+        os.chown(upper, st.st_uid, st.st_gid)
+        upper.chmod(st.st_mode & 0o7777)
+        (layers / OWNER).write_text(str(os.getpid()))
+        options = f"lowerdir={path},upperdir={upper},workdir={work}"
+        done = subprocess.run(
+            ["mount", "-t", "overlay", "overlay", "-o", options, str(path)],
+            capture_output=True,
+            check=False,
+        )
+        if done.returncode == 0:
+
+            def unmount_it() -> None:
+                unmount(path)
+                shutil.rmtree(layers, ignore_errors=True)
+
+            return unmount_it
+        shutil.rmtree(upper, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+    snapshot = layers / "snapshot"
+    subprocess.run(["cp", "-a", str(path), str(snapshot)], check=True, capture_output=True)
+
+    def put_back() -> None:
+        for entry in list(path.iterdir()):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        for entry in list(snapshot.iterdir()):
+            shutil.move(str(entry), str(path / entry.name))
+        shutil.rmtree(layers, ignore_errors=True)
+
+    return put_back
 
 
 def is_mounted(target: Path) -> bool:

@@ -66,6 +66,8 @@ def extract_patch(parts: Iterable[ReplyPart]) -> Extraction:
             return Extraction(part.text, f"file {part.filename or '(diff)'}")
     for part in parts:  # a text part holding JSON: {"patch": "<diff>"} (json.dumps'd replies)
         data = _json_object(part.text)
+        if data is not None and data.get("action") == "patch":  # AgentSWE's final turn
+            data = {"patch": data.get("content")}
         if data is not None:
             for key in DATA_KEYS:
                 value = data.get(key)

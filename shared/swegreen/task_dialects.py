@@ -7,7 +7,10 @@ The same facts (``task_message.task_data``: nothing hidden) are rendered three w
   it, with ``hints`` beside ``hints_text`` and ``docker_image`` named as SWE-bench names
   its per-instance images;
 - ``xml``: tagged text (``<task_id>``, ``<repository>``, ``<repo_url>``, ``<base_commit>``,
-  ``<problem_statement>``, ``<hints>``), for agents that clone ``repo_url`` themselves.
+  ``<problem_statement>``, ``<hints>``), for agents that clone ``repo_url`` themselves;
+- ``agentswe``: the AgentSWE protocol's task (agentswe.py), whose agents work through
+  commands the green agent runs for them; ``data`` then carries ``cwd`` and
+  ``python_version``.
 
 Which one a participant gets is the request's choice, else what its agent card declares
 (``choose``), else ``standard``.
@@ -20,8 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Dialect = Literal["standard", "json", "xml"]
-DIALECTS: tuple[Dialect, ...] = ("standard", "json", "xml")
+from swegreen import agentswe
+
+Dialect = Literal["standard", "json", "xml", "agentswe"]
+DIALECTS: tuple[Dialect, ...] = ("standard", "json", "xml", "agentswe")
 AUTO = "auto"
 # An agent card declares its dialect with this extension: {"uri": EXTENSION_URI,
 # "params": {"dialect": "json"}} in capabilities.extensions (docs/agentbeats.md).
@@ -78,6 +83,9 @@ def render(dialect: Dialect, data: Mapping[str, Any], prose: str) -> Rendered:
         return Rendered(json.dumps(payload, ensure_ascii=False), None)
     if dialect == "xml":
         return Rendered(XML.format(reply=REPLY, **data), None)
+    if dialect == "agentswe":
+        payload = agentswe.task(data, data["cwd"], data["python_version"])
+        return Rendered(json.dumps(payload, ensure_ascii=False), None)
     return Rendered(prose, dict(data))
 
 

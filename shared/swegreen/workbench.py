@@ -28,6 +28,7 @@ from pathlib import Path
 
 from swegreen.dataset import Instance
 from swegreen.errors import DiskLimitExceeded, EnvSetupFailed, OutOfMemory, SandboxUnavailable
+from swegreen.overlay import discard_later
 from swegreen.procs import CommandFailed, run_checked, run_process
 from swegreen.testbed import Testbed, Testbeds
 
@@ -105,6 +106,16 @@ class Workbench:
             for path in (command_file, script, log):
                 path.unlink(missing_ok=True)
         return CommandRun(None if result.timed_out else result.returncode, output, result.duration)
+
+    async def run_discarded(self, command: str, timeout: float) -> CommandRun:
+        """``run``, then the workspace as it was before: nothing the command wrote stays
+        (the AgentSWE protocol's read-only ``bash`` and ephemeral ``debug`` commands)."""
+        layers = self.testbed.host_dir / f"discard-{self._steps + 1}"
+        undo = await asyncio.to_thread(discard_later, self.workdir, layers)
+        try:
+            return await self.run(command, timeout)
+        finally:
+            await asyncio.to_thread(undo)
 
 
 class Workbenches:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -44,10 +45,11 @@ from a2a.types import (
 )
 from google.protobuf.json_format import MessageToDict
 
+from swegreen import agentswe
 from swegreen.agent.parts import reply_parts, text_of, user_message
 from swegreen.classify import Reason
 from swegreen.dataset import Instance
-from swegreen.errors import EvaluationFailure
+from swegreen.errors import EvaluationFailure, ProtocolUnavailable
 from swegreen.interaction import (
     Budget,
     BudgetExhausted,
@@ -101,6 +103,7 @@ class _Exchange:
     named: asyncio.Event = field(default_factory=asyncio.Event)
     state: int = TaskState.TASK_STATE_UNSPECIFIED
     artifacts: dict[str, list[Part]] = field(default_factory=dict)
+    artifact_names: dict[str, str] = field(default_factory=dict)
     status_parts: list[Part] = field(default_factory=list)
     message_parts: list[Part] | None = None
     usage: dict[str, Any] | None = None
@@ -128,6 +131,7 @@ class _Exchange:
         parts = self.artifacts.setdefault(key, []) if append else []
         parts.extend(artifact.parts)
         self.artifacts[key] = parts
+        self.artifact_names[key] = artifact.name or self.artifact_names.get(key, "")
         self._usage(artifact.metadata)
 
     def take(self, event: StreamResponse) -> None:
@@ -177,6 +181,14 @@ class _Exchange:
         self.status_parts = []
         self.message_parts = None
 
+    def next_task(self) -> None:
+        """The participant's task is over and the conversation goes on in a new task of
+        the same context (the AgentSWE protocol): nothing of this one is kept."""
+        self.next_turn()
+        self.task_id = ""
+        self.artifacts.clear()
+        self.artifact_names.clear()
+
     def reply(self) -> list[Part]:
         parts = [p for chunk in self.artifacts.values() for p in chunk]
         return parts + (self.message_parts or []) + self.status_parts
@@ -204,8 +216,7 @@ class _Session:
     stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     bench: Workbench | None = None
 
-    async def run(self, request: CommandRequest) -> CommandOutcome:
-        timeout = self.meter.admit(request)
+    async def open(self) -> Workbench:
         if self.bench is None:
             t0 = time.monotonic()
             self.bench = await self.stack.enter_async_context(
@@ -213,8 +224,31 @@ class _Session:
             )
             self.meter.usage.setup_seconds = time.monotonic() - t0
             self.extend(self.meter.usage.setup_seconds)
-        ran = await self.bench.run(request.command, timeout)
+        return self.bench
+
+    async def run(self, request: CommandRequest, *, discard: bool = False) -> CommandOutcome:
+        """One command in the workbench; ``discard``: nothing it writes stays."""
+        timeout = self.meter.admit(request)
+        bench = await self.open()
+        if discard:
+            ran = await bench.run_discarded(request.command, timeout)
+        else:
+            ran = await bench.run(request.command, timeout)
         return self.meter.charge(request, ran.exit_code, ran.output, ran.duration)
+
+    @property
+    def python_version(self) -> str:
+        """The workbench environment's Python (major.minor), as its build recorded it."""
+        from swegreen.environments import ENV_INFO  # the engine: not for the Lambdas
+
+        assert self.bench is not None, "open() first"
+        testbed = self.bench.testbed
+        info = testbed.env.root / ENV_INFO
+        try:
+            version = str(json.loads(info.read_text())["python"])
+        except (OSError, ValueError, KeyError):
+            version = testbed.recipe.python
+        return ".".join(version.split(".")[:2])
 
     @property
     def used(self) -> dict[str, Any] | None:
@@ -332,6 +366,9 @@ class A2AParticipant:
         client = await self._connect()
         dialect, chosen_by = choose(self.dialect, card_facts(self._card))
         exchange.conversation.update(dialect=dialect, dialect_chosen_by=chosen_by)
+        if dialect == "agentswe":
+            await self._agentswe(client, data, exchange, session)
+            return
         rendered = render(dialect, data, task_text(data))
         message = user_message(rendered.text, rendered.data, uuid.uuid4().hex, exchange.context_id)
         while True:
@@ -350,6 +387,42 @@ class A2AParticipant:
             if exchange.state == TaskState.TASK_STATE_INPUT_REQUIRED and exchange.task_id:
                 message.task_id = exchange.task_id
             exchange.next_turn()
+
+    async def _agentswe(
+        self, client: Client, data: dict[str, Any], exchange: _Exchange, session: _Session | None
+    ) -> None:
+        """The AgentSWE protocol (agentswe.py): a task per turn in one context, ``bash`` and
+        ``debug`` commands run in the workbench with their writes thrown away, until a
+        ``patch`` (or a turn that asks for nothing) ends it."""
+        if session is None:
+            raise ProtocolUnavailable(
+                f"{self.role} speaks the AgentSWE protocol, whose commands run in the "
+                "interactive mode's workbench: it needs isolation = bwrap and interactive = true"
+            )
+        bench = await session.open()
+        cwd = str(bench.workdir)
+        facts = {**data, "cwd": cwd, "python_version": session.python_version}
+        message = user_message(
+            render("agentswe", facts, "").text, None, uuid.uuid4().hex, exchange.context_id
+        )
+        while True:
+            await self._converse(client, message, exchange)
+            if exchange.state != TaskState.TASK_STATE_COMPLETED:
+                return  # failed, or a plain message: outcome_of says what it was
+            named = [
+                (exchange.artifact_names.get(key, ""), text_of(parts))
+                for key, parts in exchange.artifacts.items()
+            ]
+            action, content = agentswe.turn(named, text_of(exchange.status_parts))
+            exchange.conversation["turns"] = exchange.conversation.get("turns", 0) + 1
+            if action not in ("bash", "debug"):
+                return  # a patch, or nothing asked: the reply is the answer
+            outcome = await session.run(CommandRequest(content), discard=True)
+            answer = agentswe.result(
+                action, cwd, outcome.output, outcome.exit_code, outcome.steps_left
+            )
+            message = user_message(json.dumps(answer), None, uuid.uuid4().hex, exchange.context_id)
+            exchange.next_task()
 
     async def _connect(self) -> Client:
         if self._client is None:
