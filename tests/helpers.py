@@ -116,15 +116,22 @@ def start(
         env={**os.environ, **(env or {})},
     )
     url = f"http://127.0.0.1:{port}/"
+    wait_for_card(url, proc, log)
+    return Server(url, proc, log)
+
+
+def wait_for_card(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Until the server at ``url`` serves its agent card (readiness, not a fixed sleep);
+    a server that exits first, or never answers in a minute, fails with its log."""
     for _ in range(600):
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(url + ".well-known/agent-card.json", timeout=1).status_code == 200:
-                return Server(url, proc, log)
+                return
         if proc.poll() is not None:
             break
         time.sleep(0.1)
     proc.kill()
-    raise RuntimeError(f"{name} did not start:\n{log.read_text()[-3000:]}")
+    raise RuntimeError(f"{url} did not start:\n{log.read_text()[-3000:]}")
 
 
 def stop(servers: Iterable[Server]) -> None:

@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,8 +26,6 @@ from swegreen.sample import SampleBenchmark
 from tests.helpers import Server, start, stop
 
 ROOT = Path(__file__).resolve().parents[1]
-A2A03_VENV = ROOT / ".venv-a2a03"
-A2A03_VERSION = "0.3.26"
 
 
 @pytest.fixture(scope="module")
@@ -185,23 +182,6 @@ def test_an_assessment_over_a2a_1_0_with_good_and_misbehaving_participants(serve
     assert any("started gold/sample__calculator-1" in s for s in outcome.statuses)
     assert any(s.startswith("gold/sample__calculator-1: resolved") for s in outcome.statuses)
     assert any(s.startswith("still working") for s in outcome.statuses)
-
-
-@pytest.fixture(scope="module")
-def a2a03_python() -> Path:
-    """A separate interpreter with a2a-sdk 0.3, the version AgentBeats' runners speak."""
-    python = A2A03_VENV / "bin" / "python"
-    probe = [str(python), "-c", "import importlib.metadata as m; print(m.version('a2a-sdk'))"]
-    if (
-        not python.exists()
-        or subprocess.run(probe, capture_output=True, text=True).stdout.strip() != A2A03_VERSION
-    ):
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(A2A03_VENV)], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", f"a2a-sdk=={A2A03_VERSION}", "httpx"],
-            check=True,
-        )
-    return python
 
 
 def test_an_assessment_over_a2a_0_3_as_agentbeats_runs_it(servers, a2a03_python: Path) -> None:

@@ -37,9 +37,10 @@ from swegreen.agent.server import agent_card, build_app, open_task
 from swegreen.dataset import load_dataset
 from swegreen.sample import SampleBenchmark
 from swegreen.task_dialects import EXTENSION_URI
-from tests.helpers import Server, serving, start, stop
+from tests.helpers import Server, free_port, serving, start, stop, wait_for_card
 from tests.test_agent import assess
 
+ROOT = Path(__file__).resolve().parents[1]
 INSTANCE = "sample__calculator-2"
 IMAGE = "docker.io/swebench/sweb.eval.x86_64.sample_1776_calculator-2:latest"
 
@@ -241,3 +242,44 @@ def test_existing_participants_work_unchanged(
     agentswe = rows["agentswe"]["instances"][0]
     assert agentswe["conversation"]["turns"] == 4
     assert agentswe["interaction"]["steps"] == 3  # bash, debug, bash: under the budget
+
+
+def test_a_mini_swe_agent_wrapper_on_a2a_0_3_resolves_its_task_unchanged(
+    green: Server, sample: SampleBenchmark, a2a03_python: Path, tmp_path: Path
+) -> None:
+    """The same contract served by a2a-sdk 0.3, which public wrappers use: its card says
+    nothing of dialects, so the request asks for json."""
+    gold = {i.instance_id: i.patch for i in load_dataset(str(sample.dataset)).instances}
+    (tmp_path / "gold.json").write_text(json.dumps(gold))
+    port = free_port()
+    log = (tmp_path / "mini03.log").open("wb")
+    script = ROOT / "tests" / "a2a" / "participant_v03.py"
+    proc = subprocess.Popen(
+        [str(a2a03_python), str(script), str(port), str(tmp_path / "gold.json")],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_for_card(url, proc, tmp_path / "mini03.log")
+        request = {
+            "participants": {"mini": url},
+            "config": {
+                "dataset": "swegreen:sample",
+                "instance_ids": [INSTANCE],
+                "task_dialect": "json",
+                "participant_timeout": 120,
+            },
+        }
+        rows = asyncio.run(assess(green.url, request)).rows
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+    [row] = rows["mini"]["instances"]
+    assert row["status"] == "resolved", (row, (tmp_path / "mini03.log").read_text()[-2000:])
+    assert row["conversation"] == {
+        "dialect": "json",
+        "dialect_chosen_by": "request",
+        "reply": "status message: bare diff",
+    }

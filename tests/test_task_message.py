@@ -130,3 +130,9 @@ def test_the_dialect_is_the_requests_else_the_cards_else_standard() -> None:
         "default",
     )
     assert choose("auto", None) == ("standard", "default")
+    wants_turns = CardFacts(extensions=[(EXTENSION_URI, {"dialect": "agentswe"})])
+    assert choose("auto", wants_turns) == ("agentswe", "agent card extension")
+    assert choose("auto", wants_turns, ("standard", "json", "xml")) == (
+        "standard",
+        "default (the card's agentswe is not served here)",
+    )

@@ -97,14 +97,20 @@ class CardFacts:
     input_modes: Sequence[str] = ()
 
 
-def choose(requested: str, card: CardFacts | None) -> tuple[Dialect, str]:
-    """The dialect for one participant and what chose it (recorded in each row)."""
+def choose(
+    requested: str, card: CardFacts | None, served: Sequence[str] = DIALECTS
+) -> tuple[Dialect, str]:
+    """The dialect for one participant and what chose it (recorded in each row).
+    ``served``: the dialects this caller can hold (the AWS pipeline's polled calls cannot
+    hold AgentSWE's turns); a card's wish outside them falls back to the default."""
     if requested != AUTO:
         return _known(requested), "request"
     if card is not None:
         for uri, params in card.extensions:
             wanted = params.get("dialect")
             if uri == EXTENSION_URI and isinstance(wanted, str) and wanted in DIALECTS:
+                if wanted not in served:
+                    return "standard", f"default (the card's {wanted} is not served here)"
                 return _known(wanted), "agent card extension"
         modes = {m.split(";")[0].strip().lower() for m in card.input_modes}
         if modes == {"application/json"}:  # takes JSON and nothing else

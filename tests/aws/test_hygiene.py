@@ -150,5 +150,14 @@ def test_the_pipeline_refuses_the_local_env_files_fallback(s3: Any, tmp_path: Pa
                 StartEvent(run_id="aws-fork", patches="gold", config={"env_files_at_base": True})
             )
         assert store.get_run("aws-fork") is None
+        with pytest.raises(ValueError, match="task_dialect agentswe is for local runs"):
+            pipeline.resolve(
+                StartEvent(
+                    run_id="aws-turns",
+                    patches="gold",
+                    config={"task_dialect": {"solver": "agentswe"}},
+                )
+            )
+        assert store.get_run("aws-turns") is None
     finally:
         store.close()

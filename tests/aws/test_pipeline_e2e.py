@@ -433,6 +433,12 @@ def test_an_a2a_participant_is_waited_for_by_callback(cloud: Cloud) -> None:
     assert {r["status"] for r in rows.values()} == {"resolved"}, cloud.diagnosis(rows)
     assert all(r["model_name_or_path"] == "agent" for r in rows.values())
     assert all(r["durations"]["participant"] >= 5 for r in rows.values())  # it was slow
+    for row in rows.values():  # as a local run records it, across the dispatch and the polls
+        assert row["conversation"] == {
+            "dialect": "standard",
+            "dialect_chosen_by": "default",
+            "reply": "artifact: data part 'patch'",
+        }, row.get("conversation")
     assert cloud.leaderboard("a2a")["participant"] == "agent"
     assert sum(w.get("done", 0) for w in cloud.watch_results) >= 2  # Watch handed them back
 

@@ -578,6 +578,10 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:400]}"
 
 
+# What a caller that sends one message and polls can serve (not AgentSWE's turns).
+POLLED_DIALECTS = ("standard", "json", "xml")
+
+
 class PolledParticipant:
     """The participant protocol split in steps, for callers that cannot hold a stream open
     (a Lambda runs for minutes; a participant may take half an hour): send the task and
@@ -600,7 +604,7 @@ class PolledParticipant:
         card = await A2ACardResolver(self.http, self.url).get_agent_card()
         config = ClientConfig(httpx_client=self.http, streaming=False, polling=True)
         client = ClientFactory(config).create(card)
-        chosen, chosen_by = choose(dialect, card_facts(card))
+        chosen, chosen_by = choose(dialect, card_facts(card), POLLED_DIALECTS)
         data = task_data(instance, url_template)
         rendered = render(chosen, data, task_text(data))
         message = user_message(rendered.text, rendered.data, uuid.uuid4().hex)

@@ -182,6 +182,8 @@ class PatchState(BaseModel):
     deadline: float = 0.0
     duration: float = 0.0
     usage: dict[str, Any] | None = None
+    # the task dialect, what chose it, where the patch was found (PatchResult.conversation)
+    conversation: dict[str, Any] | None = None
 
 
 class SandboxInput(BaseModel):
@@ -264,6 +266,12 @@ class Pipeline:
                 "env_files_at_base is for local runs from forks that lack some "
                 "environment_setup_commits; the pipeline's build phase names its artifacts "
                 "by those commits and clones repo_url_template, which must have them all"
+            )
+        wanted = config.task_dialect
+        if "agentswe" in ([wanted] if isinstance(wanted, str) else wanted.values()):
+            raise ValueError(
+                "task_dialect agentswe is for local runs: its commands run in the interactive "
+                "mode's workbench, which the pipeline's polled participant calls do not offer"
             )
         key = self.dataset_key(config)
         text = self._get(key)
@@ -450,13 +458,15 @@ class Pipeline:
             )
         if task_id is None:
             patch, failure, detail = outcome_of(exchange, item.role)
-            return self._arrived(item, patch, item.role, now, failure, detail, exchange.usage)
+            arrived = self._arrived(item, patch, item.role, now, failure, detail, exchange.usage)
+            return arrived.model_copy(update={"conversation": exchange.conversation})
         return PatchState(
             done=False,
             remote_task_id=task_id,
             started=now,
             model=item.role,
             deadline=now + item.participant_timeout,
+            conversation=exchange.conversation,
         )
 
     async def dispatch_waiting(self, item: Item, token: str, sfn: Any) -> PatchState:
@@ -519,9 +529,11 @@ class Pipeline:
                 )
             if exchange.done:
                 patch, failure, detail = outcome_of(exchange, item.role)
-                return self._arrived(
+                arrived = self._arrived(
                     item, patch, item.role, state.started, failure, detail, exchange.usage, now
                 )
+                said = {**(state.conversation or {}), **exchange.conversation}
+                return arrived.model_copy(update={"conversation": said})
             if now >= state.deadline:
                 await participant.cancel(state.remote_task_id)
                 return state.model_copy(
@@ -663,6 +675,7 @@ class Pipeline:
             detail=state.detail if state else "",
             duration=state.duration if state else 0.0,
             usage=state.usage if state else None,
+            conversation=state.conversation if state else None,
         )
         if event.error is not None:
             failure = _failure_of(event.error)
@@ -781,6 +794,7 @@ def _checked(row: InstanceResult, state: PatchState) -> InstanceResult:
         update={
             "durations": durations,
             "participant_usage": state.usage,
+            "conversation": state.conversation or row.conversation,
             "model_name_or_path": row.model_name_or_path or state.model,
         }
     )
