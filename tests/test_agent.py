@@ -241,15 +241,15 @@ def test_sharded_assessments_as_the_gateway_sends_them_cover_the_selection_once(
     base = {**shipped, "dataset": "swegreen:sample"}  # the hub is not reachable here
     participants = {"agent": servers["gold"].url}
     plans = {
-        # num_instances chose 3 of the 8 rows; 2 shards deal them 2 + 1
-        "three": [{**base, "num_instances": 3, "shard_index": i, "num_shards": 2} for i in (0, 1)],
+        # num_instances chose 2 of the 8 rows; 2 shards deal them 1 + 1
+        "two": [{**base, "num_instances": 2, "shard_index": i, "num_shards": 2} for i in (0, 1)],
         # the template's empty num_instances: every row of the selection, once
         "all": [
             {**base, "repos": ["sample/ledger"], "shard_index": i, "num_shards": 2} for i in (0, 1)
         ],
     }
     expected = {
-        "three": ["sample__calculator-1", "sample__calculator-2", "sample__calculator-3"],
+        "two": ["sample__calculator-1", "sample__calculator-2"],
         "all": ["sample__ledger-1", "sample__ledger-2"],
     }
     for name, shards in plans.items():
@@ -262,7 +262,7 @@ def test_sharded_assessments_as_the_gateway_sends_them_cover_the_selection_once(
             seen += [i["instance_id"] for i in row["instances"]]
             chosen = row["provenance"]["config"]
             assert chosen["rows_chosen_by"].startswith(
-                "num_instances" if name == "three" else "sharded without num_instances"
+                "num_instances" if name == "two" else "sharded without num_instances"
             )
             merged["results"].extend(shard["results"])
         assert sorted(seen) == expected[name]  # disjoint, and together the whole selection
@@ -275,7 +275,7 @@ def test_sharded_assessments_as_the_gateway_sends_them_cover_the_selection_once(
     rows = con.execute(overall).fetchall()
     columns = [d[0] for d in con.description]
     table = {r[0]: dict(zip(columns, r, strict=True)) for r in rows}
-    assert table["id-three"]["instances"] == 3 and table["id-three"]["resolved"] == 1.0
+    assert table["id-two"]["instances"] == 2 and table["id-two"]["resolved"] == 1.0
     assert table["id-all"]["instances"] == 2 and table["id-all"]["resolved"] == 1.0
 
 

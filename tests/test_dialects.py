@@ -218,6 +218,7 @@ def test_existing_participants_work_unchanged(
                     "dataset": "swegreen:sample",
                     "instance_ids": [INSTANCE],
                     "task_dialect": {"mini": "json", "agentswe": "agentswe"},
+                    "max_concurrent_rows": 4,
                     "participant_timeout": 120,
                 },
             }
