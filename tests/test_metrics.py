@@ -6,12 +6,14 @@ import random
 import time
 
 from swegreen.classify import Reason, Status
-from swegreen.dataset import Instance
+from swegreen.dataset import parse_rows
 from swegreen.errors import EnvSetupFailed
 from swegreen.metrics import RunMetrics
 from swegreen.ports import PatchResult
 from swegreen.results import InstanceResult
 from swegreen.rows import RowBuilder, error_row
+
+from .helpers import raw_row
 
 
 def row(
@@ -178,17 +180,8 @@ def test_steps_and_tokens_per_resolved_instance() -> None:
 def test_pass_rates_cannot_flatter_a_run_of_errors_and_silence() -> None:
     """Error rows count their instance's tests as not passing; P2P tests of a row whose
     code stayed unchanged count as kept, but are shown apart, as are rows that ran tests."""
-    inst = Instance(
-        instance_id="o__r-1",
-        repo="o/r",
-        base_commit="c" * 40,
-        patch="",
-        test_patch="",
-        problem_statement="p",
-        version="1",
-        FAIL_TO_PASS=("t1", "t2"),
-        PASS_TO_PASS=("t3", "t4", "t5"),
-    )
+    row_data = raw_row(1, FAIL_TO_PASS='["t1", "t2"]', PASS_TO_PASS='["t3", "t4", "t5"]')
+    [inst] = parse_rows([row_data])
     errored = error_row(inst, None, EnvSetupFailed("no build"), 1, "now", time.monotonic())
     assert (errored.f2p_passed, errored.f2p_total, errored.p2p_passed, errored.p2p_total) == (
         0,
