@@ -173,8 +173,13 @@ def a2a03_python() -> Path:
     A2A03_VENV.parent.mkdir(parents=True, exist_ok=True)
     with open(A2A03_VENV.parent / ".venv-a2a03.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        probe = subprocess.run([str(python), "-c", A2A03_PROBE], capture_output=True, text=True)
-        if not python.exists() or probe.stdout.strip() != A2A03_VERSION:
+        ready = python.exists() and (
+            subprocess.run(
+                [str(python), "-c", A2A03_PROBE], capture_output=True, text=True
+            ).stdout.strip()
+            == A2A03_VERSION
+        )
+        if not ready:
             subprocess.run([sys.executable, "-m", "venv", "--clear", str(A2A03_VENV)], check=True)
             subprocess.run(
                 [
