@@ -15,10 +15,20 @@ SELECT
   ROUND(SUM(r.counts.no_op) / SUM(r.total_instances), 4) AS no_op,
   ROUND(SUM(r.counts.error) / SUM(r.total_instances), 4) AS error,
   ROUND(SUM(r.fail_to_pass_passed) / NULLIF(SUM(r.fail_to_pass_total), 0), 4) AS f2p_pass_rate,
-  ROUND(SUM(r.pass_to_pass_passed) / NULLIF(SUM(r.pass_to_pass_total), 0), 4) AS p2p_pass_rate
+  ROUND(SUM(r.pass_to_pass_passed) / NULLIF(SUM(r.pass_to_pass_total), 0), 4) AS p2p_pass_rate,
+  -- rows whose tests ran (the others count P2P as kept only where the code stayed as it was)
+  CAST(ANY_VALUE(ran.tests_ran) AS INTEGER) AS tests_ran
 FROM results CROSS JOIN UNNEST(results.results) AS t(r)
+  JOIN (
+    SELECT results.participants.agent AS id, COUNT(*) FILTER (WHERE i.tests_ran) AS tests_ran
+    FROM results
+      CROSS JOIN UNNEST(results.results) AS t(r)
+      CROSS JOIN UNNEST(r.instances) AS u(i)
+    WHERE r.participant = 'agent'
+    GROUP BY id
+  ) AS ran ON ran.id = results.participants.agent
 WHERE r.participant = 'agent'
-GROUP BY id
+GROUP BY results.participants.agent
 ORDER BY resolved DESC;
 
 -- name: Per repository (resolved share)

@@ -48,6 +48,7 @@ def test_leaderboard_queries_rank_participants_and_sum_shards(results_dir: Path)
     assert table["id-gold"]["instances"] == 4 and table["id-gold"]["resolved"] == 1.0
     assert table["id-empty"]["instances"] == 4  # the two shards add up to the whole
     assert table["id-empty"]["no_op"] == 1.0 and table["id-empty"]["f2p_pass_rate"] == 0.0
+    assert table["id-gold"]["tests_ran"] == 4 and table["id-empty"]["tests_ran"] == 0
     assert [r[0] for r in rows] == ["id-gold", "id-empty"]
     repos = con.execute(per_repo).fetchall()
     assert {(r[0], r[1]) for r in repos} >= {("id-gold", "sample/calculator")}

@@ -99,6 +99,8 @@ def leaderboard_table(metrics: RunMetrics, title: str) -> Table:
     )
     table.add_row("infrastructure errors", str(metrics.infrastructure_errors), "")
     table.add_row("participant failures", str(metrics.participant_failures), "")
+    table.add_row("rows whose tests ran", str(metrics.tests_ran_instances), "")
+    table.add_row("P2P kept without running", str(metrics.p2p_passed_unrun), "")
     if metrics.environment_limited:
         table.add_row("environment-limited (base validation)", str(metrics.environment_limited), "")
     return table
