@@ -298,19 +298,20 @@ def test_a_killed_engine_takes_its_bubblewrap_sandbox_down(tmp_path: Path) -> No
             policy=SandboxPolicy(timeout=600), log_path=script.with_suffix(".log")))
     """)
     engine = subprocess.Popen([sys.executable, "-c", driver])
-    for _ in range(600):
-        if (work / "started").exists():
-            break
+    # Readiness, not a time: the sandbox says it started, or the engine died trying.
+    deadline = time.monotonic() + 300
+    while not (work / "started").exists():
+        assert engine.poll() is None, f"the engine exited {engine.returncode} before starting"
+        assert time.monotonic() < deadline, "the sandbox never started its script"
         time.sleep(0.05)
     assert _pids_running(marker), "the sandboxed sleep never started"
     os.kill(engine.pid, signal.SIGKILL)
     engine.wait()
-    for _ in range(600):
-        if not _pids_running(marker):
-            break
+    deadline = time.monotonic() + 120
+    while _pids_running(marker):
+        if time.monotonic() > deadline:
+            pytest.fail("the sandboxed process outlived the killed engine")
         time.sleep(0.05)
-    else:
-        pytest.fail("the sandboxed process outlived the killed engine")
 
 
 def _pids_running(marker: str) -> list[int]:

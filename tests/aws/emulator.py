@@ -439,6 +439,8 @@ class Emulator:
                     stderr=subprocess.STDOUT,
                 )
             record["exit_code"] = proc.returncode
+            # Fargate's ephemeral storage goes with the task (and the suite's disk with it).
+            shutil.rmtree(task_dir / "disk", ignore_errors=True)
             for c in task.containers:
                 c.exitCode = proc.returncode
                 c.last_status = "STOPPED"

@@ -109,6 +109,8 @@ class LocalStack:
         env = {
             "PATH": os.environ.get("PATH", ""),
             "HOME": str(self.workdir),
+            # Unzipped Lambda code goes to $TMPDIR/lambda: keep it in the test's folder.
+            "TMPDIR": str(self.workdir),
             "SSL_CERT_FILE": os.environ.get("SSL_CERT_FILE", ""),
             "OVERRIDE_IN_DOCKER": "0",
             "FILESYSTEM_ROOT": str(filesystem_root(self.workdir / "fs")),
