@@ -32,8 +32,21 @@ def test_a_sysroot_of_dev_files_joins_the_hosts_runtime_libraries_and_headers(
     (sysroot / "usr/include/foo").mkdir(parents=True)
     (sysroot / "usr/include/foo/ext.h").write_text('#include "base.h"')
 
+    # a compiler front end unpacked here; the rest of its GCC is the host's
+    (host / "usr/lib/gcc/x86_64-linux-gnu/12").mkdir(parents=True)
+    (host / "usr/lib/gcc/x86_64-linux-gnu/12/crtbegin.o").write_text("host crt")
+    (host / "usr/libexec/gcc/x86_64-linux-gnu/12").mkdir(parents=True)
+    (host / "usr/libexec/gcc/x86_64-linux-gnu/12/liblto_plugin.so").write_text("host plugin")
+    (sysroot / "usr/lib/gcc/x86_64-linux-gnu/12").mkdir(parents=True)
+    (sysroot / "usr/lib/gcc/x86_64-linux-gnu/12/f951").write_text("the sysroot's own")
+
     join_host(sysroot, host)
 
+    gcc = sysroot / "usr/lib/gcc/x86_64-linux-gnu/12"
+    assert (gcc / "crtbegin.o").read_text() == "host crt"
+    assert not (gcc / "f951").is_symlink()
+    plugin = sysroot / "usr/libexec/gcc/x86_64-linux-gnu/12/liblto_plugin.so"
+    assert plugin.is_symlink() and plugin.read_text() == "host plugin"
     pc = (lib / "pkgconfig/foo.pc").read_text()
     assert pc.startswith(f"prefix={sysroot}/usr\n")
     assert "includedir=/usr/include" in pc  # only the prefix is the package's own
@@ -88,3 +101,44 @@ def test_a_c_program_builds_against_a_debian_dev_package_the_host_lacks(tmp_path
     )
     assert built.returncode == 0, built.stderr
     assert subprocess.run([str(tmp_path / "probe")], env=run_env).returncode == 0
+
+
+FORTRAN = """program dot
+  double precision :: x(3), y(3), ddot
+  external ddot
+  x = (/1d0, 2d0, 3d0/)
+  y = (/4d0, 5d0, 6d0/)
+  print '(F6.1)', ddot(3, x, 1, y, 1)
+end program dot
+"""
+
+
+@pytest.mark.skipif(not _apt_ready(), reason="needs apt-get and a C compiler (Debian)")
+def test_a_fortran_program_builds_and_runs_with_debians_gfortran_and_openblas_unpacked(
+    tmp_path: Path,
+) -> None:
+    """What scipy's source build needs (scipy 1.5.2 for Python 3.9): a Fortran compiler
+    and BLAS the host lacks, from a sysroot; the program runs with the sysroot's
+    run-time variables, as the environment's tests do."""
+    packages = ["gfortran", "libopenblas-dev"]
+    if len(asyncio.run(missing_packages(packages, _step))) < 2:
+        pytest.skip("gfortran and OpenBLAS are installed on this machine: nothing to unpack")
+    sysroot = tmp_path / "sysroot"
+    env = asyncio.run(build_sysroot(packages, sysroot, _step))
+    assert env["OPENBLAS"] == str(sysroot / "usr/lib/x86_64-linux-gnu/openblas-pthread")
+    build_env = {**os.environ, **env, "PATH": f"{sysroot}/usr/bin:{os.environ['PATH']}"}
+    (tmp_path / "dot.f90").write_text(FORTRAN)
+    subprocess.run(
+        ["gfortran", "dot.f90", f"-L{env['OPENBLAS']}", "-lopenblas", "-o", "dot"],
+        cwd=tmp_path,
+        env=build_env,
+        check=True,
+    )
+    run = subprocess.run(
+        [str(tmp_path / "dot")],
+        env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": env["LD_LIBRARY_PATH"]},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert run.stdout.strip() == "32.0"

@@ -50,8 +50,9 @@ from swegreen.requirements import (
     environment_yml_requirements,
     requirement_name,
     requirements_txt,
+    source_build_system_packages,
 )
-from swegreen.source_builds import TAGS_SCRIPT, build_wheels, find_source_only, pins
+from swegreen.source_builds import TARGET_SCRIPT, Target, build_wheels, find_source_only, pins
 from swegreen.system_deps import (
     build_locales,
     build_sysroot,
@@ -414,6 +415,7 @@ class _Build:
         self.label, self.setup_commit, self.read_file = label, setup_commit, read_file
         self.checkout: Checkout | None = None
         self.conda_system: list[str] = []
+        self.source_build_system: list[str] = []  # for pins built from source here
         self.dated_index_url: str | None = None
         self.log: list[str] = [
             f"# environment {key} for {label}",
@@ -491,13 +493,7 @@ class _Build:
         extra_bin: list[str] = []
         system = self._system_packages(requirements)
         if system:
-            sysroot = self.path / "sysroot"
-            runtime = merge_path_vars(runtime, await build_sysroot(system, sysroot, self.step))
-            extra_bin = [str(d) for d in sysroot_bin_dirs(sysroot)]
-            # the builds below (pip's isolated ones too) find its headers and libraries
-            self.env = merge_path_vars(
-                self.env, runtime, {"PATH": ":".join([*extra_bin, self.env["PATH"]])}
-            )
+            runtime, extra_bin = await self._add_system_packages(system)
         if recipe.locales:
             have = await host_locales(self.step)
             runtime.update(
@@ -505,11 +501,15 @@ class _Build:
             )
         project = await self._project()
         frozen = False
+        source_builds: list[dict[str, object]] = []
         if requirements or project:
             req_in = self.path / "requirements.in"
             req_in.write_text("\n".join(requirements) + "\n")
             locked = await self._freeze(requirements, project, interp)
-            await self._build_source_only(locked, requirements)
+            source_builds, more = await self._build_source_only(locked, requirements)
+            if more is not None:
+                runtime = merge_path_vars(runtime, more[0])
+                extra_bin = list(dict.fromkeys([*extra_bin, *more[1]]))
             await self._install_creation_packages(pip, locked)
             if locked is not None:
                 frozen = True
@@ -532,7 +532,8 @@ class _Build:
                     "layout": "interpreter copy" if interp.relocatable else "virtualenv",
                     "frozen_as_of": recipe.exclude_newer if frozen or dated else None,
                     "frozen_by": "lock" if frozen else ("dated index" if dated else None),
-                    "system_packages": system,
+                    "system_packages": system + self.source_build_system,
+                    "source_builds": source_builds,
                     "runtime_env": runtime,
                     "extra_bin": extra_bin,
                     "recipe": recipe.model_dump(mode="json"),
@@ -541,34 +542,55 @@ class _Build:
             )
         )
 
-    async def _build_source_only(self, locked: Path | None, requirements: list[str]) -> None:
+    async def _add_system_packages(self, packages: list[str]) -> tuple[dict[str, str], list[str]]:
+        """Unpack ``packages`` into the environment's sysroot; the builds after this (pip's
+        isolated ones too) find its tools, headers and libraries. Returns the variables
+        and PATH entries the environment's programs need at run time."""
+        sysroot = self.path / "sysroot"
+        runtime = await build_sysroot(packages, sysroot, self.step)
+        extra_bin = [str(d) for d in sysroot_bin_dirs(sysroot)]
+        path = [d for d in extra_bin if d not in self.env["PATH"].split(":")]
+        self.env = merge_path_vars(self.env, runtime, {"PATH": ":".join([*path, self.env["PATH"]])})
+        return runtime, extra_bin
+
+    async def _build_source_only(
+        self, locked: Path | None, requirements: list[str]
+    ) -> tuple[list[dict[str, object]], tuple[dict[str, str], list[str]] | None]:
         """Wheels for the pins PyPI has only as source for this interpreter, built with
         the build requirements of their own release (source_builds.py); every later pip
-        of this build finds them (PIP_FIND_LINKS)."""
+        of this build finds them (PIP_FIND_LINKS). Returns what was built, and the
+        run-time variables of the system packages those builds needed (a Fortran
+        compiler and BLAS for scipy), if any."""
         index = self.mgr.dated_index
         if self.dated_index_url is None or index is None:
-            return
+            return [], None
         lines = locked.read_text().splitlines() if locked is not None else requirements
         wanted = pins([*lines, *self.recipe.packages])
         if not wanted:
-            return
+            return [], None
         python = self.path / "py" / "bin" / "python"
-        probe = await run_process([str(python), "-c", TAGS_SCRIPT], cwd=self.path, env=self.env)
+        probe = await run_process([str(python), "-c", TARGET_SCRIPT], cwd=self.path, env=self.env)
         if not probe.ok:
             self.log.append(
                 f"# wheel tags unknown, source-only pins not looked for\n{probe.output}"
             )
-            return
-        todo = await find_source_only(wanted, self.dated_index_url, set(probe.output.split()))
+            return [], None
+        target = Target.from_probe(python, probe.output, dict(wanted), self.dated_index_url)
+        todo = await find_source_only(wanted, self.dated_index_url, set(target.tags))
         if not todo:
-            return
+            return [], None
         self.log.append(
             "# only as source for this interpreter: "
             + ", ".join(f"{p.name}=={p.version} ({p.released})" for p in todo)
         )
+        more = None
+        self.source_build_system = source_build_system_packages(p.name for p in todo)
+        if self.source_build_system:
+            more = await self._add_system_packages(self.source_build_system)
         wheelhouse = self.path / "wheelhouse"
-        await build_wheels(python, todo, wheelhouse, index.url, self.step)
+        built = await build_wheels(target, todo, wheelhouse, index.url, self.step)
         self.env["PIP_FIND_LINKS"] = str(wheelhouse)
+        return built, more
 
     async def _install_creation_packages(self, pip: list[str], locked: Path | None) -> None:
         """Upstream creates the environment with its ``packages`` (``conda create python=X

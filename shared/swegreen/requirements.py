@@ -134,6 +134,23 @@ def _conda_name(spec: str) -> str:
     return m.group(1).lower() if m else spec.lower()
 
 
+# PyPI packages that ship wheels for most interpreters, with the Debian packages a source
+# build needs (their wheels carry the compiled libraries inside). Used only when a pin has
+# no wheel for the environment's interpreter (source_builds.py).
+SOURCE_BUILD_SYSTEM_PACKAGES = {
+    "scipy": ["gfortran", "libopenblas-dev"],
+}
+
+
+def source_build_system_packages(names: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for name in names:
+        for pkg in SOURCE_BUILD_SYSTEM_PACKAGES.get(requirement_name(name), []):
+            if pkg not in out:
+                out.append(pkg)
+    return out
+
+
 def build_system_packages(requirements: Iterable[str]) -> list[str]:
     """The Debian packages the source builds of ``requirements`` need (BUILD_SYSTEM_PACKAGES)."""
     out: list[str] = []

@@ -8,15 +8,29 @@ the recipe's date gives Cython 3.0.10, and the build fails ("Running cythonize f
 So before anything is installed, each such pin is built alone into a wheelhouse, with pip
 seeing the index as of the day its sdist was uploaded: its build requirements as its own
 release had them. Every later pip of the environment build finds the wheel there.
+
+A pin's own build requirements can be unbuildable too: scipy 1.5.2 pins ``numpy==1.17.3``
+for building on Python 3.8+, and PyPI has numpy 1.17.3 only as source for Python 3.9,
+where it does not build. conda-forge builds such a package against the numpy of the
+environment it ships for (an extension built against a numpy runs with that numpy), so
+here: a build requirement pinned to a version that is source-only for the interpreter, of
+a package the environment pins too, is replaced by the environment's version, and the
+pin is built without isolation in a build virtualenv holding that version and the rest of
+its build requirements as of its release. Every replacement is recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import shutil
+import tarfile
+import tomllib
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+import zipfile
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -29,10 +43,15 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-# What the target interpreter accepts, asked of its own pip (which vendors packaging).
-TAGS_SCRIPT = (
-    "from pip._vendor.packaging.tags import sys_tags; print('\\n'.join(map(str, sys_tags())))"
+# What the target interpreter accepts and how it evaluates markers, asked of its own pip
+# (which vendors packaging).
+TARGET_SCRIPT = (
+    "import json; from pip._vendor.packaging.tags import sys_tags; "
+    "from pip._vendor.packaging.markers import default_environment; "
+    "print(json.dumps({'tags': [str(t) for t in sys_tags()], 'markers': default_environment()}))"
 )
+# What pip assumes of an sdist without a pyproject.toml (PEP 517's legacy fallback).
+LEGACY_REQUIRES = ("setuptools>=40.8.0", "wheel")
 
 
 @dataclass(frozen=True)
@@ -40,6 +59,26 @@ class SourceOnly:
     name: str
     version: str
     released: str  # YYYY-MM-DD: when its sdist was uploaded
+    url: str = field(default="", compare=False)  # the sdist, as the index gives it
+    sha256: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The environment the wheels are for."""
+
+    python: Path
+    tags: frozenset[str]
+    markers: Mapping[str, str]
+    pins: Mapping[str, str]  # canonical name -> the version the environment installs
+    index_url: str  # the index as of the recipe's date
+
+    @classmethod
+    def from_probe(
+        cls, python: Path, probe_output: str, pins: Mapping[str, str], index_url: str
+    ) -> Target:
+        data = json.loads(probe_output.strip().splitlines()[-1])
+        return cls(python, frozenset(data["tags"]), data["markers"], dict(pins), index_url)
 
 
 def pins(lines: Iterable[str]) -> list[tuple[str, str]]:
@@ -66,7 +105,7 @@ def source_only(name: str, version: str, files: list[dict], tags: set[str]) -> S
         wanted = Version(version)
     except InvalidVersion:
         return None
-    sdist_day = None
+    sdist: dict | None = None
     for f in files:
         filename = f.get("filename", "")
         if f.get("yanked"):
@@ -83,10 +122,17 @@ def source_only(name: str, version: str, files: list[dict], tags: set[str]) -> S
                 _, v = parse_sdist_filename(filename)
             except (InvalidSdistFilename, InvalidVersion):
                 continue
-            stamp = f.get("upload-time")
-            if v == wanted and isinstance(stamp, str):
-                sdist_day = stamp[:10]
-    return SourceOnly(name, version, sdist_day) if sdist_day else None
+            if v == wanted and isinstance(f.get("upload-time"), str):
+                sdist = f
+    if sdist is None:
+        return None
+    return SourceOnly(
+        name,
+        version,
+        sdist["upload-time"][:10],
+        url=sdist.get("url", ""),
+        sha256=(sdist.get("hashes") or {}).get("sha256", ""),
+    )
 
 
 def files_of(index_url: str, name: str) -> list[dict]:
@@ -109,32 +155,187 @@ async def find_source_only(
     return [f for f in found if f is not None]
 
 
+def build_requires(sdist: Path) -> list[str]:
+    """``[build-system] requires`` of an sdist (pip's legacy default without one)."""
+    text = None
+    if sdist.name.endswith(".zip"):
+        with zipfile.ZipFile(sdist) as archive:
+            for name in archive.namelist():
+                if name.count("/") == 1 and name.endswith("/pyproject.toml"):
+                    text = archive.read(name).decode()
+                    break
+    else:
+        with tarfile.open(sdist) as archive:
+            for member in archive:
+                top = member.name.lstrip("./").count("/") == 1
+                if member.isfile() and top and member.name.endswith("/pyproject.toml"):
+                    text = archive.extractfile(member).read().decode()  # type: ignore[union-attr]
+                    break
+    if text is None:
+        return list(LEGACY_REQUIRES)
+    return list(tomllib.loads(text).get("build-system", {}).get("requires", LEGACY_REQUIRES))
+
+
+def replaceable_pins(
+    requires: Iterable[str], markers: Mapping[str, str], env_pins: Mapping[str, str]
+) -> list[tuple[str, str]]:
+    """Build requirements (that apply to the target) pinning a package the environment
+    pins at another version: candidates for building against the environment's."""
+    found = []
+    for line in requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate(dict(markers)):
+            continue
+        name = canonicalize_name(req.name)
+        exact = [s.version for s in req.specifier if s.operator == "=="]
+        if len(exact) == 1 and name in env_pins and env_pins[name] != exact[0]:
+            found.append((name, exact[0]))
+    return found
+
+
+def against_environment(
+    requires: Iterable[str], replaced: Mapping[str, str], env_pins: Mapping[str, str]
+) -> list[str]:
+    """``requires`` with every requirement on a ``replaced`` package swapped for the
+    environment's pin of it."""
+    kept = []
+    for line in requires:
+        try:
+            name = canonicalize_name(Requirement(line).name)
+        except InvalidRequirement:
+            kept.append(line)
+            continue
+        if name not in replaced:
+            kept.append(line)
+    return [*kept, *(f"{name}=={env_pins[name]}" for name in replaced)]
+
+
+def download(pin: SourceOnly, folder: Path) -> Path:
+    """The pin's sdist, checked against the index's hash."""
+    if not pin.url:
+        raise OSError(f"the index gives no address for {pin.name} {pin.version}'s sdist")
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / pin.url.split("#", 1)[0].rsplit("/", 1)[-1]
+    digest = hashlib.sha256()
+    with urllib.request.urlopen(pin.url, timeout=300) as answer, target.open("wb") as out:
+        while chunk := answer.read(1 << 20):
+            digest.update(chunk)
+            out.write(chunk)
+    if pin.sha256 and digest.hexdigest() != pin.sha256:
+        target.unlink()
+        raise OSError(
+            f"{target.name}: sha256 {digest.hexdigest()}, but the index says {pin.sha256}"
+        )
+    return target
+
+
 Step = Callable[..., Awaitable[object]]  # environments._Build.step
 
 
 async def build_wheels(
-    python: Path,
+    target: Target,
     todo: list[SourceOnly],
     wheelhouse: Path,
     index_for_day: Callable[[str], Awaitable[str]],
     step: Step,
-) -> None:
-    """Each pin's wheel, built alone with pip seeing the index of its own release day."""
+) -> list[dict[str, object]]:
+    """Each pin's wheel, built with the build requirements of its own release day (those
+    the interpreter cannot have replaced by the environment's, see the module's note);
+    returns what was built and against what, for the environment's record."""
     wheelhouse.mkdir(parents=True, exist_ok=True)
-    for pin in todo:
-        url = await index_for_day(pin.released)
-        await step(
-            [
-                str(python),
-                "-m",
-                "pip",
-                "wheel",
-                "--no-deps",
-                "-w",
-                str(wheelhouse),
-                f"{pin.name}=={pin.version}",
-            ],
-            f"building {pin.name} {pin.version} (source only for this interpreter) with the "
-            f"build requirements of its release, {pin.released}",
-            extra_env={"PIP_INDEX_URL": url},
+    sdists = wheelhouse.parent / "sdists"
+    found = [(pin, await asyncio.to_thread(download, pin, sdists)) for pin in todo]
+    requires = {pin.name: build_requires(path) for pin, path in found}
+    names = {pin.name for pin in todo}
+    # a pin another one builds against goes first
+    found.sort(
+        key=lambda item: len(
+            {canonicalize_name(Requirement(r).name) for r in requires[item[0].name] if _parses(r)}
+            & names
         )
+    )
+    built: list[dict[str, object]] = []
+    for pin, sdist in found:
+        day_url = await index_for_day(pin.released)
+        candidates = replaceable_pins(requires[pin.name], target.markers, target.pins)
+        unbuildable = await find_source_only(candidates, day_url, set(target.tags))
+        replaced = {p.name: p.version for p in unbuildable}
+        record: dict[str, object] = {
+            "name": pin.name,
+            "version": pin.version,
+            "build_requirements_as_of": pin.released,
+        }
+        if not replaced:
+            await step(
+                [str(target.python), "-m", "pip", "wheel", "--no-deps", "-w", str(wheelhouse),
+                 str(sdist)],
+                f"building {pin.name} {pin.version} (source only for this interpreter) with "
+                f"the build requirements of its release, {pin.released}",
+                extra_env={"PIP_INDEX_URL": day_url},
+            )  # fmt: skip
+        else:
+            record["built_against_environment"] = {
+                name: f"{target.pins[name]} (its build pins {version}, source only here)"
+                for name, version in replaced.items()
+            }
+            await _build_against_environment(
+                target, pin, sdist, requires[pin.name], replaced, wheelhouse, day_url, step
+            )
+        built.append(record)
+    shutil.rmtree(sdists, ignore_errors=True)
+    return built
+
+
+def _parses(line: str) -> bool:
+    try:
+        Requirement(line)
+    except InvalidRequirement:
+        return False
+    return True
+
+
+async def _build_against_environment(
+    target: Target,
+    pin: SourceOnly,
+    sdist: Path,
+    requires: list[str],
+    replaced: Mapping[str, str],
+    wheelhouse: Path,
+    day_url: str,
+    step: Step,
+) -> None:
+    venv = wheelhouse.parent / f"build-{pin.name}"
+    shutil.rmtree(venv, ignore_errors=True)
+    python = str(venv / "bin" / "python")
+    pip = [python, "-m", "pip", "install", "--no-input"]
+    ours = [f"{name}=={target.pins[name]}" for name in replaced]
+    constraints = venv.parent / f"build-{pin.name}-constraints.txt"
+    constraints.write_text("\n".join(ours) + "\n")
+    rest = [
+        line for line in against_environment(requires, replaced, target.pins) if line not in ours
+    ]
+    why = ", ".join(f"{n} {target.pins[n]} for its {n}=={v}" for n, v in replaced.items())
+    await step([str(target.python), "-m", "venv", str(venv)], f"a build virtualenv for {pin.name}")
+    # the environment's versions come from its own index (and the wheels built before)
+    await step(
+        [*pip, *ours],
+        f"installing the environment's {', '.join(ours)} to build {pin.name} against",
+        extra_env={"PIP_INDEX_URL": target.index_url, "PIP_FIND_LINKS": str(wheelhouse)},
+    )
+    if rest:
+        await step(
+            [*pip, "-c", str(constraints), *rest],
+            f"installing {pin.name} {pin.version}'s other build requirements as of {pin.released}",
+            extra_env={"PIP_INDEX_URL": day_url, "PIP_FIND_LINKS": str(wheelhouse)},
+        )
+    await step(
+        [python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
+         str(wheelhouse), str(sdist)],
+        f"building {pin.name} {pin.version} (source only for this interpreter) against "
+        f"the environment's {why}",
+    )  # fmt: skip
+    shutil.rmtree(venv, ignore_errors=True)
+    constraints.unlink(missing_ok=True)

@@ -55,6 +55,8 @@ async def build_sysroot(packages: list[str], sysroot: Path, step: Step) -> dict[
         env["CPATH"] = ":".join(include)
     if typelibs := _existing(sysroot, ("usr/lib/x86_64-linux-gnu/girepository-1.0",)):
         env["GI_TYPELIB_PATH"] = ":".join(typelibs)
+    if (sysroot / BLAS_DIR).is_dir():
+        env["OPENBLAS"] = str(sysroot / BLAS_DIR)  # numpy.distutils' way to be told where
     graphviz = sysroot / "usr" / "lib" / "x86_64-linux-gnu" / "graphviz"
     if graphviz.is_dir():
         env["GVBINDIR"] = str(graphviz)
@@ -63,8 +65,16 @@ async def build_sysroot(packages: list[str], sysroot: Path, step: Step) -> dict[
     return env
 
 
-LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib", "lib/x86_64-linux-gnu")
-PKGCONFIG_DIRS = ("usr/lib/x86_64-linux-gnu/pkgconfig", "usr/lib/pkgconfig", "usr/share/pkgconfig")
+# Debian's BLAS and LAPACK live in a folder of their own that update-alternatives links
+# into the library path; a sysroot runs no maintainer scripts, so the folder is named here.
+BLAS_DIR = "usr/lib/x86_64-linux-gnu/openblas-pthread"
+LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib", "lib/x86_64-linux-gnu", BLAS_DIR)
+PKGCONFIG_DIRS = (
+    "usr/lib/x86_64-linux-gnu/pkgconfig",
+    "usr/lib/pkgconfig",
+    "usr/share/pkgconfig",
+    f"{BLAS_DIR}/pkgconfig",
+)
 
 
 def _existing(root: Path, relative: tuple[str, ...]) -> list[str]:
@@ -95,12 +105,25 @@ def join_host(sysroot: Path, host: Path) -> None:
                     link.symlink_to(target)
     include = sysroot / "usr" / "include"
     for directory, _dirs, _files in os.walk(include):
-        here = Path(directory)
-        theirs = host / here.relative_to(sysroot)
-        if theirs.is_dir() and not theirs.is_symlink():
-            for entry in theirs.iterdir():
-                if not os.path.lexists(here / entry.name):
-                    (here / entry.name).symlink_to(entry)
+        _link_missing(Path(directory), host / Path(directory).relative_to(sysroot))
+    # A compiler unpacked here (gfortran) is a front end of the host's GCC: it looks for
+    # the rest of that GCC (the linker plugin, crt files) beside itself.
+    for version in sysroot.glob("usr/lib/gcc/*/*"):
+        relative = version.relative_to(sysroot / "usr" / "lib" / "gcc")
+        for part in ("lib", "libexec"):
+            theirs = host / "usr" / part / "gcc" / relative
+            if theirs.is_dir():
+                mine = sysroot / "usr" / part / "gcc" / relative
+                mine.mkdir(parents=True, exist_ok=True)
+                _link_missing(mine, theirs)
+
+
+def _link_missing(here: Path, theirs: Path) -> None:
+    """Links in ``here`` to the entries of the host's ``theirs`` that ``here`` lacks."""
+    if theirs.is_dir() and not theirs.is_symlink():
+        for entry in theirs.iterdir():
+            if not os.path.lexists(here / entry.name):
+                (here / entry.name).symlink_to(entry)
 
 
 def sysroot_bin_dirs(sysroot: Path) -> list[Path]:
@@ -142,7 +165,7 @@ def merge_path_vars(*parts: Mapping[str, str]) -> dict[str, str]:
     for part in parts:
         for key, value in part.items():
             if key == "LD_LIBRARY_PATH" and key in out:
-                out[key] = out[key] + ":" + value
+                out[key] = ":".join(dict.fromkeys([*out[key].split(":"), *value.split(":")]))
             else:
                 out[key] = value
     return out
