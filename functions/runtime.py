@@ -31,7 +31,7 @@ def pipeline() -> Pipeline:
     table = boto3.resource("dynamodb").Table(s.table)
     # SigV4 for the sandbox's pre-signed URLs (Presign).
     s3 = boto3.client("s3", config=Config(signature_version="s3v4"))
-    return Pipeline(s, s3, DynamoStore(table))
+    return Pipeline(s, s3, DynamoStore(table), boto3.client("service-quotas"))
 
 
 @functools.cache

@@ -111,6 +111,9 @@ class Workflow(Construct):
             "SWEGREEN_DEFAULT_CONFIG": _json(settings.default_config),
             "SWEGREEN_BUILD_CONCURRENCY": str(settings.build_concurrency),
             "SWEGREEN_PREPARE_BATCH": str(settings.prepare_batch),
+            # to fit the Maps to the account's Fargate vCPU quotas (Resolve)
+            "SWEGREEN_SANDBOX_VCPU": str(settings.sandbox_cpu / 1024),
+            "SWEGREEN_BUILD_VCPU": str(settings.build_cpu / 1024),
             "SWEGREEN_GRADER": grader,
             "SWEGREEN_SANDBOX_ISOLATION": ISOLATION,
             "SWEGREEN_IDEMPOTENCY_TABLE": idempotency.table_name,
@@ -148,6 +151,20 @@ class Workflow(Construct):
         self.classify = function("Classify", 120)
         self.retry = function("TaskRetry", 30, 256, handler="retry.handler")
         self.aggregate = function("Aggregate", 300, 1024)
+        # Resolve fits the run's concurrency to the account's Fargate vCPU quotas.
+        self.resolve.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["servicequotas:GetServiceQuota"],
+                resources=[
+                    Stack.of(self).format_arn(
+                        service="servicequotas",
+                        resource="fargate",
+                        resource_name="*",
+                        arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+                    )
+                ],
+            )
+        )
         self.stopped = function("Stopped", 30)
         self._grant_data(table, idempotency, runs_prefix, datasets_prefix, artifacts_prefix)
 

@@ -181,8 +181,10 @@ def run_assessment(
     sample: SampleBenchmark,
     name: str,
     edits: dict[str, Callable[[Path], None]],
+    config: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Answer ``edits``' instances with crafted patches from a real A2A participant."""
+    """Answer ``edits``' instances with crafted patches from a real A2A participant
+    (``config``: more of the assessment's config)."""
     dataset = {i.instance_id: i for i in load_dataset(str(sample.dataset)).instances}
     lines = []
     for iid, edit in edits.items():
@@ -202,7 +204,11 @@ def run_assessment(
     try:
         request = {
             "participants": {"agent": adversary.url},
-            "config": {"dataset": "swegreen:sample", "instance_ids": list(edits)},
+            "config": {
+                "dataset": "swegreen:sample",
+                "instance_ids": list(edits),
+                **(config or {}),
+            },
         }
         outcome = asyncio.run(assess(green.url, request))
         assert outcome.state == "TASK_STATE_COMPLETED", outcome.statuses[-3:]

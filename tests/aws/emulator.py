@@ -25,10 +25,19 @@ three gaps ../shared/docs/aws-offline.md lists filled from the test side.
   all, as AWS does; moto would report success.
 - Step Functions: a state machine created by CloudFormation is executable.
 
+- Step Functions' ``ecs:runTask`` turns RunTask's refusals into the state's error as AWS
+  does: an answer with ``failures`` and no task fails it with ``AmazonECS.Unknown`` (the
+  answer as the cause), an ECS error with ``ECS.<code>`` (``ECS.ThrottlingException``);
+  moto's parser would fail on the empty task list or call both ``States.Runtime``.
+- Service Quotas answers the Fargate vCPU quotas set in ``fargate_quotas`` (moto knows
+  only VPC's).
+
 Faults for the failure tests, per (run id, instance id) so runs can share the emulator:
 ``lambda_faults`` (function-name fragment -> rows whose invocation throws),
-``sandbox_faults`` (rows whose evaluate container exits 3 instead of evaluating) and
-``spot_faults`` (rows whose first N evaluate tasks Spot reclaims before they run).
+``sandbox_faults`` (rows whose evaluate container exits 3 instead of evaluating),
+``spot_faults`` (rows whose first N evaluate tasks Spot reclaims before they run) and
+``refusals`` (rows whose next RunTasks ECS refuses, in order: ``"quota"``, the account's
+vCPU limit, or ``"throttle"``, RunTask throttled).
 """
 
 from __future__ import annotations
@@ -96,6 +105,9 @@ class Emulator:
         self.lambda_faults: dict[str, set[tuple[str, str]]] = {}
         self.sandbox_faults: set[tuple[str, str]] = set()
         self.spot_faults: dict[tuple[str, str], int] = {}
+        self.refusals: dict[tuple[str, str], list[str]] = {}
+        self.refused: list[tuple[str, str, str]] = []  # (run id, instance id, kind)
+        self.fargate_quotas: dict[str, float] = {}  # Service Quotas code -> vCPUs
         self.invocations: list[tuple[str, float, bool]] = []  # (function, seconds, errored)
         self.tasks: list[dict[str, Any]] = []
         self.task_roles: dict[str, set[str]] = {}  # task definition family -> role's actions
@@ -152,8 +164,50 @@ class Emulator:
                 emulator._start_container(backend, task, capacity)
             return tasks
 
+        from moto.core.exceptions import JsonRESTError
+        from moto.core.responses import ActionResult
+        from moto.ecs.responses import EC2ContainerServiceResponse
+        from moto.servicequotas.models import ServiceQuotasBackend
+
+        original_run_task_response = EC2ContainerServiceResponse.run_task
+
+        def run_task_response(response: Any) -> Any:
+            """ECS refuses the task as a full account would (see ``refusals``)."""
+            overrides = response._get_param("overrides") or {}
+            env = {
+                p.get("name"): p.get("value")
+                for c in overrides.get("containerOverrides", [])
+                for p in c.get("environment", [])
+            }
+            row = (env.get("SWEGREEN_RUN_ID", ""), env.get("SWEGREEN_INSTANCE_ID", ""))
+            with self._lock:
+                pending = self.refusals.get(row) or []
+                kind = pending.pop(0) if pending else None
+                if kind is not None:
+                    self.refused.append((*row, kind))
+            if kind == "throttle":
+                raise JsonRESTError("ThrottlingException", "Rate exceeded")
+            if kind == "quota":
+                reason = "You've reached the limit on the number of vCPUs you can run concurrently"
+                failure = {"arn": response._get_param("cluster", "default"), "reason": reason}
+                return ActionResult({"tasks": [], "failures": [failure]})
+            return original_run_task_response(response)
+
+        original_quota = ServiceQuotasBackend.get_service_quota
+
+        def get_service_quota(backend: Any, service_code: str, quota_code: str) -> Any:
+            if service_code == "fargate" and quota_code in self.fargate_quotas:
+                return {
+                    "ServiceCode": service_code,
+                    "QuotaCode": quota_code,
+                    "Value": self.fargate_quotas[quota_code],
+                }
+            return original_quota(backend, service_code, quota_code)
+
         patches = [
             *cloudformation_gaps(),
+            mock.patch.object(EC2ContainerServiceResponse, "run_task", run_task_response),
+            mock.patch.object(ServiceQuotasBackend, "get_service_quota", get_service_quota),
             mock.patch.object(LambdaFunction, "invoke", invoke),
             mock.patch.object(EC2ContainerServiceBackend, "run_task", run_task),
             *(
@@ -657,6 +711,47 @@ def cloudformation_gaps() -> list[Any]:
 
         return checked
 
+    original_eval = ecs_task._eval_service_task
+
+    def eval_service_task(task: Any, env: Any, *args: Any, **kwargs: Any) -> Any:
+        """RunTask's refusals fail the state as on AWS (the module's docstring)."""
+        from botocore.exceptions import ClientError
+        from moto.stepfunctions.parser.asl.eval.callback.callback import (
+            CallbackOutcomeFailure,
+            CallbackOutcomeFailureError,
+        )
+
+        def fail(error: str, cause: str) -> None:
+            raise CallbackOutcomeFailureError(
+                CallbackOutcomeFailure(callback_id="", error=error, cause=cause)
+            )
+
+        try:
+            original_eval(task, env, *args, **kwargs)
+        except ClientError as exc:
+            fail(f"ECS.{exc.response['Error']['Code']}", exc.response["Error"]["Message"])
+
+    def ecs_response(
+        task: Any,
+        response: Any,
+        boto_service_name: str | None = None,
+        service_action_name: str | None = None,
+    ) -> None:
+        """As ``normalise_response``; a RunTask answer with failures and no task fails
+        the state (moto's parser would go on to read a task that is not there)."""
+        from moto.stepfunctions.parser.asl.eval.callback.callback import (
+            CallbackOutcomeFailure,
+            CallbackOutcomeFailureError,
+        )
+
+        normalise_response(task, response, boto_service_name, service_action_name)
+        if service_action_name == "run_task" and not response.get("Tasks"):
+            raise CallbackOutcomeFailureError(
+                CallbackOutcomeFailure(
+                    callback_id="", error="AmazonECS.Unknown", cause=json.dumps(response)
+                )
+            )
+
     # AWS's ecs:runTask integration takes CapacityProviderStrategy (Spot); moto's list of
     # the parameters it passes on lacks it and would drop it silently.
     run_task_parameters = {
@@ -665,10 +760,11 @@ def cloudformation_gaps() -> list[Any]:
     return [
         mock.patch.dict(sfn_ecs._SUPPORTED_API_PARAM_BINDINGS, run_task_parameters),
         mock.patch.object(ecs_task, "_build_sync_resolver", sync_resolver),
+        mock.patch.object(ecs_task, "_eval_service_task", eval_service_task),
         mock.patch.object(sfn_task, "_normalise_parameters", sfn_parameters),
         mock.patch.object(sfn_task, "_normalise_response", normalise_response),
         mock.patch.object(ecs_task, "_normalise_parameters", normalise_parameters),
-        mock.patch.object(ecs_task, "_normalise_response", normalise_response),
+        mock.patch.object(ecs_task, "_normalise_response", ecs_response),
         mock.patch.object(StepFunctionsParserBackend, "create_state_machine", create_with_number),
         mock.patch.object(FileSystem, "get_cfn_attribute", file_system_attribute, create=True),
         mock.patch.object(

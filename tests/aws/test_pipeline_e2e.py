@@ -50,6 +50,10 @@ LEADERBOARD_SKIP = {"run_id", "instances", "provenance"}
 CRAFTED_KEY = "predictions/crafted.jsonl"
 FAULTS = "faults"
 SPOT = "spot"
+QUOTA = "quota"
+# A new account's Fargate vCPU quotas (Service Quotas codes: on-demand, Spot): three 2-vCPU
+# evaluate tasks on each, one 4-vCPU build task on each.
+NEW_ACCOUNT_QUOTAS = {"L-3032A538": 6.0, "L-36FBB829": 6.0}
 HOSTILE = "hostile"
 HOSTILE_ROW = "sample__calculator-1"
 MARK = "swegreen-poisoned"
@@ -265,6 +269,7 @@ def cloud(
     with Emulator(work, lambda_python) as emulator:
         if emulator.bwrap is None:
             pytest.skip("bubblewrap cannot mount here: the tasks cannot each have a disk")
+        emulator.fargate_quotas.update(NEW_ACCOUNT_QUOTAS)
         cloud = Cloud(emulator, emulator.deploy(assembly, STACK), sample)
         s3 = emulator.client("s3")
         s3.put_object(
@@ -282,6 +287,8 @@ def cloud(
         emulator.lambda_faults["Dispatch"] = {(FAULTS, ids[1])}
         emulator.lambda_faults["Classify"] = {(FAULTS, ids[2])}
         emulator.spot_faults[(SPOT, ids[0])] = 2
+        # ECS refuses a row's task for the vCPU quota, throttles it, refuses it again
+        emulator.refusals[(QUOTA, ids[1])] = ["quota", "throttle", "quota"]
         cloud.start("empty", patches="empty", config=cloud.config())
         cloud.start("crafted", patches=CRAFTED_KEY, config=cloud.config())
         cloud.start(
@@ -296,6 +303,9 @@ def cloud(
         )
         cloud.start(FAULTS, patches="gold", config=cloud.config(instance_ids=ids[:4]))
         cloud.start(SPOT, patches="gold", config=cloud.config(instance_ids=ids[:1]))
+        cloud.start(
+            QUOTA, patches="gold", config=cloud.config(instance_ids=ids[:2], max_concurrent_rows=10)
+        )
         cloud.hostile_report = work / "hostile-report.txt"
         gold = json.loads(
             next(
@@ -379,7 +389,7 @@ def test_the_first_run_built_the_artifacts_and_later_runs_start_from_them(cloud:
         f"artifacts/repos/sample__{r}.tar.zst" for r in ("calculator", "textkit", "ledger")
     } <= (keys)
     assert len([k for k in keys if k.startswith("artifacts/prepared/")]) == len(sample.expected)
-    for run_id in ("empty", "crafted", "a2a", "hang", FAULTS, SPOT, HOSTILE):
+    for run_id in ("empty", "crafted", "a2a", "hang", FAULTS, SPOT, QUOTA, HOSTILE):
         assert not cloud.tasks(run_id, "build") and not cloud.tasks(run_id, "prepare"), run_id
     evaluates = [t for t in cloud.emulator.tasks if t["phase"] == "evaluate"]
     assert evaluates
@@ -461,6 +471,27 @@ def test_a_task_spot_reclaims_is_retried_and_runs_on_demand_in_the_end(cloud: Cl
     assert capacities == ["FARGATE_SPOT", "FARGATE_SPOT", "FARGATE"]
     retries = [n for n, _, _ in cloud.emulator.invocations if "TaskRetry" in n]
     assert len(retries) >= 2
+
+
+def test_quota_refusals_and_throttles_are_waits_and_the_rows_keep_their_verdicts(
+    cloud: Cloud,
+) -> None:
+    assert cloud.outcomes[QUOTA]["status"] == "SUCCEEDED"
+    ids = sorted(cloud.sample.expected)[:2]
+    rows = cloud.rows(QUOTA)
+    assert sorted(rows) == ids
+    gold = verdicts(cloud.rows("gold"))
+    assert verdicts(rows) == {iid: gold[iid] for iid in ids}, cloud.diagnosis(rows)
+    refused = [kind for run, iid, kind in cloud.emulator.refused if run == QUOTA]
+    assert refused == ["quota", "throttle", "quota"]
+    # the refused row's task ran once, when there was room: refusals are not attempts
+    started = [t for t in cloud.tasks(QUOTA, "evaluate") if t["instance_id"] == ids[1]]
+    assert len(started) == 1
+    # Resolve fitted the run to the account's quotas and said so
+    capacity = cloud.leaderboard(QUOTA)["provenance"]["capacity"]
+    assert (capacity["rows"], capacity["builds"]) == (6, 2)
+    assert "rows 10 -> 6 tasks of 2 vCPU" in capacity["note"]
+    assert capacity["quotas"] == {"on_demand_vcpu": 6.0, "spot_vcpu": 6.0}
 
 
 def test_injected_failures_become_error_rows_and_the_run_still_finishes(cloud: Cloud) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from swegreen import artifacts as art
 from swegreen.aws.pipeline import (
+    CAPACITY_WAIT_SECONDS,
     RETRY_MAX_SECONDS,
     SANDBOX_OUTPUTS,
     TASK_ATTEMPTS,
@@ -182,6 +183,59 @@ def test_infrastructure_failures_are_retried_with_jitter_then_on_demand() -> Non
         {"Error": "ECS.AmazonECSException", "Cause": "Capacity is unavailable at this time"},
     ):
         assert task_retry(TaskRetryEvent(error=error), rng).retry, error
+
+
+# RunTask's answer when the account's vCPU quota is used up, as the .sync state's error
+QUOTA = {
+    "Error": "AmazonECS.Unknown",
+    "Cause": json.dumps(
+        {
+            "Failures": [
+                {
+                    "Arn": "arn:aws:ecs:us-east-1:123456789012:cluster/c",
+                    "Reason": "You've reached the limit on the number of vCPUs you can run "
+                    "concurrently",
+                }
+            ],
+            "Tasks": [],
+        }
+    ),
+}
+THROTTLED = {"Error": "ECS.ThrottlingException", "Cause": "Rate exceeded"}
+
+
+def test_quota_refusals_and_throttles_wait_for_room_until_the_rows_deadline() -> None:
+    rng = random.Random(3)
+    attempt, now = Attempt(), 1000.0
+    # far more refusals than TASK_ATTEMPTS: a quota is a wait, not a verdict
+    for n in range(3 * TASK_ATTEMPTS):
+        attempt = task_retry(
+            TaskRetryEvent(error=QUOTA if n % 2 else THROTTLED, attempt=attempt), rng, now
+        )
+        assert attempt.retry, attempt
+        assert attempt.waiting_since == 1000.0 and attempt.refusals == n + 1
+        assert 1 <= attempt.wait_seconds <= RETRY_MAX_SECONDS
+        now += attempt.wait_seconds
+    assert (
+        "vCPUs you can run concurrently"
+        in task_retry(TaskRetryEvent(error=QUOTA, attempt=attempt), rng, now).why
+    )
+    # the wait never runs past the deadline, and the deadline ends it
+    late = task_retry(TaskRetryEvent(error=QUOTA, attempt=attempt), rng, 1000.0 + 1790)
+    assert late.retry and late.wait_seconds <= 10
+    over = task_retry(TaskRetryEvent(error=QUOTA, attempt=attempt), rng, 1000.0 + 1800)
+    assert not over.retry and f"past the {CAPACITY_WAIT_SECONDS} s" in over.why
+    # refusals did not use up the task's own attempts: a Spot reclaim after them is retried
+    after = task_retry(TaskRetryEvent(error=SPOT, attempt=attempt), rng, now)
+    assert after.retry and after.capacity == "FARGATE"
+    # a row refused past its deadline: a sandbox failure of the infrastructure
+    refused = _failure_of(QUOTA)
+    assert refused.reason == "sandbox_crashed" and refused.infrastructure
+    assert "vCPUs you can run concurrently" in str(refused)
+    # an ECS failure that is no refusal stays an infrastructure failure: attempts counted
+    unknown = {"Error": "AmazonECS.Unknown", "Cause": "something else"}
+    first = task_retry(TaskRetryEvent(error=unknown), rng, now)
+    assert first.retry and first.refusals == 0
 
 
 def test_out_of_memory_and_crashes_are_the_rows_verdict_never_retried() -> None:

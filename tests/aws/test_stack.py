@@ -415,6 +415,18 @@ def test_iam_is_least_privilege(template: dict[str, Any]) -> None:
         assert not acts & {"dynamodb:Scan", "dynamodb:DeleteTable", "dynamodb:BatchWriteItem"}, role
     assert dynamodb["Stopped"] == {"dynamodb:UpdateItem", "dynamodb:PutItem"}
     assert dynamodb["Presign"] == set() and dynamodb["TaskRetry"] == set()
+    # Resolve reads the Fargate quotas (to fit the run to them), no other service's
+    quota_reads = [
+        s
+        for n, policy in resources(template, "AWS::IAM::Policy").items()
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "servicequotas:GetServiceQuota" in _actions(s)
+    ]
+    (quota_read,) = quota_reads
+    assert render(quota_read["Resource"]).endswith(":fargate/*")
+    assert {
+        r for r, acts in by_role.items() if any(a.startswith("servicequotas:") for a in acts)
+    } == {"Resolve"}
     assert by_role["TaskRetry"] <= WILDCARD_OK  # logs and traces, nothing else
     for task in ("SandboxTaskTask", "SandboxBuilderTask"):
         acts = next((acts for role, acts in by_role.items() if role.startswith(task)), set())

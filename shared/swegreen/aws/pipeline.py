@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from swegreen import artifacts as art
 from swegreen import errors
-from swegreen.aws import prebuilt
+from swegreen.aws import prebuilt, quotas
 from swegreen.classify import Reason, Status, classify
 from swegreen.config import EvalConfig, build_config
 from swegreen.dataset import Dataset, Instance, dataset_digest, parse_rows, select_instances
@@ -74,6 +74,10 @@ TASK_ATTEMPTS = 5
 SPOT_ATTEMPTS = 2
 RETRY_BASE_SECONDS = 10.0
 RETRY_MAX_SECONDS = 300.0
+# A task refused for the account's limits (vCPU quota, capacity, RunTask throttled) waits
+# for room, with no attempt limit, for this long after the first refusal: the row's own
+# deadline for starting its task. The rows phase's time limit leaves room for it.
+CAPACITY_WAIT_SECONDS = 1800
 # The task's own exit status for "failed for a reason of the moment; try again"
 # (sysexits' EX_TEMPFAIL): a build that lost the network, say.
 EXIT_TEMPFAIL = 75
@@ -95,6 +99,9 @@ class PipelineSettings(BaseModel):
     # The build phase: tasks at once, and instances prepared per task.
     build_concurrency: int = 50
     prepare_batch: int = 4
+    # vCPUs of an evaluate task and of a build-phase task, to fit them to the quotas.
+    sandbox_vcpu: float = 2.0
+    build_vcpu: float = 4.0
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> PipelineSettings:
@@ -108,6 +115,8 @@ class PipelineSettings(BaseModel):
             sandbox_isolation=env.get("SWEGREEN_SANDBOX_ISOLATION", "process"),
             build_concurrency=int(env.get("SWEGREEN_BUILD_CONCURRENCY", "50")),
             prepare_batch=int(env.get("SWEGREEN_PREPARE_BATCH", "4")),
+            sandbox_vcpu=float(env.get("SWEGREEN_SANDBOX_VCPU", "2")),
+            build_vcpu=float(env.get("SWEGREEN_BUILD_VCPU", "4")),
         )
 
 
@@ -218,6 +227,9 @@ class Attempt(BaseModel):
     wait_seconds: int = 0
     retry: bool = True
     why: str = ""
+    # waiting for capacity: since when (epoch seconds; 0 = not refused yet), how many times
+    waiting_since: float = 0.0
+    refusals: int = 0
 
 
 class TaskRetryEvent(BaseModel):
@@ -226,10 +238,13 @@ class TaskRetryEvent(BaseModel):
 
 
 class Pipeline:
-    def __init__(self, settings: PipelineSettings, s3: Any, store: Any) -> None:
+    def __init__(
+        self, settings: PipelineSettings, s3: Any, store: Any, service_quotas: Any = None
+    ) -> None:
         self.settings = settings
         self.s3 = s3
         self.store = store
+        self.service_quotas = service_quotas  # None: concurrency is left as asked
 
     # ------------------------------------------------------------------ helpers
     def _key(self, run_id: str, instance_id: str, name: str) -> str:
@@ -288,6 +303,15 @@ class Pipeline:
         )
         instances = select_instances(dataset, config.selection())
         source, url, predictions_key, role = self._source(event, dataset)
+        capacity = quotas.fit(
+            config.max_concurrent_rows,
+            self.settings.build_concurrency,
+            quotas.read_quotas(self.service_quotas)
+            if self.service_quotas is not None
+            else "no Service Quotas client",
+            self.settings.sandbox_vcpu,
+            self.settings.build_vcpu,
+        )
         record = RunRecord(
             run_id=event.run_id,
             dataset=dataset.name,
@@ -302,6 +326,8 @@ class Pipeline:
                 "pipeline": "aws",
                 # What the tests ran under, whatever the request asked for.
                 "isolation": self.settings.sandbox_isolation,
+                # Tasks at once, as the account's Fargate quotas allow (quotas.py).
+                "capacity": capacity.model_dump(mode="json", exclude_none=True),
             },
         )
         record = self.store.begin_run(record)
@@ -348,13 +374,14 @@ class Pipeline:
             + (config.eval_timeout or 1800)
             + ROW_OVERHEAD_SECONDS
         )
-        waves = math.ceil(len(items) / config.max_concurrent_rows)
+        waves = math.ceil(len(items) / capacity.rows)
         return {
             "run_id": event.run_id,
             "count": len(items),
             "total": len(instances),
-            "max_concurrency": config.max_concurrent_rows,
-            "build_concurrency": self.settings.build_concurrency,
+            "max_concurrency": capacity.rows,
+            "build_concurrency": capacity.builds,
+            "capacity_note": capacity.note,
             "items_key": prefix + "items.json",
             "builds_key": prefix + "builds.json",
             "builds": len(plan.builds),
@@ -362,8 +389,11 @@ class Pipeline:
             "prepares": len(plan.prepares),
             "bucket": self.settings.bucket,
             "config_json": sandbox_config,  # the build phase's tasks get it too
-            # The rows phase's limit: every wave of rows at its slowest, and no more.
-            "timeout_seconds": int(min(MAX_EXECUTION_SECONDS, max(1, waves) * row_seconds)),
+            # The rows phase's limit: every wave of rows at its slowest, and a row's wait
+            # for room in the account (task_retry), and no more.
+            "timeout_seconds": int(
+                min(MAX_EXECUTION_SECONDS, max(1, waves) * row_seconds + CAPACITY_WAIT_SECONDS)
+            ),
         }
 
     def plan(self, run_id: str, instances: list[Instance], *, rebuild: bool) -> prebuilt.Plan:
@@ -812,20 +842,34 @@ _NAMED_FAILURES: dict[str, type[EvaluationFailure]] = {
         errors.SandboxCrashed,
     )
 }
-# What a stopped task's description says when the infrastructure, not the row, failed
-# it: Spot reclaimed it, no capacity, the image or the network did not come up.
+# A task that never started because the account had no room for it: RunTask's
+# ``failures`` (the .sync state fails with AmazonECS.Unknown and the refusal in its cause)
+# or RunTask throttled. Matched in the state's error and cause.
+_NO_ROOM = (
+    "You've reached the limit on the number of vCPUs",
+    "vCPU limit",
+    "Capacity is unavailable",
+    "RESOURCE:FARGATE",
+    "ThrottlingException",
+    "Rate exceeded",
+    "LimitExceededException",
+    "TooManyRequestsException",
+    "RequestLimitExceeded",
+)
+# What a stopped task's description (or a task that did not start) says when the
+# infrastructure, not the row, failed it: Spot reclaimed it, the image or the network did
+# not come up, ECS failed.
 _INFRASTRUCTURE = (
     "SpotInterruption",
     "TerminationNotice",
-    "Capacity is unavailable",
     "CannotPullContainerError",
     "ResourceInitializationError",
     "TaskFailedToStart",
     "Timeout waiting for network interface",
     "ServiceUnavailable",
+    "AmazonECS.Unknown",
     "ECS.AmazonECSException",
     "ECS.ServerException",
-    "ThrottlingException",
 )
 
 
@@ -843,37 +887,84 @@ def _out_of_memory(task: dict[str, Any]) -> bool:
     return any("OutOfMemory" in t for t in texts)
 
 
-def task_retry(event: TaskRetryEvent, rng: random.Random | None = None) -> Attempt:
+def task_retry(
+    event: TaskRetryEvent, rng: random.Random | None = None, now: float | None = None
+) -> Attempt:
     """After a Fargate task failed: whether to run it again, on what capacity, after how
-    long. Infrastructure failures (Spot reclaimed the task, no capacity, the image did not
-    pull, the network did not come up, the task's own "try again" exit status) are retried
-    with full jitter, on-demand once Spot failed twice; an out-of-memory kill or a crash of
-    the task's own code is not (the row's error says which)."""
+    long. A task the account had no room for (vCPU quota, no capacity, RunTask throttled)
+    waits for room with full jitter until CAPACITY_WAIT_SECONDS after the first refusal,
+    however many attempts that takes: a quota is a wait, never a verdict. Other
+    infrastructure failures (Spot reclaimed the task, the image did not pull, the network
+    did not come up, the task's own "try again" exit status) are retried TASK_ATTEMPTS
+    times in all; both go on-demand once Spot failed twice. An out-of-memory kill or a
+    crash of the task's own code is not retried (the row's error says which)."""
     rng = rng or random.Random()
+    now = time.time() if now is None else now
     attempt = event.attempt
     name = str(event.error.get("Error", ""))
     cause = str(event.error.get("Cause", ""))
     task = _task_description(event.error)
     codes = [c.get("ExitCode") for c in (task or {}).get("Containers", [])]
+    waiting_since, refusals = attempt.waiting_since, attempt.refusals
     if task is not None and _out_of_memory(task):
         why, retry = "the container ran out of memory", False
     elif EXIT_TEMPFAIL in codes:
         why, retry = "the task asked to be tried again", True
+    elif any(marker in name or marker in cause for marker in _NO_ROOM):
+        waiting_since, refusals = waiting_since or now, refusals + 1
+        waited = now - waiting_since
+        why = f"no room in the account ({name}: {_reason_of(cause)}); waited {waited:.0f} s"
+        if waited >= CAPACITY_WAIT_SECONDS:
+            return attempt.model_copy(
+                update={
+                    "retry": False,
+                    "wait_seconds": 0,
+                    "why": f"{why}, past the {CAPACITY_WAIT_SECONDS} s a row waits for room",
+                    "waiting_since": waiting_since,
+                    "refusals": refusals,
+                }
+            )
+        number = attempt.number + 1
+        ceiling = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** (refusals - 1))
+        left = CAPACITY_WAIT_SECONDS - waited
+        return Attempt(
+            number=number,
+            capacity="FARGATE" if number > SPOT_ATTEMPTS else "FARGATE_SPOT",
+            wait_seconds=max(1, int(min(left, rng.uniform(1, ceiling)))),
+            retry=True,
+            why=why,
+            waiting_since=waiting_since,
+            refusals=refusals,
+        )
     elif any(marker in name or marker in cause for marker in _INFRASTRUCTURE):
         why, retry = f"infrastructure ({name})", True
     else:
         why, retry = f"the task failed ({name}, exit codes {codes})", False
-    if retry and attempt.number >= TASK_ATTEMPTS:
-        why, retry = f"{why}; {attempt.number} attempts made", False
+    tries = attempt.number - attempt.refusals  # refusals never ran: they do not count
+    if retry and tries >= TASK_ATTEMPTS:
+        why, retry = f"{why}; {tries} attempts made", False
     number = attempt.number + 1
-    ceiling = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** (attempt.number - 1))
+    ceiling = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** (tries - 1))
     return Attempt(
         number=number,
         capacity="FARGATE" if number > SPOT_ATTEMPTS else "FARGATE_SPOT",
         wait_seconds=int(rng.uniform(1, ceiling)) if retry else 0,
         retry=retry,
         why=why,
+        waiting_since=waiting_since,
+        refusals=refusals,
     )
+
+
+def _reason_of(cause: str) -> str:
+    """RunTask's refusal reason when the cause carries its ``failures``, else the cause."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        document = json.loads(cause)
+        failures = document.get("Failures") or document.get("failures") or []
+        reasons = [str(f.get("Reason") or f.get("reason") or "") for f in failures]
+        if any(reasons):
+            return "; ".join(r for r in reasons if r)[:300]
+    return cause[:300]
 
 
 def _failure_of(error: dict[str, Any]) -> EvaluationFailure:
@@ -883,7 +974,7 @@ def _failure_of(error: dict[str, Any]) -> EvaluationFailure:
     document: Any = None
     with contextlib.suppress(ValueError):
         document = json.loads(cause)
-    sandbox = name.startswith("ECS.")
+    sandbox = name.startswith(("ECS.", "AmazonECS."))
     task = "sandbox"
     if isinstance(document, dict) and "errorMessage" in document:  # a Lambda's exception
         named = _NAMED_FAILURES.get(str(document.get("errorType", "")))

@@ -1,0 +1,80 @@
+"""How many Fargate tasks the account has room for, from its Service Quotas.
+
+A new account's Fargate vCPU quotas can be as low as 6: with 2-vCPU tasks, 3 run at once
+whatever ``max_concurrent_rows`` says, and every RunTask beyond them is refused. The
+refused ones wait (``pipeline.task_retry``), but a Map asking for 100 at a time would
+keep 97 rows waiting and the run's time limit would not foresee it, so Resolve caps both
+Maps to what the quotas fit and says so in the run's provenance.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import BaseModel
+
+SERVICE = "fargate"
+# Service Quotas' codes (service "fargate"): vCPUs of running tasks, per region.
+ON_DEMAND_VCPU = "L-3032A538"  # Fargate On-Demand vCPU resource count
+SPOT_VCPU = "L-36FBB829"  # Fargate Spot vCPU resource count
+
+
+class FargateQuotas(BaseModel):
+    on_demand_vcpu: float
+    spot_vcpu: float
+
+    def tasks(self, task_vcpu: float) -> int:
+        """Tasks of ``task_vcpu`` that fit at once: Spot first, then on-demand (the tasks'
+        capacity order, infra/workflow.py)."""
+        return math.floor(self.spot_vcpu / task_vcpu) + math.floor(self.on_demand_vcpu / task_vcpu)
+
+
+def read_quotas(client: Any) -> FargateQuotas | str:
+    """The account's Fargate vCPU quotas, or why they could not be read (the caps are then
+    left as asked: a quota read is a courtesy, never a reason to refuse a run)."""
+    values = {}
+    for field, code in (("on_demand_vcpu", ON_DEMAND_VCPU), ("spot_vcpu", SPOT_VCPU)):
+        try:
+            answer = client.get_service_quota(ServiceCode=SERVICE, QuotaCode=code)
+            values[field] = float(answer["Quota"]["Value"])
+        except (BotoCoreError, ClientError, KeyError, TypeError, ValueError) as exc:
+            return f"Service Quotas {code} unreadable: {type(exc).__name__}: {exc}"[:300]
+    return FargateQuotas(**values)
+
+
+class Capacity(BaseModel):
+    """The concurrency a run gets, and why (the run's provenance records it)."""
+
+    rows: int
+    builds: int
+    note: str
+    quotas: FargateQuotas | None = None
+
+
+def fit(
+    rows: int, builds: int, quotas: FargateQuotas | str, row_vcpu: float, build_vcpu: float
+) -> Capacity:
+    """``rows`` and ``builds`` tasks at once, capped to what ``quotas`` fit."""
+    if isinstance(quotas, str):
+        return Capacity(rows=rows, builds=builds, note=f"not capped ({quotas})")
+    fit_rows = max(1, min(rows, quotas.tasks(row_vcpu)))
+    fit_builds = max(1, min(builds, quotas.tasks(build_vcpu)))
+    limits = (
+        f"the account's Fargate vCPU quotas (Spot {quotas.spot_vcpu:g}, on-demand "
+        f"{quotas.on_demand_vcpu:g})"
+    )
+    if (fit_rows, fit_builds) == (rows, builds):
+        return Capacity(rows=rows, builds=builds, note=f"within {limits}", quotas=quotas)
+    parts = []
+    if fit_rows < rows:
+        parts.append(f"rows {rows} -> {fit_rows} tasks of {row_vcpu:g} vCPU")
+    if fit_builds < builds:
+        parts.append(f"builds {builds} -> {fit_builds} tasks of {build_vcpu:g} vCPU")
+    return Capacity(
+        rows=fit_rows,
+        builds=fit_builds,
+        note=f"capped to {limits}: {'; '.join(parts)}; ask AWS for more to run faster",
+        quotas=quotas,
+    )

@@ -1,0 +1,45 @@
+"""Fitting a run's concurrency to the account's Fargate vCPU quotas (Resolve)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from swegreen.aws.quotas import FargateQuotas, fit, read_quotas
+
+
+@pytest.fixture
+def service_quotas() -> Iterator[Any]:
+    with mock_aws():
+        yield boto3.client(
+            "service-quotas",
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+
+def test_a_new_accounts_quotas_cap_both_maps_and_say_so() -> None:
+    new_account = FargateQuotas(on_demand_vcpu=6, spot_vcpu=6)
+    capacity = fit(100, 50, new_account, row_vcpu=2, build_vcpu=4)
+    assert (capacity.rows, capacity.builds) == (6, 2)  # 3 + 3 evaluate, 1 + 1 build tasks
+    assert "rows 100 -> 6 tasks of 2 vCPU" in capacity.note
+    assert "builds 50 -> 2 tasks of 4 vCPU" in capacity.note
+    roomy = fit(10, 5, FargateQuotas(on_demand_vcpu=4000, spot_vcpu=4000), 2, 4)
+    assert (roomy.rows, roomy.builds) == (10, 5) and roomy.note.startswith("within")
+    # a quota smaller than one task still lets one run (its RunTask will say why not)
+    tiny = fit(4, 4, FargateQuotas(on_demand_vcpu=1, spot_vcpu=0), 2, 4)
+    assert (tiny.rows, tiny.builds) == (1, 1)
+
+
+def test_unreadable_quotas_leave_the_run_as_asked(service_quotas: Any) -> None:
+    # moto's Service Quotas knows no Fargate quotas: the same answer as a denied read
+    quotas = read_quotas(service_quotas)
+    assert isinstance(quotas, str) and "L-3032A538 unreadable" in quotas
+    capacity = fit(100, 50, quotas, 2, 4)
+    assert (capacity.rows, capacity.builds) == (100, 50)
+    assert capacity.note.startswith("not capped (Service Quotas")
