@@ -48,6 +48,17 @@ def test_rows_survive_a_new_connection_and_are_never_duplicated(tmp_path: Path) 
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+def test_an_error_row_never_replaces_a_verdict(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.sqlite")
+    store.begin_run(record())
+    store.save_result("r1", result("a", Status.NO_OP))
+    store.save_result("r1", result("a", Status.ERROR))  # a failed step after the verdict
+    store.save_result("r1", result("b", Status.ERROR))
+    store.save_result("r1", result("b", Status.REGRESSION))  # --retry-errors: the verdict
+    rows = store.get_results("r1")
+    assert (rows["a"].status, rows["b"].status) == (Status.NO_OP, Status.REGRESSION)
+
+
 def test_runs_are_kept_apart(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.sqlite")
     store.begin_run(record("r1"))

@@ -86,7 +86,9 @@ class SqliteStore:
                 "INSERT INTO results (run_id, instance_id, status, result, updated_at) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, instance_id) DO UPDATE SET "
                 "status = excluded.status, result = excluded.result, "
-                "updated_at = excluded.updated_at",
+                "updated_at = excluded.updated_at "
+                # an error row never replaces a verdict (as the DynamoDB store)
+                "WHERE results.status = 'error' OR excluded.status != 'error'",
                 (
                     run_id,
                     result.instance_id,

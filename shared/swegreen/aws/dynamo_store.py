@@ -1,8 +1,13 @@
 """A ``ResultStore`` on DynamoDB: the same rows and keys as the SQLite store.
 
-One table, keyed ``pk`` = run id and ``sk`` = ``RUN`` (the run's record) or
-``ROW#<instance id>`` (a row). A row write is an upsert, so a retried step writes the
-same row again instead of adding one.
+One table, keyed ``pk`` = run id and ``sk`` = ``RUN`` (the run's record), ``IDS#<n>``
+(its selection, in items of IDS_PER_ITEM ids) or ``ROW#<instance id>`` (a row). A row
+write is an upsert, so a retried step writes the same row again instead of adding one;
+an ``error`` row never replaces a verdict.
+
+No item grows with the run: DynamoDB refuses items over 400 KB, which a record holding
+10,000 ids, or a progress set of them, would pass at about 4,500 rows. Progress is a
+counter (``finished_count``) that a row's first write adds one to.
 """
 
 from __future__ import annotations
@@ -13,12 +18,15 @@ from typing import Any
 
 from boto3.dynamodb.conditions import Key
 
+from swegreen.classify import Status
 from swegreen.errors import StoreError
 from swegreen.ports import RunRecord
 from swegreen.results import InstanceResult, utcnow
 
 RUN_SK = "RUN"
 ROW_PREFIX = "ROW#"
+IDS_PREFIX = "IDS#"
+IDS_PER_ITEM = 2000  # ids of up to 100 characters (ids.py): at most 200 KB an item
 # Rows waiting for a participant (one partition, whatever the run: the Watch function
 # reads them all). "#" is never in a run id (ids.py), so no run's partition is this one.
 WAITING_PK = "#WAITING"
@@ -33,6 +41,7 @@ class DynamoStore:
         stored = self.get_run(record.run_id)
         if stored is None:
             try:
+                self._put_ids(record, 0)
                 self.table.put_item(
                     Item=self._run_item(record), ConditionExpression="attribute_not_exists(pk)"
                 )
@@ -57,13 +66,34 @@ class DynamoStore:
         """The run's record; None also for a run that ended before it started (its item
         holds only a state and an error)."""
         item = self._item(run_id)
-        return RunRecord.model_validate_json(item["record"]) if item and "record" in item else None
+        if not item or "record" not in item:
+            return None
+        record = RunRecord.model_validate_json(item["record"])
+        if "id_items" not in item:  # written before the ids had items of their own
+            return record
+        ids: list[str] = []
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": Key("pk").eq(run_id) & Key("sk").begins_with(IDS_PREFIX),
+            "ConsistentRead": True,
+        }
+        chunks: dict[str, list[str]] = {}
+        while True:
+            page = self.table.query(**kwargs)
+            chunks.update({i["sk"]: json.loads(i["ids"]) for i in page.get("Items", [])})
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        for n in range(int(item["id_items"])):
+            ids += chunks.get(self._ids_sk(n), [])
+        return record.model_copy(update={"instance_ids": ids})
 
     def update_run(self, record: RunRecord) -> None:
         self._set_run(record.model_copy(update={"updated_at": utcnow()}))
 
     def _set_run(self, record: RunRecord) -> None:
-        """Rewrite the record's attributes, keeping the rows' progress set."""
+        """Rewrite the record's attributes, keeping the rows' progress count."""
+        before = self._item(record.run_id) or {}
+        self._put_ids(record, int(before.get("id_items", 0)))
         item = self._run_item(record)
         names = [k for k in item if k not in ("pk", "sk")]
         expression = "SET " + ", ".join(f"#{n} = :{n}" for n in names)
@@ -123,28 +153,43 @@ class DynamoStore:
             if "LastEvaluatedKey" not in page:
                 break
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        runs = [RunRecord.model_validate_json(i["record"]) for i in items]
-        return sorted(runs, key=lambda r: r.updated_at)
+        runs = [
+            self.get_run(i["pk"]) if "id_items" in i else RunRecord.model_validate_json(i["record"])
+            for i in items
+            if "record" in i
+        ]
+        return sorted((r for r in runs if r is not None), key=lambda r: r.updated_at)
 
     def save_result(self, run_id: str, result: InstanceResult) -> None:
-        self.table.put_item(
-            Item={
+        kwargs: dict[str, Any] = {
+            "Item": {
                 "pk": run_id,
                 "sk": ROW_PREFIX + result.instance_id,
                 "status": result.status.value,
                 "result": result.model_dump_json(),
                 "updated_at": utcnow(),
-            }
-        )
-        # Progress for GET /runs/{id}: a set, so a retried write counts once. Rows of a run
-        # without a record have nothing to count.
-        missing_run = self.table.meta.client.exceptions.ConditionalCheckFailedException
-        with contextlib.suppress(missing_run):
+            },
+            "ReturnValues": "ALL_OLD",
+        }
+        if result.status is Status.ERROR:  # a step that failed after the verdict was written
+            kwargs["ConditionExpression"] = "attribute_not_exists(sk) OR #status = :error"
+            kwargs["ExpressionAttributeNames"] = {"#status": "status"}
+            kwargs["ExpressionAttributeValues"] = {":error": Status.ERROR.value}
+        conflict = self.table.meta.client.exceptions.ConditionalCheckFailedException
+        try:
+            before = self.table.put_item(**kwargs).get("Attributes")
+        except conflict:
+            return  # the row's verdict stays
+        if before:
+            return  # a row written again: counted already
+        # Progress for GET /runs/{id}: one per row's first write. Rows of a run without a
+        # record have nothing to count.
+        with contextlib.suppress(conflict):
             self.table.update_item(
                 Key={"pk": run_id, "sk": RUN_SK},
-                UpdateExpression="ADD finished :id",
+                UpdateExpression="ADD finished_count :one",
                 ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeValues={":id": {result.instance_id}},
+                ExpressionAttributeValues={":one": 1},
             )
 
     def get_results(self, run_id: str) -> dict[str, InstanceResult]:
@@ -197,11 +242,30 @@ class DynamoStore:
         self.table.delete_item(Key={"pk": WAITING_PK, "sk": sk})
 
     @staticmethod
-    def _run_item(record: RunRecord) -> dict[str, Any]:
+    def _ids_sk(n: int) -> str:
+        return f"{IDS_PREFIX}{n:05d}"
+
+    def _put_ids(self, record: RunRecord, had: int) -> None:
+        """The selection in items of IDS_PER_ITEM ids (``had``: how many it had before)."""
+        ids = record.instance_ids
+        chunks = [ids[i : i + IDS_PER_ITEM] for i in range(0, len(ids), IDS_PER_ITEM)]
+        for n, chunk in enumerate(chunks):
+            self.table.put_item(
+                Item={"pk": record.run_id, "sk": self._ids_sk(n), "ids": json.dumps(chunk)}
+            )
+        for n in range(len(chunks), had):
+            self.table.delete_item(Key={"pk": record.run_id, "sk": self._ids_sk(n)})
+
+    @classmethod
+    def _run_item(cls, record: RunRecord) -> dict[str, Any]:
+        ids = record.instance_ids
         item: dict[str, Any] = {
             "pk": record.run_id,
             "sk": RUN_SK,
-            "record": record.model_dump_json(),
+            # the selection lives in its own items (_put_ids)
+            "record": record.model_copy(update={"instance_ids": []}).model_dump_json(),
+            "instance_count": len(ids),
+            "id_items": -(-len(ids) // IDS_PER_ITEM),
             "state": record.state,
             "updated_at": record.updated_at,
         }
