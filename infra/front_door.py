@@ -9,6 +9,7 @@ access is IAM (SigV4) or an API key.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as ddb
@@ -19,25 +20,32 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from infra.settings import StackSettings, retention
+from swegreen.aws.guardrails import Guardrails
 
-# Draft-04 (what API Gateway validates) form of swegreen.aws.pipeline.RunRequest;
-# tests/aws/test_stack.py checks that the two accept and refuse the same bodies.
-RUN_REQUEST_SCHEMA = {
-    "$schema": "http://json-schema.org/draft-04/schema#",
-    "title": "RunRequest",
-    "type": "object",
-    "properties": {
-        "participants": {
-            "type": "object",
-            "maxProperties": 1,
-            "additionalProperties": {"type": "string", "pattern": "^https?://"},
+
+def run_request_schema(guardrails: Guardrails) -> dict[str, Any]:
+    """Draft-04 (what API Gateway validates) form of swegreen.aws.pipeline.RunRequest, with
+    the deployment's ceilings on its config (a body above them: 400); tests/aws/test_stack.py
+    checks that the two accept and refuse the same bodies."""
+    return {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "title": "RunRequest",
+        "type": "object",
+        "properties": {
+            "participants": {
+                "type": "object",
+                "maxProperties": 1,
+                "additionalProperties": {"type": "string", "pattern": "^https?://"},
+            },
+            "patches": {"type": "string", "minLength": 1},
+            "config": guardrails.config_schema(),
+            "rebuild_envs": {"type": "boolean"},
         },
-        "patches": {"type": "string", "minLength": 1},
-        "config": {"type": "object"},
-        "rebuild_envs": {"type": "boolean"},
-    },
-    "additionalProperties": False,
-}
+        "additionalProperties": False,
+    }
+
+
+RUN_REQUEST_SCHEMA = run_request_schema(Guardrails())
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 JSON = "application/json"
@@ -110,7 +118,7 @@ class FrontDoor(Construct):
         model = self.api.add_model(
             "RunRequest",
             content_type="application/json",
-            schema=apigw.JsonSchema(**_cdk_schema(RUN_REQUEST_SCHEMA)),
+            schema=apigw.JsonSchema(**_cdk_schema(run_request_schema(settings.guardrails))),
             model_name="RunRequest",
         )
         validator = self.api.add_request_validator(
@@ -276,6 +284,8 @@ def _cdk_schema(schema: dict) -> dict:
         name = mapping.get(key, key)
         if key == "$schema":
             out["schema"] = apigw.JsonSchemaVersion.DRAFT4
+        elif key == "type" and isinstance(value, list):
+            out["type"] = [getattr(apigw.JsonSchemaType, v.upper()) for v in value]
         elif key == "type":
             out["type"] = getattr(apigw.JsonSchemaType, value.upper())
         elif key == "properties":

@@ -15,6 +15,8 @@ from pydantic import (
     model_validator,
 )
 
+from swegreen.aws.guardrails import Guardrails
+
 PREFIX = "swegreen:"
 RETENTION_NAMES = {
     1: "ONE_DAY",
@@ -61,8 +63,11 @@ class StackSettings(BaseModel):
     log_retention_days: int = 30
     default_config: dict[str, Any] = Field(default_factory=dict)
     retain_data: bool = True
+    guardrails: Guardrails = Field(
+        default_factory=Guardrails, description="per-request ceilings (JSON, guardrails.py)"
+    )
 
-    @field_validator("default_config", mode="before")
+    @field_validator("default_config", "guardrails", mode="before")
     @classmethod
     def _json(cls, value: Any) -> Any:
         return json.loads(value or "{}") if isinstance(value, str) else value

@@ -114,6 +114,7 @@ class Workflow(Construct):
             # to fit the Maps to the account's Fargate vCPU quotas (Resolve)
             "SWEGREEN_SANDBOX_VCPU": str(settings.sandbox_cpu / 1024),
             "SWEGREEN_BUILD_VCPU": str(settings.build_cpu / 1024),
+            "SWEGREEN_GUARDRAILS": settings.guardrails.model_dump_json(),
             "SWEGREEN_GRADER": grader,
             "SWEGREEN_SANDBOX_ISOLATION": ISOLATION,
             "SWEGREEN_IDEMPOTENCY_TABLE": idempotency.table_name,

@@ -161,3 +161,42 @@ def test_the_pipeline_refuses_the_local_env_files_fallback(s3: Any, tmp_path: Pa
         assert store.get_run("aws-turns") is None
     finally:
         store.close()
+
+
+def test_the_pipeline_holds_a_run_to_the_deployments_ceilings(
+    s3: Any, sample: SampleBenchmark, tmp_path: Path
+) -> None:
+    """What the gateway refuses with a 400, Resolve refuses too (a run started another
+    way), and the worst-case task-hours, which only Resolve can count."""
+    from swegreen.aws.guardrails import Guardrails
+
+    s3.put_object(Bucket=BUCKET, Key="datasets/sample.jsonl", Body=sample.dataset.read_bytes())
+    store = SqliteStore(tmp_path / "store.sqlite")
+    guardrails = Guardrails(max_concurrent_rows=4, max_task_hours=2)
+    settings = PipelineSettings(table="unused", bucket=BUCKET, guardrails=guardrails)
+    pipeline = Pipeline(settings, s3, store)
+    dataset = {"dataset": f"s3://{BUCKET}/datasets/sample.jsonl"}
+    try:
+        with pytest.raises(ValueError, match=r"max_concurrent_rows 5 is over .* ceiling of 4"):
+            pipeline.resolve(
+                StartEvent(
+                    run_id="aws-wide", patches="gold", config={**dataset, "max_concurrent_rows": 5}
+                )
+            )
+        # 3 rows of up to 30 min + 30 min each: 3 task-hours, over 2
+        with pytest.raises(ValueError, match=r"worst case is 3 task-hours \(3 rows") as refused:
+            pipeline.resolve(
+                StartEvent(run_id="aws-long", patches="gold", config={**dataset, "max_rows": 3})
+            )
+        assert "select fewer rows" in str(refused.value)
+        assert store.get_run("aws-wide") is None and store.get_run("aws-long") is None
+        resolved = pipeline.resolve(
+            StartEvent(
+                run_id="aws-fits",
+                patches="gold",
+                config={**dataset, "max_rows": 1, "max_concurrent_rows": 4},
+            )
+        )
+        assert resolved["count"] == 1
+    finally:
+        store.close()

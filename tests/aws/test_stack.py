@@ -567,6 +567,40 @@ def test_the_api_schema_accepts_what_the_pipeline_accepts(body: dict[str, Any]) 
     RunRequest.model_validate(body)
 
 
+def test_the_api_schema_holds_requests_to_the_deployments_ceilings(
+    template: dict[str, Any],
+) -> None:
+    import jsonschema
+
+    from infra.front_door import run_request_schema
+    from swegreen.aws.guardrails import Guardrails
+
+    schema = run_request_schema(Guardrails(max_concurrent_rows=50, max_eval_timeout=600))
+    jsonschema.validate({"patches": "gold", "config": {"max_concurrent_rows": 50}}, schema)
+    jsonschema.validate({"patches": "gold", "config": {"eval_timeout": None}}, schema)
+    for config in ({"max_concurrent_rows": 51}, {"eval_timeout": 601}, {"max_concurrent_rows": 0}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"patches": "gold", "config": config}, schema)
+    # the deployed model carries the stack's ceilings (defaults here), and so do the Lambdas
+    (model,) = resources(template, "AWS::ApiGateway::Model").values()
+    config = model["Properties"]["Schema"]["properties"]["config"]["properties"]
+    assert config["max_concurrent_rows"]["maximum"] == Guardrails().max_concurrent_rows
+    (resolve,) = [
+        f
+        for n, f in resources(template, "AWS::Lambda::Function").items()
+        if n.startswith("WorkflowResolve")
+    ]
+    env = resolve["Properties"]["Environment"]["Variables"]
+    assert Guardrails.model_validate_json(env["SWEGREEN_GUARDRAILS"]) == Guardrails()
+
+
+def test_guardrails_come_from_the_stack_context_and_bad_ones_are_named() -> None:
+    settings = StackSettings.model_validate({"guardrails": '{"max_concurrent_rows": 20}'})
+    assert settings.guardrails.max_concurrent_rows == 20
+    with pytest.raises(ValueError, match="max_eval_timeout"):
+        StackSettings.model_validate({"guardrails": '{"max_eval_timeout": 99999}'})
+
+
 @pytest.mark.parametrize("body", BAD_BODIES)
 def test_the_api_schema_refuses_what_the_pipeline_refuses(body: dict[str, Any]) -> None:
     import jsonschema

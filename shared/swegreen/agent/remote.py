@@ -139,7 +139,9 @@ class RemoteAssessment:
 
     async def _progress(self, role: str, state: dict[str, Any]) -> None:
         run = state.get("run") or {}
-        self.total[role] = len(run.get("instance_ids", [])) or self.total.get(role, 0)
+        # "total" since the ids left the record item (dynamo_store.py); older stacks: the ids
+        total = int(state.get("total") or 0) or len(run.get("instance_ids", []))
+        self.total[role] = total or self.total.get(role, 0)
         done = int(state.get("done", 0))
         if done != self.done.get(role, -1):
             self.done[role] = done

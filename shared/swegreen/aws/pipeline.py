@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from swegreen import artifacts as art
 from swegreen import errors
 from swegreen.aws import prebuilt, quotas
+from swegreen.aws.guardrails import Guardrails
 from swegreen.classify import Reason, Status, classify
 from swegreen.config import EvalConfig, build_config
 from swegreen.dataset import Dataset, Instance, dataset_digest, parse_rows, select_instances
@@ -102,6 +103,7 @@ class PipelineSettings(BaseModel):
     # vCPUs of an evaluate task and of a build-phase task, to fit them to the quotas.
     sandbox_vcpu: float = 2.0
     build_vcpu: float = 4.0
+    guardrails: Guardrails = Field(default_factory=Guardrails)  # per-request ceilings
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> PipelineSettings:
@@ -117,6 +119,7 @@ class PipelineSettings(BaseModel):
             prepare_batch=int(env.get("SWEGREEN_PREPARE_BATCH", "4")),
             sandbox_vcpu=float(env.get("SWEGREEN_SANDBOX_VCPU", "2")),
             build_vcpu=float(env.get("SWEGREEN_BUILD_VCPU", "4")),
+            guardrails=Guardrails.from_env(env),
         )
 
 
@@ -303,6 +306,13 @@ class Pipeline:
         )
         instances = select_instances(dataset, config.selection())
         source, url, predictions_key, role = self._source(event, dataset)
+        self.settings.guardrails.check(
+            max_concurrent_rows=config.max_concurrent_rows,
+            eval_timeout=config.eval_timeout,
+            participant_timeout=config.participant_timeout,
+            rows=len(instances),
+            participant=source == "a2a",
+        )
         capacity = quotas.fit(
             config.max_concurrent_rows,
             self.settings.build_concurrency,
