@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from aws_cdk import RemovalPolicy
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as ddb
 from aws_cdk import aws_iam as iam
@@ -98,7 +99,13 @@ class FrontDoor(Construct):
                     user=True,
                 ),
             ),
-            cloud_watch_role=True,
+            # AWS::ApiGateway::Account is one per region: it replaces whatever logging role
+            # the account has. Off for accounts that have one (swegreen:api_logging_role);
+            # kept when the stack goes, so other APIs' logging does not break with it.
+            cloud_watch_role=settings.api_logging_role,
+            cloud_watch_role_removal_policy=RemovalPolicy.RETAIN
+            if settings.api_logging_role
+            else None,
         )
         role = iam.Role(
             self, "IntegrationRole", assumed_by=iam.ServicePrincipal("apigateway.amazonaws.com")

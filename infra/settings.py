@@ -63,6 +63,11 @@ class StackSettings(BaseModel):
     log_retention_days: int = 30
     default_config: dict[str, Any] = Field(default_factory=dict)
     retain_data: bool = True
+    api_logging_role: bool = Field(
+        True,
+        description="create API Gateway's account-wide CloudWatch role (false: the account "
+        "has one already; the API's access logs need it)",
+    )
     guardrails: Guardrails = Field(
         default_factory=Guardrails, description="per-request ceilings (JSON, guardrails.py)"
     )

@@ -32,6 +32,7 @@ from aws_cdk import aws_dynamodb as ddb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
@@ -46,6 +47,7 @@ from infra.bundling import LambdaBundler, sources_hash
 from infra.sandbox import ISOLATION, Sandbox
 from infra.settings import StackSettings, retention
 from swegreen.aws.pipeline import INSTANCE, SANDBOX_INPUT
+from swegreen.classify import Status
 
 ROOT = Path(__file__).resolve().parents[1]
 # Throttling and service hiccups: retried with jitter. Anything else goes to RecordError.
@@ -66,6 +68,11 @@ ECS_RETRYABLE = [
     "ECS.LimitExceededException",
 ]
 MAP_RESULTS = "map-results/"  # the distributed maps' ResultWriter prefix
+METRICS_NAMESPACE = "SweGreen"  # the functions' metrics (powertools, functions/runtime.py)
+# The error-rows alarm: at least this share of the rows written in 5 minutes, once there
+# are enough rows for a share to mean something.
+ERROR_RATIO_ALARM_PERCENT = 50
+ERROR_RATIO_MIN_ROWS = 4
 FIRST_ATTEMPT = {
     "number": 1,
     "capacity": "FARGATE_SPOT",
@@ -329,7 +336,13 @@ class Workflow(Construct):
                 )
             ],
         )
-        self.alarms = sns.Topic(self, "Alarms", display_name="swegreen alarms")
+        # Encrypted with the account's SNS key (alarm texts name runs and functions).
+        self.alarms = sns.Topic(
+            self,
+            "Alarms",
+            display_name="swegreen alarms",
+            master_key=kms.Alias.from_alias_name(self, "SnsKey", "alias/aws/sns"),
+        )
         if settings.alarm_email:
             self.alarms.add_subscription(subscriptions.EmailSubscription(settings.alarm_email))
         action = cw_actions.SnsAction(self.alarms)
@@ -354,6 +367,100 @@ class Workflow(Construct):
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             ).add_alarm_action(action)
+        functions = [
+            self.resolve,
+            self.dispatch,
+            self.watch,
+            self.presign,
+            self.classify,
+            self.retry,
+            self.aggregate,
+            self.stopped,
+        ]
+        rows = row_metrics(five_minutes)
+        errors = rows["error"]
+        total = " + ".join(f"FILL({k}, 0)" for k in rows)
+        signals = {
+            # A run whose rows mostly end in error finishes "successfully": say so.
+            "ErrorRows": (
+                cloudwatch.MathExpression(
+                    expression=f"IF(({total}) >= {ERROR_RATIO_MIN_ROWS}, "
+                    f"100 * FILL(error, 0) / ({total}), 0)",
+                    using_metrics=rows,
+                    label="error rows (% of rows written)",
+                    period=five_minutes,
+                ),
+                ERROR_RATIO_ALARM_PERCENT,
+            ),
+            "LambdaErrors": (_sum("Errors", functions, five_minutes), 1),
+            "LambdaThrottles": (_sum("Throttles", functions, five_minutes), 1),
+        }
+        for name, (metric, threshold) in signals.items():
+            cloudwatch.Alarm(
+                self,
+                name,
+                metric=metric,
+                threshold=threshold,
+                evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            ).add_alarm_action(action)
+        self.dashboard = self._dashboard(rows, errors, sandbox, functions)
+
+    def _dashboard(
+        self,
+        rows: dict[str, cloudwatch.IMetric],
+        errors: cloudwatch.IMetric,
+        sandbox: Sandbox,
+        functions: list[lambda_.Function],
+    ) -> cloudwatch.Dashboard:
+        """One page for a run: rows written by status, error rows, task retries, running
+        tasks, Lambda errors and throttles, the executions."""
+        minute = Duration.minutes(1)
+        retries = cloudwatch.Metric(
+            namespace=METRICS_NAMESPACE,
+            metric_name="TaskRetries",
+            dimensions_map={"service": "swegreen"},
+            statistic="Sum",
+            period=minute,
+        )
+        running = cloudwatch.Metric(
+            namespace="ECS/ContainerInsights",
+            metric_name="RunningTaskCount",
+            dimensions_map={"ClusterName": sandbox.cluster.cluster_name},
+            statistic="Maximum",
+            period=minute,
+        )
+        dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name="swegreen")
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Rows written, by status", left=list(rows.values()), stacked=True, width=12
+            ),
+            cloudwatch.GraphWidget(title="Error rows", left=[errors], width=12),
+        )
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Fargate task retries", left=[retries], width=8),
+            cloudwatch.GraphWidget(title="Running tasks", left=[running], width=8),
+            cloudwatch.GraphWidget(
+                title="Lambda errors and throttles",
+                left=[_sum("Errors", functions, minute)],
+                right=[_sum("Throttles", functions, minute)],
+                width=8,
+            ),
+        )
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Executions",
+                left=[
+                    self.state_machine.metric_started(period=minute),
+                    self.state_machine.metric_succeeded(period=minute),
+                    self.state_machine.metric_failed(period=minute),
+                    self.rows_machine.metric_failed(period=minute),
+                ],
+                width=24,
+            )
+        )
+        return dashboard
 
     # ------------------------------------------------------------------ machines
     def _machine(
@@ -717,6 +824,35 @@ class Workflow(Construct):
                     ],
                 )
             )
+
+
+def row_metrics(period: Duration) -> dict[str, cloudwatch.IMetric]:
+    """Rows written per status (Classify's ``Rows_<status>`` metric), keyed by status."""
+    return {
+        status.value: cloudwatch.Metric(
+            namespace=METRICS_NAMESPACE,
+            metric_name=f"Rows_{status.value}",
+            dimensions_map={"service": "swegreen"},
+            statistic="Sum",
+            period=period,
+            label=status.value,
+        )
+        for status in Status
+    }
+
+
+def _sum(name: str, functions: list[lambda_.Function], period: Duration) -> cloudwatch.IMetric:
+    """``name`` (Errors, Throttles) summed over ``functions``."""
+    using = {
+        f"{name.lower()}{n}": fn.metric(name, statistic="Sum", period=period)
+        for n, fn in enumerate(functions)
+    }
+    return cloudwatch.MathExpression(
+        expression=" + ".join(f"FILL({k}, 0)" for k in using),
+        using_metrics=using,
+        label=f"Lambda {name.lower()}",
+        period=period,
+    )
 
 
 def _lambda_retry(step: tasks.LambdaInvoke) -> None:

@@ -23,6 +23,7 @@ from swegreen.aws.pipeline import (
     RunRequest,
     SandboxTicket,
 )
+from swegreen.classify import Status
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON = "application/json"
@@ -635,13 +636,47 @@ def test_an_execution_that_ends_unfinished_updates_its_run(template: dict[str, A
 
 def test_failed_executions_and_undelivered_events_raise_alarms(template: dict[str, Any]) -> None:
     alarms = resources(template, "AWS::CloudWatch::Alarm")
-    metrics = {a["Properties"]["MetricName"] for a in alarms.values()}
+    metrics = {a["Properties"].get("MetricName") for a in alarms.values()}
     assert {"ExecutionsFailed", "ExecutionsTimedOut", "ApproximateNumberOfMessagesVisible"} <= (
         metrics
     )
     (topic,) = resources(template, "AWS::SNS::Topic")
     for alarm in alarms.values():
         assert json.dumps(alarm["Properties"]["AlarmActions"]).count(topic) == 1
+    assert "alias/aws/sns" in json.dumps(template["Resources"][topic]["Properties"])
+
+
+def _math_alarm(template: dict[str, Any], name: str) -> dict[str, Any]:
+    (alarm,) = [
+        a["Properties"]
+        for n, a in resources(template, "AWS::CloudWatch::Alarm").items()
+        if n.startswith(f"Workflow{name}")
+    ]
+    return alarm
+
+
+def test_a_run_of_error_rows_and_failing_or_throttled_functions_raise_alarms(
+    template: dict[str, Any],
+) -> None:
+    """A run whose rows all end in error still succeeds: the share of error rows among
+    the rows written (Classify's metrics) raises an alarm, as do Lambda errors and
+    throttles of any of the pipeline's functions."""
+    ratio = _math_alarm(template, "ErrorRows")
+    (expression,) = [m for m in ratio["Metrics"] if "Expression" in m]
+    assert "100 * FILL(error, 0)" in expression["Expression"]
+    names = {m["MetricStat"]["Metric"]["MetricName"] for m in ratio["Metrics"] if "MetricStat" in m}
+    assert names == {f"Rows_{s.value}" for s in Status}
+    assert ratio["Threshold"] == 50
+    for name, metric in (("LambdaErrors", "Errors"), ("LambdaThrottles", "Throttles")):
+        alarm = _math_alarm(template, name)
+        stats = [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
+        assert {m["MetricName"] for m in stats} == {metric} and len(stats) == 8
+        assert alarm["Threshold"] == 1
+    (dashboard,) = resources(template, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for title in ("Rows written, by status", "Error rows", "Fargate task retries",
+                  "Running tasks", "Lambda errors and throttles"):  # fmt: skip
+        assert title in body, title
 
 
 def test_api_key_mode_has_a_quota(tmp_path: Path) -> None:
@@ -662,3 +697,15 @@ def test_api_key_mode_has_a_quota(tmp_path: Path) -> None:
     )
     for method in t.find_resources("AWS::ApiGateway::Method").values():
         assert method["Properties"]["ApiKeyRequired"] is True
+    # the region's API Gateway logging role: created (kept when the stack goes) unless the
+    # account has one already
+    t.resource_count_is("AWS::ApiGateway::Account", 1)
+    (logging_role,) = [
+        r
+        for r in t.find_resources("AWS::IAM::Role").values()
+        if "AmazonAPIGatewayPushToCloudWatchLogs" in json.dumps(r)
+    ]
+    assert logging_role["DeletionPolicy"] == "Retain"
+    app = cdk.App(outdir=str(tmp_path / "own-role"))
+    own = SweGreenStack(app, "OwnRole", settings=StackSettings(api_logging_role=False))
+    Template.from_stack(own).resource_count_is("AWS::ApiGateway::Account", 0)
