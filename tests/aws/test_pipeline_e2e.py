@@ -385,9 +385,13 @@ def test_the_first_run_built_the_artifacts_and_later_runs_start_from_them(cloud:
     for task in builds + prepares:
         assert task["exit_code"] == 0 and task["credentials"] and task["container"] == "builder"
     keys = set(cloud.built)
-    assert {
-        f"artifacts/repos/sample__{r}.tar.zst" for r in ("calculator", "textkit", "ledger")
-    } <= (keys)
+    for r in ("calculator", "textkit", "ledger"):
+        # the mirror, named by its content, and the pointer naming it
+        pointer = cloud.s3_json(f"artifacts/repos/sample__{r}.json")
+        assert re.fullmatch(
+            rf"artifacts/repos/sample__{r}/[0-9a-f]{{64}}\.tar\.zst", pointer["key"]
+        )
+        assert pointer["key"] in keys and pointer["commits"]
     assert len([k for k in keys if k.startswith("artifacts/prepared/")]) == len(sample.expected)
     for run_id in ("empty", "crafted", "a2a", "hang", FAULTS, SPOT, QUOTA, HOSTILE):
         assert not cloud.tasks(run_id, "build") and not cloud.tasks(run_id, "prepare"), run_id

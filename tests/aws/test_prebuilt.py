@@ -27,6 +27,7 @@ from swegreen.recipes import builtin_recipes
 from swegreen.runner import evaluate_with_retries
 from swegreen.sample import SampleBenchmark
 from tests.aws.local_services import FAKE_CREDENTIALS
+from tests.helpers import commit
 
 BUCKET = "artifacts-test"
 
@@ -58,6 +59,7 @@ def test_the_plan_builds_only_what_is_missing_and_never_a_remembered_failure(
         assert len({needs[i].env for i in batch.instance_ids}) == 1
     # everything stored: nothing to do
     stored = {k for n in needs.values() for k in n.keys().values()}
+    stored |= {prebuilt.repo_commits_key(i.repo) for i in rows}  # the mirrors' pointers
     held: dict[str, set[str]] = {}
     for i in rows:
         held.setdefault(i.repo, set()).update((i.base_commit, i.environment_setup_commit))
@@ -126,7 +128,9 @@ def test_a_row_evaluates_from_the_artifacts_alone(
     finally:
         testbeds.close()
     needs = prebuilt.row_needs(rows[0], builtin_recipes())
-    keys = needs.keys()
+    mirror = bucket.mirror(needs.repo)
+    assert mirror is not None and mirror.startswith("artifacts/repos/sample__calculator/")
+    keys = needs.keys(mirror)
     stored = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]}
     assert set(keys.values()) <= stored
     # The prepared workspace's tarball leaves out what its environment view hard-links.
@@ -205,3 +209,42 @@ def test_a_failed_build_is_remembered_with_its_reason(
     replan = prebuilt.plan("r", [inst], book, {prebuilt.env_failed_key(env_item.env)}, {})
     assert replan.failed_envs == [env_item.env] and not [b for b in replan.builds if b.env]
     assert json.loads(json.dumps(replan.model_dump()))  # what Resolve writes to S3
+
+
+def test_a_mirror_is_never_overwritten_a_pointer_names_the_current_one(
+    s3, sample: SampleBenchmark, tmp_path: Path, host_env: dict[str, str]
+) -> None:
+    """A later build that adds commits uploads a new mirror under its content's name and
+    replaces the pointer (one object: the key and the commits of one build); the mirror a
+    row was given stays as it was."""
+    rows = [i for i in instances(sample) if i.repo == "sample/calculator"]
+    upstream = tmp_path / "upstream" / "sample__calculator"
+    shutil.copytree(sample.repos_dir / "sample__calculator", upstream)
+    config = EvalConfig(repo_url_template=str(upstream.parent / "{owner}__{name}"))
+    bucket = ArtifactBucket(s3, BUCKET)
+    settings = LocalSettings(output_dir=tmp_path / "out", cache_dir=tmp_path / "cache")
+    pointer_key = prebuilt.repo_commits_key("sample/calculator")
+    seen = []
+    first = [rows[0].base_commit]
+    for commits in (first, None):
+        if commits is None:  # upstream moved on; the next run needs its new commit
+            commits = sorted([*first, commit(upstream, {"NEWS": "later\n"}, "later")])
+        shutil.rmtree(settings.cache_dir, ignore_errors=True)
+        settings.cache_dir.mkdir()
+        item = prebuilt.BuildItem(
+            run_id="r", kind="repo", repo="sample/calculator", commits=commits
+        )
+        testbeds = build_testbeds(settings, config, host_env)
+        try:
+            assert asyncio.run(build(item, bucket, testbeds)) == 0
+        finally:
+            testbeds.close()
+        pointer = prebuilt.MirrorPointer.parse("sample/calculator", bucket.get_text(pointer_key))
+        assert pointer.commits == commits
+        seen.append((pointer.key, s3.head_object(Bucket=BUCKET, Key=pointer.key)["ETag"]))
+    (first, first_etag), (second, _) = seen
+    assert first != second  # more commits: another mirror
+    assert s3.head_object(Bucket=BUCKET, Key=first)["ETag"] == first_etag  # untouched
+    # a pointer written before mirrors were named by content: a list of commits
+    legacy = prebuilt.MirrorPointer.parse("o/r", json.dumps(["abc"]))
+    assert (legacy.key, legacy.commits) == ("artifacts/repos/o__r.tar.zst", ["abc"])

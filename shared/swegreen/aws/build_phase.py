@@ -17,9 +17,10 @@ away on a retry, anything else a crash.
 from __future__ import annotations
 
 import functools
-import json
+import hashlib
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,11 @@ class ArtifactBucket:
             raise
         return body.decode()
 
+    def mirror(self, repo: str) -> str | None:
+        """The key of ``repo``'s current mirror, as its pointer names it."""
+        text = self.get_text(prebuilt.repo_commits_key(repo))
+        return prebuilt.MirrorPointer.parse(repo, text).key if text else None
+
     def put_text(self, key: str, text: str) -> None:
         self.s3.put_object(Bucket=self.bucket, Key=key, Body=text.encode())
 
@@ -82,6 +88,22 @@ class ArtifactBucket:
             prebuilt.unpack(archive, cache)
         return True
 
+    def store_addressed(self, cache: Path, paths: list[str], key_of: Callable[[str], str]) -> str:
+        """Pack ``paths`` and upload them under the key ``key_of`` gives their archive's
+        sha256, unless it is there already; returns the key. Such an object never
+        changes: a reader that was given its key gets what was built."""
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            archive = Path(tmp) / "artifact.tar.zst"
+            prebuilt.pack(cache, paths, archive)
+            digest = hashlib.sha256()
+            with archive.open("rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+            key = key_of(digest.hexdigest())
+            if not self.exists(key):
+                self.s3.upload_file(str(archive), self.bucket, key)
+        return key
+
     def store(self, cache: Path, paths: list[str], key: str) -> None:
         """Pack ``paths`` (relative to ``cache``) and upload them as ``key``; a reader
         sees the whole artifact or none (S3 replaces an object whole)."""
@@ -95,7 +117,9 @@ async def build(item: prebuilt.BuildItem, bucket: ArtifactBucket, testbeds: Test
     cache = testbeds.envs.root.parent
     repos = testbeds.repos
     mirror = repos.mirror_path(item.repo).relative_to(cache).as_posix()
-    bucket.fetch(prebuilt.repo_key(item.repo), cache)  # a head start, when there is one
+    current = bucket.mirror(item.repo)
+    if current is not None:  # a head start
+        bucket.fetch(current, cache)
     if item.kind == "repo":
         try:
             for commit in item.commits:
@@ -103,9 +127,12 @@ async def build(item: prebuilt.BuildItem, bucket: ArtifactBucket, testbeds: Test
         except EvaluationFailure as exc:
             print(f"{item.repo}: {exc}", file=sys.stderr)
             return 0 if exc.permanent else EXIT_TEMPFAIL
-        bucket.store(cache, [mirror], prebuilt.repo_key(item.repo))
-        bucket.put_text(prebuilt.repo_commits_key(item.repo), json.dumps(sorted(item.commits)))
-        print(f"{item.repo}: mirror stored with {len(item.commits)} commit(s)")
+        key = bucket.store_addressed(
+            cache, [mirror], lambda digest: prebuilt.mirror_key(item.repo, digest)
+        )
+        pointer = prebuilt.MirrorPointer(key=key, commits=sorted(item.commits))
+        bucket.put_text(prebuilt.repo_commits_key(item.repo), pointer.model_dump_json())
+        print(f"{item.repo}: mirror {key} stored with {len(item.commits)} commit(s)")
         return 0
     assert item.instance_id is not None
     instance = bucket.instance(item.run_id, item.instance_id)
@@ -167,7 +194,7 @@ async def prepare(
         except EvaluationFailure as exc:
             print(f"{instance_id}: {exc}", file=sys.stderr)
             continue
-        keys = needs.keys()
+        keys = needs.keys(bucket.mirror(needs.repo))
         keys.pop("prepared")
         missing = []
         for key in keys.values():

@@ -417,9 +417,11 @@ class Pipeline:
             existing.update(o["Key"] for o in page.get("Contents", []))
         held: dict[str, set[str]] = {}
         for repo in {i.repo for i in instances}:
-            if prebuilt.repo_key(repo) in existing:
-                text = self._get(prebuilt.repo_commits_key(repo))
-                held[repo] = set(json.loads(text)) if text else set()
+            pointer = self._mirror(repo)
+            if pointer is not None and pointer.key in existing:
+                held[repo] = set(pointer.commits)
+            else:
+                existing.discard(prebuilt.repo_commits_key(repo))  # no mirror behind it
         return prebuilt.plan(
             run_id,
             instances,
@@ -651,6 +653,18 @@ class Pipeline:
                 # the prepared workspace carries the history stores its checkout borrows
                 # from; the mirror, which holds the later history, stays out of the task
                 continue
+            if name == "repo":  # the current mirror, as its pointer names it
+                pointer = self._mirror(needs.repo)
+                if pointer is None:
+                    raise self._unbuilt(needs, name)
+                lacking = sorted(set(needs.commits) - set(pointer.commits))
+                if lacking:
+                    raise errors.RepoUnavailable(
+                        f"{needs.repo}: the current mirror ({pointer.key}) lacks "
+                        f"{', '.join(c[:12] for c in lacking)}: another run's build replaced "
+                        "the pointer after this run's; run this one again"
+                    )
+                key = pointer.key
             if prepared if name == "prepared" else self._exists(key):
                 artifacts[name] = self._sign("get_object", key)
             elif name != "prepared":  # a missing prepared workspace is made in the task
@@ -672,6 +686,10 @@ class Pipeline:
         given = SandboxInput(instance=inst, patch=patch, uploads=uploads, artifacts=artifacts)
         self._put(key, given.model_dump_json())
         return SandboxTicket(input_url=self._sign("get_object", key))
+
+    def _mirror(self, repo: str) -> prebuilt.MirrorPointer | None:
+        text = self._get(prebuilt.repo_commits_key(repo))
+        return prebuilt.MirrorPointer.parse(repo, text) if text else None
 
     def _exists(self, key: str) -> bool:
         try:

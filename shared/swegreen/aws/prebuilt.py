@@ -10,8 +10,12 @@ outlives its task.
 
 Layout under ``artifacts/`` (names are the local cache's):
 
-    repos/<owner>__<name>.tar.zst   the bare git mirror (``repos/<owner>__<name>.git``)
-    repos/<owner>__<name>.json      the commits it was asked to hold
+    repos/<owner>__<name>/<sha256>.tar.zst  a bare git mirror (``repos/<owner>__<name>.git``),
+                                    named by its content: never overwritten
+    repos/<owner>__<name>.json      the pointer: which mirror is current and the commits it
+                                    holds, replaced whole (one object) when a build adds
+                                    commits (``repos/<owner>__<name>.tar.zst``: the
+                                    mirror of stacks before, which the pointer was a list)
     envs/<env key>.tar.zst          an environment (``envs/<key>``)
     envs/<env key>.failed.json      a build that failed for the recipe's own reason:
                                     remembered, never built again unless asked
@@ -56,7 +60,27 @@ def repo_key(repo: str) -> str:
 
 
 def repo_commits_key(repo: str) -> str:
+    """The repository's mirror pointer (MirrorPointer)."""
     return f"{PREFIX}repos/{repo_slug(repo)}.json"
+
+
+def mirror_key(repo: str, digest: str) -> str:
+    return f"{PREFIX}repos/{repo_slug(repo)}/{digest}{SUFFIX}"
+
+
+class MirrorPointer(BaseModel):
+    """Which mirror of a repository is current, and the commits it holds: one object, so
+    a reader sees the two of one build, never one build's mirror with another's list."""
+
+    key: str
+    commits: list[str]
+
+    @classmethod
+    def parse(cls, repo: str, text: str) -> MirrorPointer:
+        data = json.loads(text)
+        if isinstance(data, list):  # written before mirrors were content-addressed
+            return cls(key=repo_key(repo), commits=data)
+        return cls.model_validate(data)
 
 
 def env_key(key: str) -> str:
@@ -81,9 +105,10 @@ class RowNeeds(BaseModel):
     services: dict[str, str] = Field(default_factory=dict)  # service name -> env key
     prepared: str
 
-    def keys(self) -> dict[str, str]:
-        """Artifact name (what it unpacks as) -> S3 key, in unpacking order."""
-        keys = {"repo": repo_key(self.repo), "env": env_key(self.env)}
+    def keys(self, mirror: str | None = None) -> dict[str, str]:
+        """Artifact name (what it unpacks as) -> S3 key, in unpacking order; ``mirror``:
+        the current mirror's key, as the repository's pointer names it (MirrorPointer)."""
+        keys = {"repo": mirror or repo_key(self.repo), "env": env_key(self.env)}
         keys.update({f"service-{n}": env_key(k) for n, k in sorted(self.services.items())})
         keys["prepared"] = prepared_key(self.prepared)
         return keys
@@ -158,7 +183,7 @@ def plan(
     for need in needs:
         commits.setdefault(need.repo, set()).update(need.commits)
     for repo, wanted in sorted(commits.items()):
-        held = repo_commits.get(repo, set()) if repo_key(repo) in existing else set()
+        held = repo_commits.get(repo, set()) if repo_commits_key(repo) in existing else set()
         if not wanted <= held:
             builds.append(
                 BuildItem(run_id=run_id, kind="repo", repo=repo, commits=sorted(wanted | held))
