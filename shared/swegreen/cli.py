@@ -20,6 +20,9 @@ from swegreen import __version__
 from swegreen.errors import ConfigError, SweGreenError
 from swegreen.ids import check_id, safe_id_suggestion
 
+# dataset.DEFAULT_DATASET, here so that --help imports nothing more
+DEFAULT_DATASET_NAME = "SWE-bench/SWE-bench_Verified"
+
 # Everything heavier is imported by the command that needs it: `--help`, `--version` and a
 # bad flag answer without loading the grader (swebench pulls datasets and docker).
 if TYPE_CHECKING:
@@ -199,6 +202,23 @@ def parser() -> argparse.ArgumentParser:
     sample = sub.add_parser("sample", help="build the sample benchmark and print where it is")
     _local_flags(sample, evaluates=False)
 
+    upload = sub.add_parser(
+        "upload-dataset",
+        help="AWS: put a dataset where the pipeline reads it (the stack's bucket)",
+    )
+    where = upload.add_mutually_exclusive_group(required=True)
+    where.add_argument("--stack", help="the deployed stack's name (its BucketName output)")
+    where.add_argument("--bucket", help="the stack's bucket")
+    upload.add_argument(
+        "--dataset",
+        default=DEFAULT_DATASET_NAME,
+        help="hub id or local .jsonl/.json/.parquet (default: %(default)s)",
+    )
+    upload.add_argument("--split", default="test", help="hub split (default: test)")
+    upload.add_argument(
+        "--key", help="S3 key (default: where a request naming the dataset finds it)"
+    )
+
     serve = sub.add_parser("serve", help="run the AgentBeats green agent (A2A server)")
     _server_flags(serve, 9009)
     serve.add_argument("--scenario", type=Path, help="scenario.toml whose [config] gives defaults")
@@ -294,6 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = host_environment()
     scrubber = Scrubber.from_env(env)  # the host's secrets, kept out of everything stored
     try:
+        if args.command == "upload-dataset":
+            return _upload_dataset(args, console)
         settings = _settings(args, env)
         if args.command == "run":
             return _run_command(args, settings, env, console, scrubber)
@@ -333,6 +355,28 @@ def _said(label: str, style: str, message: str) -> Text:
     from rich.text import Text
 
     return Text.assemble((label, style), " ", message)
+
+
+def _upload_dataset(args: argparse.Namespace, console: Console) -> int:
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from swegreen.aws.dataset_upload import bucket_of_stack, upload_dataset
+
+    try:
+        bucket = args.bucket or bucket_of_stack(boto3.client("cloudformation"), args.stack)
+        done = upload_dataset(boto3.client("s3"), bucket, args.dataset, args.split, args.key)
+    except (BotoCoreError, ClientError) as exc:
+        raise ConfigError(f"upload to the stack's bucket failed: {exc}") from exc
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    console.print(
+        f"{done.rows} rows (digest {done.digest[:12]}) -> {done.uri}\n"
+        f"a run's config reaches them with: {json.dumps(done.config)}",
+        markup=False,
+        soft_wrap=True,  # a line to copy, never broken
+    )
+    return 0
 
 
 def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:

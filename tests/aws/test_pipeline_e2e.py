@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,7 +27,7 @@ from botocore.exceptions import ClientError
 
 from swegreen.sample import SampleBenchmark
 from tests.aws.conftest import STACK
-from tests.aws.emulator import Emulator
+from tests.aws.emulator import REGION, Emulator
 from tests.conftest import RunSample
 from tests.helpers import Server, start
 
@@ -272,9 +275,15 @@ def cloud(
         emulator.fargate_quotas.update(NEW_ACCOUNT_QUOTAS)
         cloud = Cloud(emulator, emulator.deploy(assembly, STACK), sample)
         s3 = emulator.client("s3")
-        s3.put_object(
-            Bucket=cloud.bucket, Key="datasets/sample.jsonl", Body=sample.dataset.read_bytes()
-        )
+        # the documented first step (docs/aws.md): the dataset into the stack's bucket
+        uploaded = subprocess.run(
+            [sys.executable, "-m", "swegreen", "upload-dataset", "--stack", STACK,
+             "--dataset", str(sample.dataset), "--key", "datasets/sample.jsonl"],
+            env={**os.environ, **emulator.env(), "AWS_DEFAULT_REGION": REGION},
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert uploaded.returncode == 0, uploaded.stdout + uploaded.stderr
+        assert f"s3://{cloud.bucket}/datasets/sample.jsonl" in uploaded.stdout
         s3.put_object(Bucket=cloud.bucket, Key=CRAFTED_KEY, Body=sample.crafted.read_bytes())
         cloud.start("gold", patches="gold", config=cloud.config())
         cloud.wait()

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from swegreen import artifacts as art
 from swegreen import errors
 from swegreen.aws import prebuilt, quotas
+from swegreen.aws.dataset_upload import dataset_s3_key
 from swegreen.aws.guardrails import Guardrails
 from swegreen.classify import Reason, Status, classify
 from swegreen.config import EvalConfig, build_config
@@ -269,10 +270,7 @@ class Pipeline:
         return Instance.model_validate_json(text)
 
     def dataset_key(self, config: EvalConfig) -> str:
-        if config.dataset.startswith("s3://"):
-            return config.dataset.split("/", 3)[3]
-        slug = config.dataset.replace("/", "__")
-        return f"{self.settings.datasets_prefix}{slug}/{config.split}.jsonl"
+        return dataset_s3_key(config.dataset, config.split, self.settings.datasets_prefix)
 
     # ------------------------------------------------------------------ steps
     def resolve(self, event: StartEvent) -> dict[str, Any]:
@@ -296,7 +294,8 @@ class Pipeline:
         if text is None:
             raise ValueError(
                 f"dataset {config.dataset!r} is not in s3://{self.settings.bucket}/{key}; "
-                "upload it there (see docs/aws.md)"
+                f"upload it there: swegreen upload-dataset --bucket {self.settings.bucket} "
+                f"--dataset {config.dataset} (docs/aws.md)"
             )
         rows = parse_rows(
             (json.loads(line) for line in text.splitlines() if line.strip()), source=config.dataset
