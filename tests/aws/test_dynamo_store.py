@@ -5,7 +5,9 @@ the progress set, the API's summary attribute)."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
@@ -175,8 +177,25 @@ def test_a_run_of_10000_rows_keeps_every_item_small_and_every_row(store: DynamoS
     form Verified has (about 40 characters), ten thousand rows, resumed once with fewer."""
     ids = [f"scikit-learn__scikit-learn-{n:05d}-with-a-long-tail" for n in range(10_000)]
     started = store.begin_run(record(instance_ids=ids))
-    for iid in ids:
-        store.save_result("r1", result(iid))
+    # many Classify functions at once, as the rows Map runs them (each its own session:
+    # boto3's resources are not shared between threads)
+    local = threading.local()
+    endpoint = store.table.meta.client.meta.endpoint_url
+
+    def classify(iid: str) -> None:
+        if not hasattr(local, "store"):
+            resource = boto3.session.Session().resource(
+                "dynamodb",
+                endpoint_url=endpoint,
+                region_name="us-east-1",
+                aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            )
+            local.store = DynamoStore(resource.Table(store.table.name))
+        local.store.save_result("r1", result(iid))
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(classify, ids))
     store.update_run(started.model_copy(update={"state": "finished", "summary": {"total": 1}}))
     items = []
     kwargs: dict[str, Any] = {}
