@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import httpx
@@ -47,10 +49,13 @@ from swegreen.report_html import render_html
 from swegreen.results import InstanceResult, utcnow
 from swegreen.rows import RowBuilder, error_row
 from swegreen.schedule import slowest_first
-from swegreen.sources import parse_predictions
+from swegreen.sources import Prediction, parse_predictions
 
 INSTANCE = "instance.json"
+PREDICTION = "prediction.json"  # the row's own prediction (Resolve reads the file once)
 SANDBOX_INPUT = "sandbox-input.json"
+# Resolve's writes at once: 10,000 rows' objects in seconds, not minutes.
+RESOLVE_WRITERS = 32
 # What the evaluate task uploads: the artifacts the evaluator writes, but the patch (the
 # pipeline's own record of what was evaluated), and the graded row.
 SANDBOX_OUTPUTS = (
@@ -304,7 +309,7 @@ class Pipeline:
             config.dataset, config.split, config.dataset_revision, rows, dataset_digest(rows)
         )
         instances = select_instances(dataset, config.selection())
-        source, url, predictions_key, role = self._source(event, dataset)
+        source, url, predictions_key, role, predictions = self._source(event, dataset)
         self.settings.guardrails.check(
             max_concurrent_rows=config.max_concurrent_rows,
             eval_timeout=config.eval_timeout,
@@ -355,10 +360,20 @@ class Pipeline:
             )
         )
         items, todo = [], []
+        writes: list[tuple[str, str]] = []
         for inst in slowest_first(instances):  # the run's tail is short (schedule.py)
             if inst.instance_id in done:
                 continue  # resuming a run: a stored row is final
-            self._put(self._key(event.run_id, inst.instance_id, INSTANCE), inst.model_dump_json())
+            writes.append(
+                (self._key(event.run_id, inst.instance_id, INSTANCE), inst.model_dump_json())
+            )
+            if inst.instance_id in predictions:  # Dispatch reads its row's, not the file
+                writes.append(
+                    (
+                        self._key(event.run_id, inst.instance_id, PREDICTION),
+                        json.dumps(dataclasses.asdict(predictions[inst.instance_id])),
+                    )
+                )
             todo.append(inst)
             items.append(
                 Item(
@@ -373,6 +388,8 @@ class Pipeline:
                     wait_seconds=int(config.participant_timeout) + WAIT_MARGIN_SECONDS,
                 ).model_dump()
             )
+        with ThreadPoolExecutor(RESOLVE_WRITERS) as pool:  # boto3's clients are thread-safe
+            list(pool.map(lambda kv: self._put(*kv), writes))
         plan = self.plan(event.run_id, todo, rebuild=event.rebuild_envs)
         prefix = f"{self.settings.runs_prefix}{event.run_id}/"
         self._put(prefix + "items.json", json.dumps(items))
@@ -433,12 +450,12 @@ class Pipeline:
 
     def _source(
         self, event: StartEvent, dataset: Dataset
-    ) -> tuple[str, str | None, str | None, str]:
+    ) -> tuple[str, str | None, str | None, str, dict[str, Prediction]]:
         if event.participants:
             role, url = next(iter(event.participants.items()))
-            return "a2a", url, None, role
+            return "a2a", url, None, role, {}
         if event.patches in ("gold", "empty"):
-            return event.patches, None, None, "agent"
+            return event.patches, None, None, "agent", {}
         assert event.patches is not None
         text = self._get(event.patches)
         if text is None:
@@ -452,7 +469,7 @@ class Pipeline:
                 f"{event.patches}: predictions for instance ids not in the dataset: "
                 f"{', '.join(unknown[:5])}"
             )
-        return "predictions", None, event.patches, "agent"
+        return "predictions", None, event.patches, "agent", predictions
 
     async def dispatch(self, item: Item, now: float | None = None) -> PatchState:
         """Give the row its patch, or start asking the participant for it."""
@@ -464,8 +481,16 @@ class Pipeline:
             return self._arrived(item, "", "empty", now)
         if item.source == "predictions":
             assert item.predictions_key is not None
-            preds = parse_predictions(self._get(item.predictions_key) or "", item.predictions_key)
-            pred = preds.get(item.instance_id)
+            own = self._get(self._key(item.run_id, item.instance_id, PREDICTION))
+            if own is not None:
+                pred: Prediction | None = Prediction(**json.loads(own))
+            elif self._exists(self._key(item.run_id, item.instance_id, INSTANCE)):
+                pred = None  # Resolve wrote every row's prediction: this row has none
+            else:  # an execution Resolve started before rows had their own (an upgrade)
+                preds = parse_predictions(
+                    self._get(item.predictions_key) or "", item.predictions_key
+                )
+                pred = preds.get(item.instance_id)
             if pred is None:
                 return PatchState(
                     done=True,

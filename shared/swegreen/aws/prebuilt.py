@@ -228,13 +228,14 @@ def plan(
         key=lambda n: (n.env, n.instance_id),
     )
     prepares: list[PrepareItem] = []
+    env_of = {n.instance_id: n.env for n in needs}  # a lookup: 10,000 rows, not 10,000^2
     for need in todo:  # batches of one environment each, at most prepare_batch long
         last = prepares[-1] if prepares else None
         if (
             last is not None
             and len(last.instance_ids) < prepare_batch
             and last.instance_ids
-            and _env_of(needs, last.instance_ids[0]) == need.env
+            and env_of[last.instance_ids[0]] == need.env
         ):
             last.instance_ids.append(need.instance_id)
         else:
@@ -242,10 +243,6 @@ def plan(
     return Plan(
         builds=builds, prepares=prepares, failed_envs=sorted(failed), unbuildable=unbuildable
     )
-
-
-def _env_of(needs: list[RowNeeds], instance_id: str) -> str:
-    return next(n.env for n in needs if n.instance_id == instance_id)
 
 
 class FailedBuild(BaseModel):

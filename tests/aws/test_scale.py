@@ -1,0 +1,89 @@
+"""The pipeline's steps at 10,000 rows, the most a run may have (a real S3 API: moto).
+
+Resolve writes every row's objects (its instance, its prediction) and the Map's lists;
+Dispatch reads only its own row's prediction, never the run's whole predictions file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from swegreen.aws.guardrails import Guardrails
+from swegreen.aws.pipeline import PREDICTION, Item, Pipeline, PipelineSettings, StartEvent
+from swegreen.classify import Reason
+from swegreen.dataset import load_dataset
+from swegreen.sample import SampleBenchmark
+from swegreen.store_sqlite import SqliteStore
+from tests.aws.local_services import FAKE_CREDENTIALS
+
+BUCKET = "scale"
+ROWS = 10_000
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for key, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+
+
+def test_ten_thousand_rows_resolve_and_dispatch_from_their_own_objects(
+    s3: Any, sample: SampleBenchmark, tmp_path: Path
+) -> None:
+    base = list(load_dataset(str(sample.dataset)).instances)
+    rows, predictions, ids = [], [], []
+    for n in range(ROWS):
+        inst = base[n % len(base)]
+        iid = f"{inst.instance_id}.{n:05d}"
+        ids.append(iid)
+        rows.append(json.dumps({**inst.to_row(), "instance_id": iid}))
+        if n % 10:  # every tenth row has no prediction
+            predictions.append(
+                json.dumps(
+                    {"instance_id": iid, "model_name_or_path": "m", "model_patch": inst.patch}
+                )
+            )
+    s3.put_object(Bucket=BUCKET, Key="datasets/big.jsonl", Body="\n".join(rows).encode())
+    s3.put_object(Bucket=BUCKET, Key="predictions/m.jsonl", Body="\n".join(predictions).encode())
+    store = SqliteStore(tmp_path / "store.sqlite")
+    # a deployment whose owner allows a run this size (swegreen:guardrails)
+    guardrails = Guardrails(max_task_hours=ROWS)
+    settings = PipelineSettings(table="unused", bucket=BUCKET, guardrails=guardrails)
+    pipeline = Pipeline(settings, s3, store)
+    try:
+        config = {"dataset": f"s3://{BUCKET}/datasets/big.jsonl", "max_rows": -1}
+        resolved = pipeline.resolve(
+            StartEvent(run_id="big", patches="predictions/m.jsonl", config=config)
+        )
+        assert resolved["count"] == ROWS
+        items = json.loads(s3.get_object(Bucket=BUCKET, Key=resolved["items_key"])["Body"].read())
+        assert len(items) == ROWS
+        record = store.get_run("big")
+        assert record is not None and len(record.instance_ids) == ROWS
+        # Dispatch no longer needs the run's file: only the row's own object
+        s3.delete_object(Bucket=BUCKET, Key="predictions/m.jsonl")
+        by_id = {i["instance_id"]: Item.model_validate(i) for i in items}
+        with_patch, without = by_id[ids[1]], by_id[ids[0]]
+        state = asyncio.run(pipeline.dispatch(with_patch))
+        assert state.done and state.patch_key and state.model == "m"
+        missing = asyncio.run(pipeline.dispatch(without))
+        assert missing.failure == Reason.NO_PATCH and "has no prediction" in missing.detail
+        listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="runs/big/instances/", MaxKeys=1000)
+        assert listed["KeyCount"] == 1000  # (paged) every row has its objects
+        own = s3.get_object(
+            Bucket=BUCKET, Key=f"runs/big/instances/{with_patch.instance_id}/{PREDICTION}"
+        )
+        assert json.loads(own["Body"].read())["model_name_or_path"] == "m"
+    finally:
+        store.close()
