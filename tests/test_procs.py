@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from swegreen.procs import run_process
+from swegreen.procs import ProcResult, run_process
 
 
 def alive(pid: int) -> bool:
@@ -101,3 +101,23 @@ def test_the_event_loop_keeps_running_while_processes_wait(tmp_path: Path) -> No
         return [r.returncode for r in results]
 
     assert asyncio.run(main()) == [0, 0, 0, 0]
+
+
+def test_a_failures_tail_keeps_the_first_error_that_pip_buried() -> None:
+    """A failed `pip install -e .` ends in 40 lines of pip's own shim; the compiler's
+    error that says why is far above them."""
+    compile_lines = [f"gcc -Werror=format-security -c sklearn/m{n}.c" for n in range(200)]
+    output = "\n".join(
+        [
+            *compile_lines[:100],
+            "sklearn/tree/_tree.c:1234:5: error: 'PyTypeObject' has no member 'tp_print'",
+            *compile_lines[100:],
+            *[f"    # pip's setup.py shim, line {n}" for n in range(60)],
+        ]
+    )
+    tail = ProcResult(1, output, False, 1.0).tail()
+    assert "error: 'PyTypeObject' has no member 'tp_print'" in tail
+    assert "lines ...]" in tail and tail.endswith("shim, line 59")
+    assert "m0.c" not in tail  # only a few lines around the error, not the whole log
+    plain = "\n".join(compile_lines)  # no error line: the last lines only, as before
+    assert ProcResult(1, plain, False, 1.0).tail() == "\n".join(compile_lines[-40:])

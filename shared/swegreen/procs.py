@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import re
 import resource
 import signal
 import sys
@@ -38,7 +39,25 @@ class ProcResult:
         return self.returncode == 0 and not self.timed_out
 
     def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.output.splitlines()[-lines:])
+        """The output's last ``lines``, and, when the first error came before them, a few
+        lines around it: pip ends a failed build with its own boilerplate, so the
+        compiler's error or the traceback that says why is often far above the end."""
+        every = self.output.splitlines()
+        before, last = every[:-lines], every[-lines:]
+        first = next((i for i, line in enumerate(before) if _FIRST_ERROR.search(line)), None)
+        if first is None:
+            return "\n".join(last)
+        around = before[max(0, first - 3) : first + 12]
+        skipped = len(before) - min(len(before), first + 12)
+        return "\n".join([*around, f"[... {skipped} lines ...]", *last])
+
+
+# The first line that says what went wrong: a compiler's or a tool's error, a traceback,
+# a killed compiler ("-Werror=..." flags do not match: no blank before them).
+_FIRST_ERROR = re.compile(
+    r"(^|\s)(error|Error|ERROR)(:| \[)|fatal error|^Traceback \(most recent call last\)|"
+    r"\bKilled\b"
+)
 
 
 @functools.cache
