@@ -27,7 +27,7 @@ lint: setup
 
 # Two workers, whole files each: the AWS modules' deployments overlap the rest (docs/benchmarks.md).
 test: setup lint
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=15
 
 clean:
 	rm -rf $(VENV) results .pytest_cache
