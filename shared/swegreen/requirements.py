@@ -142,23 +142,20 @@ SOURCE_BUILD_SYSTEM_PACKAGES = {
 }
 
 
+def _debian_packages(requirements: Iterable[str], table: dict[str, list[str]]) -> list[str]:
+    """``table``'s Debian packages for ``requirements``, each once, in order."""
+    found = (pkg for req in requirements for pkg in table.get(requirement_name(req), []))
+    return list(dict.fromkeys(found))
+
+
 def source_build_system_packages(names: Iterable[str]) -> list[str]:
-    out: list[str] = []
-    for name in names:
-        for pkg in SOURCE_BUILD_SYSTEM_PACKAGES.get(requirement_name(name), []):
-            if pkg not in out:
-                out.append(pkg)
-    return out
+    """The Debian packages source builds of ``names`` need (SOURCE_BUILD_SYSTEM_PACKAGES)."""
+    return _debian_packages(names, SOURCE_BUILD_SYSTEM_PACKAGES)
 
 
 def build_system_packages(requirements: Iterable[str]) -> list[str]:
     """The Debian packages the source builds of ``requirements`` need (BUILD_SYSTEM_PACKAGES)."""
-    out: list[str] = []
-    for req in requirements:
-        for pkg in BUILD_SYSTEM_PACKAGES.get(requirement_name(req), []):
-            if pkg not in out:
-                out.append(pkg)
-    return out
+    return _debian_packages(requirements, BUILD_SYSTEM_PACKAGES)
 
 
 def requirements_txt(

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from swegreen.interpreters import InterpreterSearch, find_interpreter
+from tests.aws.local_services import FAKE_CREDENTIALS
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = "SweGreen"
@@ -64,3 +67,16 @@ def lambda_asset(assembly: Path) -> Path:
 def lambda_python() -> Path:
     """Python 3.12, the Lambda runtime the functions are built for."""
     return find_interpreter("3.12", InterpreterSearch.from_environ(os.environ, allow_install=True))
+
+
+@pytest.fixture
+def mocked_s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """An S3 client on moto's in-process AWS (fake credentials, no endpoint override)."""
+    from moto import mock_aws
+
+    for key, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        yield boto3.client("s3", region_name="us-east-1")

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from swegreen.aws.dataset_upload import bucket_of_stack, dataset_s3_key, upload_dataset
 from swegreen.aws.pipeline import Pipeline, PipelineSettings
@@ -16,19 +14,12 @@ from swegreen.cli import main
 from swegreen.config import EvalConfig
 from swegreen.dataset import load_dataset, parse_rows
 from swegreen.sample import SampleBenchmark
-from tests.aws.local_services import FAKE_CREDENTIALS
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for key, value in FAKE_CREDENTIALS.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        s3 = boto3.client("s3", region_name="us-east-1")
-        s3.create_bucket(Bucket="stack-bucket")
-        yield s3
+def aws(mocked_s3: Any) -> Any:
+    mocked_s3.create_bucket(Bucket="stack-bucket")
+    return mocked_s3
 
 
 def test_the_upload_lands_where_a_request_naming_the_dataset_reads_it(

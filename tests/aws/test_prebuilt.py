@@ -9,10 +9,9 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from swegreen.aws import prebuilt
 from swegreen.aws.build_phase import ArtifactBucket, build, prepare
@@ -26,7 +25,6 @@ from swegreen.ports import PatchResult
 from swegreen.recipes import builtin_recipes
 from swegreen.runner import evaluate_with_retries
 from swegreen.sample import SampleBenchmark
-from tests.aws.local_services import FAKE_CREDENTIALS
 from tests.helpers import commit
 
 BUCKET = "artifacts-test"
@@ -83,14 +81,9 @@ def test_the_plan_builds_only_what_is_missing_and_never_a_remembered_failure(
 
 
 @pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch):
-    for key, value in FAKE_CREDENTIALS.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        yield client
+def s3(mocked_s3: Any) -> Any:
+    mocked_s3.create_bucket(Bucket=BUCKET)
+    return mocked_s3
 
 
 def test_a_row_evaluates_from_the_artifacts_alone(

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from swegreen.aws.guardrails import Guardrails
 from swegreen.aws.pipeline import PREDICTION, Item, Pipeline, PipelineSettings, StartEvent
@@ -21,21 +18,15 @@ from swegreen.classify import Reason
 from swegreen.dataset import load_dataset
 from swegreen.sample import SampleBenchmark
 from swegreen.store_sqlite import SqliteStore
-from tests.aws.local_services import FAKE_CREDENTIALS
 
 BUCKET = "scale"
 ROWS = 10_000
 
 
 @pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for key, value in FAKE_CREDENTIALS.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        yield client
+def s3(mocked_s3: Any) -> Any:
+    mocked_s3.create_bucket(Bucket=BUCKET)
+    return mocked_s3
 
 
 def test_ten_thousand_rows_resolve_and_dispatch_from_their_own_objects(
