@@ -22,6 +22,8 @@ def test_a_sysroot_of_dev_files_joins_the_hosts_runtime_libraries_and_headers(
     (host / "usr/lib/x86_64-linux-gnu/libfoo.so.1").write_text("host library")
     (host / "usr/include/foo").mkdir(parents=True)
     (host / "usr/include/foo/base.h").write_text("/* from the host's libfoo-base-dev */")
+    (host / "usr/include/math.h").write_text("/* glibc's */")
+    (host / "usr/include/x86_64-linux-gnu/bits").mkdir(parents=True)
     lib = sysroot / "usr/lib/x86_64-linux-gnu"
     (lib / "pkgconfig").mkdir(parents=True)
     (lib / "pkgconfig/foo.pc").write_text(
@@ -30,6 +32,7 @@ def test_a_sysroot_of_dev_files_joins_the_hosts_runtime_libraries_and_headers(
     (lib / "libfoo.so").symlink_to("libfoo.so.1")  # the -dev link; the library is the host's
     (lib / "libbar.so").symlink_to("libbar.so.2")  # on neither: left alone
     (sysroot / "usr/include/foo").mkdir(parents=True)
+    (sysroot / "usr/include/x86_64-linux-gnu").mkdir(parents=True)
     (sysroot / "usr/include/foo/ext.h").write_text('#include "base.h"')
 
     # a compiler front end unpacked here; the rest of its GCC is the host's
@@ -55,6 +58,10 @@ def test_a_sysroot_of_dev_files_joins_the_hosts_runtime_libraries_and_headers(
     sibling = sysroot / "usr/include/foo/base.h"
     assert sibling.is_symlink() and sibling.read_text().startswith("/* from the host")
     assert not (sysroot / "usr/include/foo/ext.h").is_symlink()
+    # nothing linked into the include roots: found there first (CPATH), the host's math.h
+    # would hide libstdc++'s wrapper of it from C++ builds
+    assert not (sysroot / "usr/include/math.h").exists()
+    assert not (sysroot / "usr/include/x86_64-linux-gnu/bits").exists()
 
 
 def _apt_ready() -> bool:
@@ -103,6 +110,11 @@ def test_a_c_program_builds_against_a_debian_dev_package_the_host_lacks(tmp_path
     assert subprocess.run([str(tmp_path / "probe")], env=run_env).returncode == 0
 
 
+CPP_ISNAN = """#include <cmath>
+#include <math.h>
+int is_missing(double x) { return isnan(x); }
+"""
+
 FORTRAN = """program dot
   double precision :: x(3), y(3), ddot
   external ddot
@@ -142,3 +154,7 @@ def test_a_fortran_program_builds_and_runs_with_debians_gfortran_and_openblas_un
         check=True,
     )
     assert run.stdout.strip() == "32.0"
+    # C++ beside that sysroot still finds libstdc++'s math.h (isnan in the global
+    # namespace), as scikit-learn 1.3's Cython-made C++ needs
+    (tmp_path / "nan.cpp").write_text(CPP_ISNAN)
+    subprocess.run(["g++", "-c", "nan.cpp", "-o", "nan.o"], cwd=tmp_path, env=build_env, check=True)

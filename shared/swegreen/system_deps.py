@@ -104,8 +104,14 @@ def join_host(sysroot: Path, host: Path) -> None:
                     link.unlink()
                     link.symlink_to(target)
     include = sysroot / "usr" / "include"
+    # Not into the include roots themselves (usr/include, its multiarch folder): the
+    # compiler searches the host's anyway, and the sysroot's come first (CPATH), so a
+    # link there to the host's math.h would hide libstdc++'s own math.h, which puts
+    # std::isnan in the global namespace (scikit-learn 1.3's C++ stopped compiling).
+    roots = {include, include / "x86_64-linux-gnu"}
     for directory, _dirs, _files in os.walk(include):
-        _link_missing(Path(directory), host / Path(directory).relative_to(sysroot))
+        if Path(directory) not in roots:
+            _link_missing(Path(directory), host / Path(directory).relative_to(sysroot))
     # A compiler unpacked here (gfortran) is a front end of the host's GCC: it looks for
     # the rest of that GCC (the linker plugin, crt files) beside itself.
     for version in sysroot.glob("usr/lib/gcc/*/*"):
