@@ -16,11 +16,12 @@ away on a retry, anything else a crash.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,8 @@ class ArtifactBucket:
 
     def mirror(self, repo: str) -> str | None:
         """The key of ``repo``'s current mirror, as its pointer names it."""
-        text = self.get_text(prebuilt.repo_commits_key(repo))
-        return prebuilt.MirrorPointer.parse(repo, text).key if text else None
+        pointer = prebuilt.MirrorPointer.read(repo, self.get_text)
+        return pointer.key if pointer else None
 
     def put_text(self, key: str, text: str) -> None:
         self.s3.put_object(Bucket=self.bucket, Key=key, Body=text.encode())
@@ -92,14 +93,9 @@ class ArtifactBucket:
         """Pack ``paths`` and upload them under the key ``key_of`` gives their archive's
         sha256, unless it is there already; returns the key. Such an object never
         changes: a reader that was given its key gets what was built."""
-        with tempfile.TemporaryDirectory(dir=cache) as tmp:
-            archive = Path(tmp) / "artifact.tar.zst"
-            prebuilt.pack(cache, paths, archive)
-            digest = hashlib.sha256()
+        with self._packed(cache, paths) as archive:
             with archive.open("rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    digest.update(chunk)
-            key = key_of(digest.hexdigest())
+                key = key_of(hashlib.file_digest(fh, "sha256").hexdigest())
             if not self.exists(key):
                 self.s3.upload_file(str(archive), self.bucket, key)
         return key
@@ -107,10 +103,16 @@ class ArtifactBucket:
     def store(self, cache: Path, paths: list[str], key: str) -> None:
         """Pack ``paths`` (relative to ``cache``) and upload them as ``key``; a reader
         sees the whole artifact or none (S3 replaces an object whole)."""
+        with self._packed(cache, paths) as archive:
+            self.s3.upload_file(str(archive), self.bucket, key)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _packed(cache: Path, paths: list[str]) -> Iterator[Path]:
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
             archive = Path(tmp) / "artifact.tar.zst"
             prebuilt.pack(cache, paths, archive)
-            self.s3.upload_file(str(archive), self.bucket, key)
+            yield archive
 
 
 async def build(item: prebuilt.BuildItem, bucket: ArtifactBucket, testbeds: Testbeds) -> int:

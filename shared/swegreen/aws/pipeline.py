@@ -712,8 +712,7 @@ class Pipeline:
         return SandboxTicket(input_url=self._sign("get_object", key))
 
     def _mirror(self, repo: str) -> prebuilt.MirrorPointer | None:
-        text = self._get(prebuilt.repo_commits_key(repo))
-        return prebuilt.MirrorPointer.parse(repo, text) if text else None
+        return prebuilt.MirrorPointer.read(repo, self._get)
 
     def _exists(self, key: str) -> bool:
         try:

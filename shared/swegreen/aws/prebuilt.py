@@ -33,7 +33,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -74,6 +74,12 @@ class MirrorPointer(BaseModel):
 
     key: str
     commits: list[str]
+
+    @classmethod
+    def read(cls, repo: str, get_text: Callable[[str], str | None]) -> MirrorPointer | None:
+        """``repo``'s pointer as ``get_text`` (an S3 read) finds it; None: no mirror yet."""
+        text = get_text(repo_commits_key(repo))
+        return cls.parse(repo, text) if text else None
 
     @classmethod
     def parse(cls, repo: str, text: str) -> MirrorPointer:
