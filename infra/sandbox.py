@@ -7,17 +7,20 @@ builder   the build phase (``build``, ``prepare``): runs no participant code; it
 evaluate  one row: applies the patch and runs the tests; its role may do nothing at all
           (its input, artifacts and outputs go through the Presign step's pre-signed URLs).
 
-Both run the sandbox image, pinned to linux/amd64, as a non-root user. Fargate cannot run
+Both run the sandbox image, pinned to linux/amd64. The builder runs as the image's
+unprivileged user; the evaluate task starts as root only so that its engine can run the
+tests as a uid of their own, which cannot write what the engine made. Fargate cannot run
 bubblewrap, so both opt in to the weaker ``process`` isolation (SWEGREEN_ISOLATION), which
-the rows' provenance records. Both can run on Fargate Spot or on-demand (the state machine
-chooses per attempt: infra/workflow.py).
+the rows' provenance records. Rows run in isolated subnets that reach only the VPC
+endpoints they need, unless their tests need the internet (``networks``). Both can run on
+Fargate Spot or on-demand (the state machine chooses per attempt: infra/workflow.py).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
@@ -36,6 +39,13 @@ CACHE_MOUNT = "/var/cache/swegreen"
 SANDBOX_UID = 10001
 # Fargate has no user namespaces for bubblewrap: the explicit opt-in to the weaker mode.
 ISOLATION = "process"
+# The evaluate task's network configurations (awsvpc), chosen per row by Presign: CLOSED
+# (the endpoints only) unless the row's tests need the internet (network_instances.json,
+# a recipe's ``network``, the request's ``network_instances``).
+CLOSED, OPEN = "closed", "open"
+# The evaluate task starts as root, which only the engine stays: the tests run as this uid
+# (swegreen.sandbox.DEFAULT_SANDBOX_UID, by setpriv), which owns nothing the engine made.
+GRADER_USER = "0:0"
 IMAGE_EXCLUDES = [
     ".venv",
     ".venv-*",
@@ -63,30 +73,43 @@ class Sandbox(Construct):
         super().__init__(scope, id)
         if settings.vpc_id:
             self.vpc = ec2.Vpc.from_lookup(self, "Vpc", vpc_id=settings.vpc_id)
-            self.subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
-            self.public_ip = False
+            open_subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+            public_ip = False
         else:
-            # Tasks need the internet (repositories, package index, participants): public
-            # subnets and public IPs instead of a NAT gateway's hourly cost; S3 through a
-            # gateway endpoint (free, and artifact downloads stay off the internet).
+            # The build phase and the rows whose tests need the network have the internet:
+            # public subnets and public IPs instead of a NAT gateway's hourly cost, S3
+            # through a gateway endpoint. Every other row runs in isolated subnets.
             self.vpc = ec2.Vpc(
                 self,
                 "Vpc",
                 max_azs=2,
                 nat_gateways=0,
                 subnet_configuration=[
-                    ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC)
+                    ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC),
+                    ec2.SubnetConfiguration(
+                        name="sandbox", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED
+                    ),
                 ],
-                gateway_endpoints={
-                    "S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)
-                },
             )
-            self.subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC)
-            self.public_ip = True
+            self.vpc.add_gateway_endpoint(
+                "S3",
+                service=ec2.GatewayVpcEndpointAwsService.S3,
+                subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC)],
+            )
+            open_subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PUBLIC)
+            public_ip = True
         # No inbound rule: the tasks only call out.
         self.security_group = ec2.SecurityGroup(
-            self, "Tasks", vpc=self.vpc, description="swegreen sandbox tasks"
+            self, "Tasks", vpc=self.vpc, description="swegreen build tasks and network rows"
         )
+        self.networks = {
+            OPEN: {
+                "Subnets": self.vpc.select_subnets(**_selection(open_subnets)).subnet_ids,
+                "SecurityGroups": [self.security_group.security_group_id],
+                "AssignPublicIp": "ENABLED" if public_ip else "DISABLED",
+            },
+            CLOSED: self._closed_network(settings, bucket, runs_prefix, artifacts_prefix),
+        }
         self.cluster = ecs.Cluster(
             self,
             "Cluster",
@@ -121,6 +144,7 @@ class Sandbox(Construct):
             image,
             {"SWEGREEN_BUCKET": bucket.bucket_name, "SWEGREEN_RUNS_PREFIX": runs_prefix},
             settings.build_memory_mib,
+            user=f"{SANDBOX_UID}:{SANDBOX_UID}",
         )
         role = self.builder_definition.task_role
         role.add_to_principal_policy(
@@ -158,6 +182,7 @@ class Sandbox(Construct):
             image,
             {},
             settings.sandbox_memory_mib,
+            user=GRADER_USER,
         )
 
     def _task_definition(
@@ -183,14 +208,16 @@ class Sandbox(Construct):
         image: ecs.ContainerImage,
         environment: dict[str, str],
         memory_mib: int,
+        *,
+        user: str,
     ) -> ecs.ContainerDefinition:
-        # No init process (--init): it would run as this user with the task's environment,
-        # readable to the tests through /proc (the entry point makes itself unreadable).
+        # No init process (--init): it would hold the task's environment, readable to tests
+        # of the same uid through /proc (the entry point makes itself unreadable too).
         return definition.add_container(
             name,
             image=image,
             command=[phase],  # swegreen.aws.sandbox_task's argument
-            user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+            user=user,
             logging=ecs.LogDrivers.aws_logs(stream_prefix=name, log_group=self.log_group),
             memory_limit_mib=memory_mib,
             environment={
@@ -200,11 +227,91 @@ class Sandbox(Construct):
             },
         )
 
+    def _closed_network(
+        self,
+        settings: StackSettings,
+        bucket: s3.IBucket,
+        runs_prefix: str,
+        artifacts_prefix: str,
+    ) -> dict[str, object]:
+        """Where a row's tests run (docs/security-aws.md): isolated subnets (no route out
+        of the VPC), no public IP, and a security group that reaches only the endpoints the
+        task needs: S3 (a gateway endpoint whose policy admits this bucket's run and
+        artifact objects and ECR's image layers), ECR and CloudWatch Logs."""
+        isolated = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
+        group = ec2.SecurityGroup(
+            self,
+            "ClosedTasks",
+            vpc=self.vpc,
+            description="swegreen rows: the VPC endpoints only",
+            allow_all_outbound=False,
+        )
+        endpoints = ec2.SecurityGroup(
+            self,
+            "Endpoints",
+            vpc=self.vpc,
+            description="swegreen interface endpoints: HTTPS from the row tasks",
+            allow_all_outbound=False,
+        )
+        endpoints.add_ingress_rule(group, ec2.Port.tcp(443), "the row tasks")
+        group.add_egress_rule(endpoints, ec2.Port.tcp(443), "ECR and CloudWatch Logs endpoints")
+        s3_peer = (
+            ec2.Peer.prefix_list(settings.s3_prefix_list_id)
+            if settings.s3_prefix_list_id
+            # without the region's S3 prefix list: the subnets' only route out of the VPC is
+            # the gateway endpoint's, so HTTPS "anywhere" reaches S3 and nothing else
+            else ec2.Peer.any_ipv4()
+        )
+        group.add_egress_rule(s3_peer, ec2.Port.tcp(443), "S3 through the gateway endpoint")
+        gateway = self.vpc.add_gateway_endpoint(
+            "SandboxS3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[isolated]
+        )
+        stack = Stack.of(self)
+        gateway.add_to_policy(
+            iam.PolicyStatement(
+                principals=[iam.AnyPrincipal()],
+                actions=["s3:GetObject", "s3:PutObject"],
+                resources=[
+                    bucket.arn_for_objects(f"{runs_prefix}*"),
+                    bucket.arn_for_objects(f"{artifacts_prefix}*"),
+                ],
+            )
+        )
+        gateway.add_to_policy(  # the image's layers, as ECR serves them
+            iam.PolicyStatement(
+                principals=[iam.AnyPrincipal()],
+                actions=["s3:GetObject"],
+                resources=[
+                    f"arn:{stack.partition}:s3:::prod-{stack.region}-starport-layer-bucket/*"
+                ],
+            )
+        )
+        for name, service in (
+            ("EcrApi", ec2.InterfaceVpcEndpointAwsService.ECR),
+            ("EcrDocker", ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER),
+            ("Logs", ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS),
+        ):
+            self.vpc.add_interface_endpoint(
+                name,
+                service=service,
+                subnets=isolated,
+                security_groups=[endpoints],
+                private_dns_enabled=True,
+                open=False,
+            )
+        return {
+            "Subnets": self.vpc.select_subnets(**_selection(isolated)).subnet_ids,
+            "SecurityGroups": [group.security_group_id],
+            "AssignPublicIp": "DISABLED",
+        }
+
     def task_arn_pattern(self) -> str:
         """Every task of this cluster (what StopTask and DescribeTasks act on)."""
-        from aws_cdk import Stack
-
         stack = Stack.of(self)
         return stack.format_arn(
             service="ecs", resource="task", resource_name=f"{self.cluster.cluster_name}/*"
         )
+
+
+def _selection(selection: ec2.SubnetSelection) -> dict[str, object]:
+    return {"subnet_type": selection.subnet_type} if selection.subnet_type else {}

@@ -45,7 +45,18 @@ class StackSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    vpc_id: str = Field("", description="an existing VPC; empty: a new one, public subnets, no NAT")
+    vpc_id: str = Field(
+        "",
+        description="an existing VPC with private (with egress) and isolated subnets; empty: "
+        "a new one, public and isolated subnets, no NAT",
+    )
+    s3_prefix_list_id: str = Field(
+        "",
+        pattern=r"^(pl-[0-9a-f]+)?$",
+        description="the region's S3 prefix list (com.amazonaws.<region>.s3): the rows' "
+        "tasks may then send HTTPS to S3's addresses only; empty: anywhere, which from the "
+        "isolated subnets is S3 through the gateway endpoint and the VPC's own endpoints",
+    )
     api_auth: Literal["iam", "api_key"] = "iam"
     sandbox_cpu: int = Field(2048, description="CPU units of a row's evaluate task")
     sandbox_memory_mib: int = 8192

@@ -44,7 +44,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from infra.bundling import LambdaBundler, sources_hash
-from infra.sandbox import ISOLATION, Sandbox
+from infra.sandbox import ISOLATION, OPEN, Sandbox
 from infra.settings import StackSettings, retention
 from swegreen.aws.pipeline import INSTANCE, SANDBOX_INPUT
 from swegreen.classify import Status
@@ -156,6 +156,10 @@ class Workflow(Construct):
         self.dispatch = function("Dispatch", 180)
         self.watch = function("Watch", 240)
         self.presign = function("Presign", 60)
+        # Presign chooses each row's network configuration (infra/sandbox.py, ``networks``).
+        self.presign.add_environment(
+            "SWEGREEN_TASK_NETWORKS", Stack.of(self).to_json_string(sandbox.networks)
+        )
         self.classify = function("Classify", 120)
         self.retry = function("TaskRetry", 30, 256, handler="retry.handler")
         self.aggregate = function("Aggregate", 300, 1024)
@@ -518,6 +522,7 @@ class Workflow(Construct):
                 {"Name": "SWEGREEN_ITEM_INDEX", "Value.$": "States.Format('{}', $.index)"},
                 _env("SWEGREEN_CONFIG", "$.config_json"),
             ],
+            {"AwsvpcConfiguration": self.sandbox.networks[OPEN]},
             not_made,
         )
         done.next(sfn.Succeed(self, f"{name}ItemMade"))
@@ -568,7 +573,10 @@ class Workflow(Construct):
                 _env("SWEGREEN_CONFIG", "$.item.config_json"),
                 _env("SWEGREEN_MODEL", "$.patch.model"),
                 _env("SWEGREEN_INPUT_URL", "$.sandbox.input_url"),
+                _env("SWEGREEN_TASK_NETWORK", "$.sandbox.network"),
             ],
+            # the row's, as Presign chose it: closed unless its tests need the internet
+            {"AwsvpcConfiguration.$": "$.sandbox.awsvpc"},
             record_error,
         )
         for step in (dispatch, dispatch_wait, presign, classify):
@@ -592,6 +600,7 @@ class Workflow(Construct):
         container: str,
         command: str,
         environment: list[dict[str, str]],
+        network: dict[str, Any],
         on_failure: sfn.IChainable,
     ) -> tuple[sfn.IChainable, sfn.Pass]:
         """A Fargate task that survives its infrastructure: Spot first, and after a failure
@@ -619,7 +628,9 @@ class Workflow(Construct):
             run = sfn.CustomState(
                 self,
                 f"{name}{suffix}",
-                state_json=self._run_task(definition, container, command, environment, provider),
+                state_json=self._run_task(
+                    definition, container, command, environment, network, provider
+                ),
             )
             run.add_retry(
                 errors=ECS_RETRYABLE,
@@ -650,12 +661,12 @@ class Workflow(Construct):
         container: str,
         command: str,
         environment: list[dict[str, str]],
+        network: dict[str, Any],
         provider: str,
     ) -> dict[str, Any]:
         """ecs:runTask.sync on a capacity provider (CDK's EcsRunTask knows only launch
         types); its permissions are granted in ``_grant_tasks``."""
         box = self.sandbox
-        subnets = box.vpc.select_subnets(**_selection(box.subnets)).subnet_ids
         return {
             "Type": "Task",
             "Resource": f"arn:{Stack.of(self).partition}:states:::ecs:runTask.sync",
@@ -664,13 +675,7 @@ class Workflow(Construct):
                 "TaskDefinition": definition.task_definition_arn,
                 "CapacityProviderStrategy": [{"CapacityProvider": provider, "Weight": 1}],
                 "PlatformVersion": "1.4.0",
-                "NetworkConfiguration": {
-                    "AwsvpcConfiguration": {
-                        "Subnets": subnets,
-                        "SecurityGroups": [box.security_group.security_group_id],
-                        "AssignPublicIp": "ENABLED" if box.public_ip else "DISABLED",
-                    }
-                },
+                "NetworkConfiguration": network,
                 "Overrides": {
                     "ContainerOverrides": [
                         {"Name": container, "Command": [command], "Environment": environment}
@@ -869,10 +874,6 @@ def _lambda_retry(step: tasks.LambdaInvoke) -> None:
 def _env(name: str, path: str) -> dict[str, str]:
     """A container override's variable: ECS wants strings, so only string fields here."""
     return {"Name": name, "Value.$": path}
-
-
-def _selection(selection: Any) -> dict[str, Any]:
-    return {"subnet_type": selection.subnet_type} if selection.subnet_type else {}
 
 
 def _json(value: object) -> str:

@@ -467,3 +467,29 @@ def test_the_tests_cannot_rewrite_the_files_the_wrapper_shows_read_only(tmp_path
         assert f"{step} 0" not in out, out
     assert "other 0" in out  # the rest of the tree stays writable
     assert (tests / "test_a.py").read_text() == "def test_a():\n    assert False\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the engine must be root to drop the tests' uid")
+def test_a_root_engine_in_process_mode_runs_the_tests_as_their_own_uid(tmp_path: Path) -> None:
+    """As in an AWS task (root entry point, no namespaces): the script runs as the sandbox's
+    uid, writes its lent workspace, and can neither write what the engine made beside it
+    nor rewrite its own log through the descriptor it writes to."""
+    weak = Isolation.probe("process")
+    assert weak.sandbox_uid is not None and not weak.runs_as_root
+    tmp_path.chmod(0o755)
+    grader = tmp_path / "grader.txt"
+    grader.write_text("engine's\n")
+    script = f"""
+id -u
+echo mine > ok.txt && echo wrote-workspace
+echo forged > {grader} && echo wrote-grader
+python -c "import os; os.ftruncate(1, 0)" && echo truncated-log
+exit 0
+"""
+    result = run(tmp_path, script, SandboxPolicy(timeout=60), iso=weak)
+    lines = result.output.splitlines()
+    assert lines[0] == str(weak.sandbox_uid)
+    assert "wrote-workspace" in lines and (tmp_path / "work" / "ok.txt").read_text() == "mine\n"
+    assert "wrote-grader" not in lines and grader.read_text() == "engine's\n"
+    assert "truncated-log" not in lines
+    assert (tmp_path / "log.txt").read_text().startswith(str(weak.sandbox_uid))

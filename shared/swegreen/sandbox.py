@@ -180,11 +180,15 @@ class Isolation:
         notes = [
             "isolation = process: participant code runs without namespaces (see docs/security.md)"
         ]
+        # A root engine (a container's entry point) runs the tests as an unprivileged uid
+        # of their own: they cannot write what the engine made, nor read its /proc.
+        uid = sandbox_uid if is_root else None
+        drop = _drop_to(uid)
         netns = None
         for cmd in (("unshare", "--net"), ("unshare", "--net", "--map-current-user")):
             if shutil.which(cmd[0]) is None:
                 break
-            ok = subprocess.run([*cmd, "true"], capture_output=True, timeout=30, check=False)
+            ok = subprocess.run([*drop, *cmd, "true"], capture_output=True, timeout=30, check=False)
             if ok.returncode == 0:
                 netns = cmd
                 break
@@ -193,7 +197,7 @@ class Isolation:
         mountns = (
             netns is not None
             and subprocess.run(
-                [netns[0], "--mount", *netns[2:], "true"],
+                [*drop, netns[0], "--mount", *netns[2:], "true"],
                 capture_output=True,
                 timeout=30,
                 check=False,
@@ -202,10 +206,11 @@ class Isolation:
         )
         if not mountns:
             notes.append("mount namespaces unavailable: recipes' CPU limits are not shown to tests")
-        if pids is None and is_root:
-            notes.append("no writable pids cgroup: the process limit is not enforced for root")
+        if uid is not None:
+            notes.append(f"the engine is root: tests run as host uid {uid}")
         return cls(
             mode="process",
+            sandbox_uid=uid,
             netns_cmd=netns,
             mountns=mountns,
             pids_cgroup=pids,
@@ -216,9 +221,9 @@ class Isolation:
         )
 
     def check_reachable(self, path: Path) -> None:
-        """bubblewrap binds paths as the sandbox's uid: every directory above ``path`` must
-        let that uid pass (a root engine's default ~/.cache sits under a 0700 /root)."""
-        if self.mode != "bwrap" or self.sandbox_uid is None:
+        """The sandbox's uid works in ``path``: every directory above it must let that uid
+        pass (a root engine's default ~/.cache sits under a 0700 /root)."""
+        if self.sandbox_uid is None:
             return
         path = path.resolve()
         for parent in [path, *path.parents]:
@@ -235,8 +240,9 @@ class Isolation:
 
     @property
     def runs_as_root(self) -> bool:
-        """Whether sandboxed processes hold the host's root (only in ``process`` mode)."""
-        return self.mode == "process" and self.is_root
+        """Whether sandboxed processes hold the host's root (never: a root engine drops
+        them to ``sandbox_uid``; kept for isolations made by hand)."""
+        return self.mode == "process" and self.is_root and self.sandbox_uid is None
 
     def describe(self) -> dict[str, object]:
         return {
@@ -272,9 +278,7 @@ class Isolation:
         if self.seccomp is not None:
             # bubblewrap reads the filter from an fd: opened afresh for every sandbox
             argv += ["sh", "-c", f'exec "$@" {SECCOMP_FD}<"$0"', str(self.seccomp)]
-        if self.sandbox_uid is not None:
-            uid = str(self.sandbox_uid)
-            argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+        argv += _drop_to(self.sandbox_uid)
         argv += [
             self.bwrap,
             "--unshare-user",
@@ -340,6 +344,13 @@ class Mounts:
 
 SECCOMP_FD = 9
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _drop_to(uid: int | None) -> list[str]:
+    """The prefix that runs a command as ``uid`` (its own group, no others), or nothing."""
+    if uid is None:
+        return []
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
 
 
 def _seccomp_file() -> Path:
@@ -519,7 +530,7 @@ class LocalSandbox:
         the engine's, so the sandbox can replace them in its view but never write into
         them. ``shared`` trees are left alone entirely."""
         uid = self.isolation.sandbox_uid
-        if not self.bwrap or uid is None:
+        if uid is None:
             return
 
         def own(path: Path, st: os.stat_result) -> None:
@@ -588,7 +599,8 @@ class LocalSandbox:
             )
             argv += ["bash", SCRIPT_INSIDE]
         else:
-            argv += ["bash", str(script)]
+            script.chmod(0o644)  # the sandbox's uid reads it
+            argv += [*_drop_to(self.isolation.sandbox_uid), "bash", str(script)]
         if cgroups:
             # Join the cgroups before exec'ing: every descendant is then counted.
             joins = " && ".join(f'echo $$ > "{c / "cgroup.procs"}"' for c in cgroups)
@@ -605,7 +617,9 @@ class LocalSandbox:
                     output_file=log_path,
                     rlimits=rlimits,
                     death_signal=signal.SIGTERM,
-                    through_pipe=self.bwrap,
+                    # the log is the engine's file: a sandbox holding its descriptor
+                    # could rewrite what was logged
+                    through_pipe=self.bwrap or self.isolation.sandbox_uid is not None,
                     append=append,
                 )
             )

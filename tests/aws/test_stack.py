@@ -12,7 +12,7 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from infra.front_door import RUN_REQUEST_SCHEMA
-from infra.sandbox import CACHE_MOUNT, SANDBOX_UID
+from infra.sandbox import CACHE_MOUNT, GRADER_USER, SANDBOX_UID
 from infra.settings import StackSettings
 from infra.workflow import MAP_RESULTS
 from swegreen.aws.pipeline import (
@@ -24,6 +24,7 @@ from swegreen.aws.pipeline import (
     SandboxTicket,
 )
 from swegreen.classify import Status
+from swegreen.sandbox import DEFAULT_SANDBOX_UID
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON = "application/json"
@@ -240,20 +241,25 @@ def _actions(statement: dict[str, Any]) -> set[str]:
     return {actions} if isinstance(actions, str) else set(actions)
 
 
-def test_the_sandbox_tasks_run_as_a_non_root_user_in_the_weaker_isolation_they_opt_into(
+def test_the_sandbox_tasks_run_tests_as_a_uid_of_their_own_in_the_isolation_they_opt_into(
     template: dict[str, Any], assembly: Path
 ) -> None:
+    """The builder runs as the image's unprivileged user; the evaluate task starts as root
+    only for its engine (the grader), which runs the tests as another uid (setpriv:
+    tests/test_sandbox.py shows that uid can write neither the grader's files nor its log)."""
     tasks = _task_definitions(template)
     assert set(tasks) == {"builder", "sandbox"}
     dockerfile = (ROOT / "container" / "Dockerfile").read_text()
     sandbox_stage = dockerfile[dockerfile.index("AS sandbox") :]
     assert f"ARG SANDBOX_UID={SANDBOX_UID}" in sandbox_stage
     assert "\nUSER $SANDBOX_UID:$SANDBOX_UID\n" in sandbox_stage
+    users = {name: task["ContainerDefinitions"][0]["User"] for name, task in tasks.items()}
+    assert users == {"builder": f"{SANDBOX_UID}:{SANDBOX_UID}", "sandbox": GRADER_USER}
+    assert GRADER_USER == "0:0" and len({0, SANDBOX_UID, DEFAULT_SANDBOX_UID}) == 3
     for name, task in tasks.items():
         (container,) = task["ContainerDefinitions"]
-        assert container["User"] == f"{SANDBOX_UID}:{SANDBOX_UID}", name
-        assert SANDBOX_UID != 0
         assert not container.get("Privileged"), name
+        assert "LinuxParameters" not in container, name  # no added capability
         env = {e["Name"]: e["Value"] for e in container["Environment"]}
         # Fargate cannot run bubblewrap: the weaker mode is chosen explicitly, not fallen into.
         assert env["SWEGREEN_ISOLATION"] == "process", name
@@ -709,3 +715,118 @@ def test_api_key_mode_has_a_quota(tmp_path: Path) -> None:
     app = cdk.App(outdir=str(tmp_path / "own-role"))
     own = SweGreenStack(app, "OwnRole", settings=StackSettings(api_logging_role=False))
     Template.from_stack(own).resource_count_is("AWS::ApiGateway::Account", 0)
+
+
+def test_rows_run_in_isolated_subnets_that_reach_only_the_endpoints_they_need(
+    template: dict[str, Any], machines: dict[str, dict[str, Any]]
+) -> None:
+    """The evaluate task's network is the row's, as Presign chose it (closed unless its
+    tests need the internet); the closed one has no route out of the VPC, no public IP, and
+    a security group that sends HTTPS to the endpoints only; the S3 endpoint admits this
+    bucket's run and artifact objects and ECR's layers, nothing else."""
+    row = dict(states(machines["Rows"]))
+    for suffix in ("Spot", "OnDemand"):
+        params = row[f"Evaluate{suffix}"]["Parameters"]
+        assert params["NetworkConfiguration"] == {"AwsvpcConfiguration.$": "$.sandbox.awsvpc"}
+    assert {p["Name"]: p["Value.$"] for p in _overrides(row["EvaluateSpot"])}[
+        "SWEGREEN_TASK_NETWORK"
+    ] == "$.sandbox.network"
+    assert SandboxTicket.model_fields["awsvpc"].annotation == dict[str, Any]
+
+    (presign,) = (
+        f for name, f in resources(template, "AWS::Lambda::Function").items() if "Presign" in name
+    )
+    networks = json.loads(
+        _refs(presign["Properties"]["Environment"]["Variables"]["SWEGREEN_TASK_NETWORKS"])
+    )
+    assert set(networks) == {"closed", "open"}
+    closed, opened = networks["closed"], networks["open"]
+    assert closed["AssignPublicIp"] == "DISABLED" and opened["AssignPublicIp"] == "ENABLED"
+
+    subnets = resources(template, "AWS::EC2::Subnet")
+    kind = {
+        name: {t["Key"]: t["Value"] for t in s["Properties"]["Tags"]}["aws-cdk:subnet-type"]
+        for name, s in subnets.items()
+    }
+    assert sorted(kind[s] for s in closed["Subnets"]) == ["Isolated", "Isolated"]
+    assert sorted(kind[s] for s in opened["Subnets"]) == ["Public", "Public"]
+    assert not any(subnets[s]["Properties"]["MapPublicIpOnLaunch"] for s in closed["Subnets"])
+    # no route to an internet or NAT gateway from the isolated subnets' route tables
+    tables = {
+        a["Properties"]["RouteTableId"]["Ref"]
+        for a in resources(template, "AWS::EC2::SubnetRouteTableAssociation").values()
+        if a["Properties"]["SubnetId"]["Ref"] in closed["Subnets"]
+    }
+    assert tables
+    routes = resources(template, "AWS::EC2::Route").values()
+    assert not [r for r in routes if r["Properties"]["RouteTableId"]["Ref"] in tables]
+    assert not resources(template, "AWS::EC2::NatGateway")
+
+    (group,) = closed["SecurityGroups"]
+    groups = resources(template, "AWS::EC2::SecurityGroup")
+    closed_group = groups[group]["Properties"]
+    assert "SecurityGroupIngress" not in closed_group
+    egress = list(closed_group["SecurityGroupEgress"]) + [
+        e["Properties"]
+        for e in resources(template, "AWS::EC2::SecurityGroupEgress").values()
+        if e["Properties"]["GroupId"] == {"Fn::GetAtt": [group, "GroupId"]}
+    ]
+    assert all(
+        (e["IpProtocol"], e["FromPort"], e["ToPort"]) == ("tcp", 443, 443) for e in egress
+    ), egress
+    endpoints = resources(template, "AWS::EC2::VPCEndpoint")
+    interface = {
+        _refs(e["Properties"]["ServiceName"]).rsplit(".", 2)[-2:][-1]: e["Properties"]
+        for e in endpoints.values()
+        if e["Properties"]["VpcEndpointType"] == "Interface"
+    }
+    assert set(interface) == {"api", "dkr", "logs"}
+    (endpoint_group,) = {e["SecurityGroupIds"][0]["Fn::GetAtt"][0] for e in interface.values()}
+    for e in interface.values():
+        assert sorted(s["Ref"] for s in e["SubnetIds"]) == sorted(closed["Subnets"])
+        assert e["PrivateDnsEnabled"] is True
+    destinations = [
+        e.get("DestinationSecurityGroupId", {}).get("Fn::GetAtt", [None])[0]
+        or e.get("DestinationPrefixListId")
+        or e.get("CidrIp")
+        for e in egress
+    ]
+    assert sorted(destinations, key=str) == sorted([endpoint_group, "0.0.0.0/0"], key=str)
+    # "anywhere" from subnets whose only way out is the S3 gateway endpoint (with the
+    # swegreen:s3_prefix_list_id context: S3's prefix list instead)
+    (gateway,) = (
+        e["Properties"]
+        for e in endpoints.values()
+        if e["Properties"]["VpcEndpointType"] == "Gateway"
+        and {t["Ref"] for t in e["Properties"]["RouteTableIds"]} == tables
+    )
+    allowed = {
+        (a, render(r))
+        for s in gateway["PolicyDocument"]["Statement"]
+        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+        for r in ([s["Resource"]] if isinstance(s["Resource"], (str, dict)) else s["Resource"])
+    }
+    assert allowed == {
+        ("s3:GetObject", "REF/runs/*"),
+        ("s3:PutObject", "REF/runs/*"),
+        ("s3:GetObject", "REF/artifacts/*"),
+        ("s3:PutObject", "REF/artifacts/*"),
+        ("s3:GetObject", "arn:REF:s3:::prod-REF-starport-layer-bucket/*"),
+    }
+    # the build phase keeps the internet (it fetches repositories and packages)
+    build = dict(states(machines["Pipeline"]))["BuildSpot"]["Parameters"]
+    assert build["NetworkConfiguration"]["AwsvpcConfiguration"]["AssignPublicIp"] == "ENABLED"
+
+
+def _refs(value: Any) -> str:
+    """A Fn::Join with every Ref or GetAtt written as its logical id (else "REF")."""
+    if isinstance(value, str):
+        return value
+    if "Ref" in value:
+        return value["Ref"]
+    if "Fn::GetAtt" in value:
+        return value["Fn::GetAtt"][0]
+    if "Fn::Join" in value:
+        sep, parts = value["Fn::Join"]
+        return sep.join(_refs(p) for p in parts)
+    return "REF"

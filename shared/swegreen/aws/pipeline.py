@@ -44,7 +44,7 @@ from swegreen.metrics import RunMetrics
 from swegreen.patches import oversized_patch
 from swegreen.ports import PatchResult, RunRecord
 from swegreen.publish import base_provenance, result_row, run_report
-from swegreen.recipes import builtin_recipes
+from swegreen.recipes import RecipeBook, builtin_recipes, known_network_instances
 from swegreen.report_html import render_html
 from swegreen.results import InstanceResult, utcnow
 from swegreen.rows import RowBuilder, error_row
@@ -110,6 +110,8 @@ class PipelineSettings(BaseModel):
     sandbox_vcpu: float = 2.0
     build_vcpu: float = 4.0
     guardrails: Guardrails = Field(default_factory=Guardrails)  # per-request ceilings
+    # The evaluate task's awsvpc configurations, "closed" and "open" (infra/sandbox.py).
+    task_networks: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> PipelineSettings:
@@ -126,6 +128,7 @@ class PipelineSettings(BaseModel):
             sandbox_vcpu=float(env.get("SWEGREEN_SANDBOX_VCPU", "2")),
             build_vcpu=float(env.get("SWEGREEN_BUILD_VCPU", "4")),
             guardrails=Guardrails.from_env(env),
+            task_networks=json.loads(env.get("SWEGREEN_TASK_NETWORKS", "{}")),
         )
 
 
@@ -216,9 +219,13 @@ class SandboxInput(BaseModel):
 
 
 class SandboxTicket(BaseModel):
-    """Presign's result, for the evaluate task's environment: its only way into S3."""
+    """Presign's result, for the evaluate task: its only way into S3, and where it runs:
+    ``network`` "closed" (the VPC endpoints only) unless the row's tests need the internet
+    ("open"), ``awsvpc`` that configuration's subnets and security group."""
 
     input_url: str
+    network: str = Field("closed", pattern="^(closed|open)$")  # a container variable: a str
+    awsvpc: dict[str, Any] = Field(default_factory=dict)
 
 
 class ClassifyEvent(BaseModel):
@@ -356,6 +363,7 @@ class Pipeline:
                     "max_attempts",
                     "base_validation",
                     "max_patch_bytes",
+                    "network_instances",
                 },
             )
         )
@@ -668,7 +676,8 @@ class Pipeline:
         if state.patch_key is None:
             raise ValueError(f"{item.instance_id}: no patch to evaluate")
         inst = self.instance(item.run_id, item.instance_id)
-        needs = prebuilt.row_needs(inst, builtin_recipes())  # NoRecipe: the row's reason
+        recipes = builtin_recipes()
+        needs = prebuilt.row_needs(inst, recipes)  # NoRecipe: the row's reason
         artifacts = {}
         keys = needs.keys()
         prepared = self._exists(keys["prepared"])
@@ -709,7 +718,23 @@ class Pipeline:
         key = self._key(item.run_id, item.instance_id, SANDBOX_INPUT)
         given = SandboxInput(instance=inst, patch=patch, uploads=uploads, artifacts=artifacts)
         self._put(key, given.model_dump_json())
-        return SandboxTicket(input_url=self._sign("get_object", key))
+        network = "open" if self._needs_internet(inst, recipes, item) else "closed"
+        return SandboxTicket(
+            input_url=self._sign("get_object", key),
+            network=network,
+            awsvpc=self.settings.task_networks.get(network, {}),
+        )
+
+    @staticmethod
+    def _needs_internet(inst: Instance, recipes: RecipeBook, item: Item) -> bool:
+        """The rows whose tests reach real hosts upstream (as the engine decides where the
+        tests get the network: testbed.policy_for)."""
+        asked = json.loads(item.config_json).get("network_instances") or ()
+        return (
+            recipes.for_instance(inst).network
+            or inst.instance_id in known_network_instances()
+            or inst.instance_id in set(asked)
+        )
 
     def _mirror(self, repo: str) -> prebuilt.MirrorPointer | None:
         return prebuilt.MirrorPointer.read(repo, self._get)
