@@ -4,9 +4,11 @@ on the recipe's date. Real pip, real HTTP on 127.0.0.1, a test-made upstream ind
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,7 +43,7 @@ def upstream(tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-def pip(*args: str, index: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def pip(*args: str, index: str, cwd: Path, **extra: str) -> subprocess.CompletedProcess[str]:
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(cwd),
@@ -49,6 +51,7 @@ def pip(*args: str, index: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         "PIP_INDEX_URL": index,  # inherited by pip's build environments, as in a build
         "PIP_NO_CACHE_DIR": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        **extra,
     }
     return subprocess.run(
         [sys.executable, "-m", "pip", *args], cwd=cwd, env=env, capture_output=True, text=True
@@ -119,6 +122,59 @@ def test_build_isolation_gets_build_requirements_as_of_the_date(
         assert (tmp_path / "out" / "proj-0.1-py3-none-any.whl").exists()
     finally:
         index.close()
+
+
+def test_a_recording_index_keeps_what_an_install_downloaded_so_it_runs_again_offline(
+    upstream: str, tmp_path: Path
+) -> None:
+    """An install through a recording index (a prepared workspace's) leaves every file it
+    and its build isolation downloaded in the wheelhouse; the same install then runs with
+    no index at all (an evaluate task with no network), and only thanks to that."""
+    proj = project_needing_the_old_helper(tmp_path)
+    wheelhouse = tmp_path / "wheelhouse"
+    index = DatedIndex(upstream, index_env(os.environ), record=wheelhouse)
+    try:
+        url = asyncio.run(index.url("2021-01-01"))
+        built = pip("wheel", "--no-deps", "-w", "first", str(proj), index=url, cwd=tmp_path)
+        assert built.returncode == 0, built.stdout + built.stderr
+    finally:
+        index.close()
+    assert sorted(p.name for p in wheelhouse.iterdir()) == ["buildhelper-1.0-py3-none-any.whl"]
+    nowhere = "http://127.0.0.1:9/simple"  # nothing listens: any index use would fail
+    offline = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)}
+    again = pip(
+        "wheel", "--no-deps", "-w", "again", str(proj), index=nowhere, cwd=tmp_path, **offline
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (tmp_path / "again" / "proj-0.1-py3-none-any.whl").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    without = pip(
+        "wheel", "--no-deps", "-w", "none", str(proj), index=nowhere, cwd=tmp_path,
+        PIP_NO_INDEX="1", PIP_FIND_LINKS=str(empty),
+    )  # fmt: skip
+    assert without.returncode != 0 and "buildhelper" in without.stdout + without.stderr
+
+
+def test_a_recorded_file_must_have_the_hash_its_index_gave(upstream: str, tmp_path: Path) -> None:
+    """A file whose bytes are not the ones its page named is refused and never kept."""
+    from swegreen.dated_index import _download
+
+    listing = json.loads(
+        urllib.request.urlopen(
+            urllib.request.Request(
+                f"{upstream}/buildhelper/",
+                headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+            )
+        ).read()
+    )
+    first = listing["files"][0]
+    target = tmp_path / first["filename"]
+    with pytest.raises(ValueError, match="does not have the sha256"):
+        _download(first["url"], target, "0" * 64)
+    assert list(tmp_path.iterdir()) == [tmp_path / "files"]  # nothing kept, no partial file
+    _download(first["url"], target, first["hashes"]["sha256"])
+    assert target.read_bytes()[:2] == b"PK"
 
 
 def test_an_upstream_without_upload_times_is_refused_clearly(tmp_path: Path) -> None:

@@ -180,3 +180,47 @@ def test_evaluations_start_from_the_prepared_workspace_and_still_resolve(
     assert {r.status for r in again.results} == {Status.RESOLVED}
     assert all(r.durations.env_build == 0.0 for r in again.results)
     assert count.read_text().count("setup") == 2
+
+
+def test_offline_installs_get_exactly_what_the_setup_downloaded_and_no_network(
+    settings: LocalSettings, sample: SampleBenchmark, host_env, tmp_path, run_sample: RunSample
+) -> None:
+    """``offline_installs`` (always on in the AWS pipeline): the prepared workspace's own
+    install, through a recording index, downloads the project's build requirement
+    (setuptools, from the package index) into its wheelhouse; the eval script's install
+    then builds the patched project from that wheelhouse with no index and, under
+    bubblewrap, no network. An emptied wheelhouse leaves it nothing to build with."""
+    recipe = Recipe(
+        python="host",
+        packages=("pytest==8.3.5",),
+        pre_install=(f"printf '{PYPROJECT}' > pyproject.toml",),
+        install="python -m pip install -e .",  # build isolation: setuptools from the index
+        test_cmd="pytest --no-header -rA --tb=no -p no:cacheprovider",
+        eval_timeout=300,
+    )
+    book = RecipeBook({"sample/calculator": {"1.0": recipe}})
+    local = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
+    config = sample_config(sample, offline_installs=True)
+    engine = build_engine(local, config, host_env, recipes=book)
+    ids = ["sample__calculator-1"]
+    try:
+        first = run_sample("gold", run_id="offline-1", engine=engine, instance_ids=ids)
+        assert [r.status for r in first.results] == [Status.RESOLVED], first.results
+        (wheelhouse,) = (tmp_path / "cache" / "prepared").glob("*/wheelhouse")
+        recorded = sorted(p.name for p in wheelhouse.iterdir())
+        assert any(n.startswith("setuptools-") for n in recorded), recorded
+        log = (
+            local.output_dir / "offline-1" / "instances" / ids[0] / "test_output.txt"
+        ).read_text()
+        assert f"Looking in links: {wheelhouse}" in log
+        assert "Successfully installed calculator" in log
+        for path in wheelhouse.iterdir():
+            path.unlink()
+        second = run_sample("gold", run_id="offline-2", engine=engine, instance_ids=ids)
+        log = (
+            local.output_dir / "offline-2" / "instances" / ids[0] / "test_output.txt"
+        ).read_text()
+        assert "Successfully installed calculator" not in log
+        assert "setuptools" in log and second.results  # pip found no build requirement
+    finally:
+        engine.close()

@@ -149,6 +149,12 @@ class EvalConfig(BaseModel):
         description="Instances whose test command keeps the network, beside the known ones "
         "(swegreen/data/network_instances.json); the rest run with it off.",
     )
+    offline_installs: bool = Field(
+        False,
+        description="The eval script's install (upstream's `pip install -e .`, its build "
+        "requirements) from the files the prepared workspace's own install downloaded, with "
+        "no package index and no network; always on in the AWS pipeline.",
+    )
 
     @field_validator("instance_ids", "repos", "network_instances", mode="before")
     @classmethod

@@ -14,6 +14,12 @@ before the date in the URL (``http://127.0.0.1:PORT/<YYYY-MM-DD>/<exempt>/<proje
 It runs as its own process (``python -m swegreen.dated_index``), so a build that hangs on
 it never blocks the engine's event loop, and ``DatedIndex`` starts it on first use and
 stops it with the engine.
+
+**Recording** (``--record DIR``, for ``offline_installs``): the pages then link every file
+through the index itself (``/files/<sha256>/<filename>``), which fetches it from upstream,
+checks its hash and keeps it in DIR, a flat wheelhouse. An install made through a
+recording index leaves in DIR every file it (and its build isolation) downloaded, so the
+same install later runs with ``PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR`` and no network at all.
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import html
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,7 +48,10 @@ from typing import ClassVar
 DEFAULT_UPSTREAM = "https://pypi.org/simple"
 JSON_API = "application/vnd.pypi.simple.v1+json"
 _PATH = re.compile(r"^/(\d{4}-\d{2}-\d{2})/([^/]+)/([A-Za-z0-9._-]+)/?$")
+_FILE = re.compile(r"^/files/([0-9a-f]{64})/([A-Za-z0-9._+!-]+)$")
 NO_EXEMPTIONS = "-"
+# The day of a recipe without one: every file counts (a recording index still needs a day).
+NO_CUTOFF = "9999-12-31"
 
 
 def normalize(name: str) -> str:
@@ -88,11 +99,16 @@ class _Handler(BaseHTTPRequestHandler):
     upstream = DEFAULT_UPSTREAM
     cache: ClassVar[dict[str, list[dict]]] = {}
     lock = threading.Lock()
+    record: Path | None = None  # the wheelhouse a recording index fills
+    origins: ClassVar[dict[str, str]] = {}  # sha256 -> upstream URL, of files it listed
 
     def log_message(self, format: str, *args: object) -> None:
         pass  # pip's own log says what it fetched
 
     def do_GET(self) -> None:
+        if self.record is not None and (f := _FILE.match(self.path.split("?", 1)[0])):
+            self._recorded_file(*f.groups())
+            return
         m = _PATH.match(self.path.split("?", 1)[0])
         if not m:
             self._answer(404, "text/plain", "ask /<YYYY-MM-DD>/<exempt or ->/<project>/\n")
@@ -115,7 +131,41 @@ class _Handler(BaseHTTPRequestHandler):
             body = {"meta": {"api-version": "1.0"}, "name": project, "files": kept}
             self._answer(200, JSON_API, json.dumps(body))
             return
+        if self.record is not None:
+            kept = [self._through_here(f) for f in kept]
         self._answer(200, "text/html; charset=utf-8", render(project, kept))
+
+    def _through_here(self, file: dict) -> dict:
+        """``file`` linked through this index, which records it (a file without a sha256
+        cannot be checked, so it is linked where it is, and not recorded)."""
+        digest = (file.get("hashes") or {}).get("sha256")
+        if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+            return file
+        with self.lock:
+            self.origins[digest] = file["url"]
+        return {**file, "url": f"/files/{digest}/{file['filename']}"}
+
+    def _recorded_file(self, digest: str, filename: str) -> None:
+        assert self.record is not None
+        target = self.record / filename
+        with self.lock:
+            origin = self.origins.get(digest)
+        if origin is None:
+            self._answer(404, "text/plain", "no page of this index listed that file\n")
+            return
+        try:
+            if not (target.is_file() and _sha256(target) == digest):
+                _download(origin, target, digest)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            self._answer(502, "text/plain", f"upstream file: {exc}\n")
+            return
+        size = target.stat().st_size
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        with target.open("rb") as fh:
+            shutil.copyfileobj(fh, self.wfile)
 
     def _files(self, project: str) -> list[dict]:
         with self.lock:
@@ -144,8 +194,27 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def serve(upstream: str, port: int = 0) -> ThreadingHTTPServer:
-    handler = type("Handler", (_Handler,), {"upstream": upstream, "cache": {}})
+def _sha256(path: Path) -> str:
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _download(url: str, target: Path, digest: str) -> None:
+    """``url`` to ``target``, kept only if its sha256 is ``digest``."""
+    partial = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        with urllib.request.urlopen(url, timeout=300) as answer, partial.open("wb") as out:
+            shutil.copyfileobj(answer, out)
+        if _sha256(partial) != digest:
+            raise ValueError(f"{url} does not have the sha256 its index gave ({digest})")
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def serve(upstream: str, port: int = 0, record: Path | None = None) -> ThreadingHTTPServer:
+    attrs = {"upstream": upstream, "cache": {}, "record": record, "origins": {}}
+    handler = type("Handler", (_Handler,), attrs)
     return ThreadingHTTPServer(("127.0.0.1", port), handler)
 
 
@@ -153,9 +222,15 @@ class DatedIndex:
     """The index process, started on first use; ``url(day)`` is what PIP_INDEX_URL gets.
     A plain ``Popen``: the index outlives any one event loop (an engine serves many runs)."""
 
-    def __init__(self, upstream: str = DEFAULT_UPSTREAM, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        upstream: str = DEFAULT_UPSTREAM,
+        env: dict[str, str] | None = None,
+        record: Path | None = None,
+    ):
         self.upstream = upstream
         self.env = env
+        self.record = record  # a recording index (see the module's docstring)
         self._proc: subprocess.Popen[bytes] | None = None
         self._port: int | None = None
         self._lock = threading.Lock()
@@ -177,6 +252,7 @@ class DatedIndex:
                     "--upstream",
                     self.upstream,
                     "--parent-pipe",
+                    *(["--record", str(self.record)] if self.record is not None else []),
                 ],
                 stdout=subprocess.PIPE,
                 stdin=subprocess.PIPE,  # its end tells the index that we are gone
@@ -225,8 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--port-file", type=Path)
     parser.add_argument("--parent-pipe", action="store_true", help="exit when stdin closes")
+    parser.add_argument("--record", type=Path, help="keep every file installed in this folder")
     args = parser.parse_args(argv)
-    server = serve(args.upstream, args.port)
+    if args.record is not None:
+        args.record.mkdir(parents=True, exist_ok=True)
+    server = serve(args.upstream, args.port, args.record)
     port = server.server_address[1]
     print(port, flush=True)  # readiness: the parent reads this line
     if args.port_file:

@@ -141,6 +141,7 @@ def build_testbeds(
             network_instances=known_network_instances() | set(config.network_instances),
             env_files_at_base=config.env_files_at_base,
             copy_on_write=settings.copy_on_write,
+            offline_installs=config.offline_installs,
         ),
         host_env=host_env,
         compile_cache=CompileCache.find(host_env) if settings.compile_cache else None,

@@ -34,7 +34,7 @@ from swegreen.constraints import (
     merge_requirements,
     yield_pins,
 )
-from swegreen.dated_index import DatedIndex
+from swegreen.dated_index import DEFAULT_UPSTREAM, DatedIndex
 from swegreen.errors import EnvSetupFailed, EvaluationFailure, InterpreterNotFound, RepoUnavailable
 from swegreen.interpreters import (
     Interpreter,
@@ -301,6 +301,13 @@ class EnvManager:
         """Stop what the manager started (the dated index process)."""
         if self.dated_index is not None:
             self.dated_index.close()
+
+    def recording_index(self, wheelhouse: Path) -> DatedIndex:
+        """A dated index of its own that keeps in ``wheelhouse`` every file it serves (the
+        caller closes it): one per prepared workspace, so no other install adds to it."""
+        upstream = self.dated_index.upstream if self.dated_index else DEFAULT_UPSTREAM
+        env = self.dated_index.env if self.dated_index else None
+        return DatedIndex(upstream, env, record=wheelhouse)
 
     async def index_url(self, recipe: Recipe) -> str | None:
         """The index every pip of ``recipe`` should see: as of its date, when it has one."""

@@ -214,19 +214,27 @@ def builtin_recipes() -> RecipeBook:
 PREPARED_SCHEMA = 1
 
 
-def prepared_name(instance: Instance, recipe: Recipe, setup_commit: str | None = None) -> str:
+def prepared_name(
+    instance: Instance,
+    recipe: Recipe,
+    setup_commit: str | None = None,
+    *,
+    offline_installs: bool = False,
+) -> str:
     """The name of an instance's prepared workspace (testbed.py): one per instance,
     environment and setup steps (a changed recipe or a rebuilt environment prepares it
     again). ``setup_commit``: where the environment's files were read when that was not
     the row's environment_setup_commit (testbed.setup_source). Here, not in testbed.py,
-    because the AWS pipeline's Lambdas name them too."""
-    blob = json.dumps(
-        [
-            PREPARED_SCHEMA,
-            instance.base_commit,
-            recipe.env_key(setup_commit or instance.environment_setup_commit),
-            recipe.pre_install,
-            recipe.install,
-        ]
-    )
+    because the AWS pipeline's Lambdas name them too. ``offline_installs``: made with the
+    wheelhouse its evaluations install from (EvalConfig.offline_installs), another one."""
+    parts: list[object] = [
+        PREPARED_SCHEMA,
+        instance.base_commit,
+        recipe.env_key(setup_commit or instance.environment_setup_commit),
+        recipe.pre_install,
+        recipe.install,
+    ]
+    if offline_installs:
+        parts.append("offline-installs")
+    blob = json.dumps(parts)
     return f"{instance.instance_id}.{hashlib.sha256(blob.encode()).hexdigest()[:12]}"

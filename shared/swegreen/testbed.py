@@ -29,6 +29,7 @@ from swegreen.build_sources import OfflineSources
 from swegreen.compile_cache import CACHE_DIR as COMPILE_CACHE_DIR
 from swegreen.compile_cache import CompileCache
 from swegreen.dataset import Instance
+from swegreen.dated_index import NO_CUTOFF
 from swegreen.env_guard import EnvGuard, project_names
 from swegreen.environments import COMPLETE as ENV_COMPLETE
 from swegreen.environments import ENV_INFO, Environment, EnvManager, transient_failure
@@ -69,6 +70,7 @@ SETUP_TIMEOUT = 3600.0
 PREPARED_COMPLETE = ".complete"
 PREPARED_INFO = "prepared.json"
 PIP_CACHE = "pip-cache"  # in a prepared workspace, and in each evaluation's scratch dir
+WHEELHOUSE = "wheelhouse"  # in a prepared workspace: what its install downloaded (offline)
 # 2: the checkout borrows objects from its base commit's history stores (history.py), not
 # from the repository cache, which holds the later history
 PREPARED_LAYOUT = 2
@@ -95,6 +97,10 @@ class TestbedOptions:
     # Evaluations' checkouts as overlays on the prepared one where the engine may mount
     # (overlay.py); off, or elsewhere: copies.
     copy_on_write: bool = True
+    # Eval-time installs from the prepared workspace's wheelhouse, with no index and no
+    # network (EvalConfig.offline_installs): what the prepared workspace's own install
+    # downloaded, through a recording index (dated_index.py), is all they get.
+    offline_installs: bool = False
 
     @property
     def prepared_root(self) -> Path:
@@ -268,7 +274,10 @@ class Testbeds:
             setup_commit, provenance = await self.setup_source(instance, recipe)
             elsewhere = setup_commit != instance.environment_setup_commit
             root = self.options.prepared_root / prepared_name(
-                instance, recipe, setup_commit if elsewhere else None
+                instance,
+                recipe,
+                setup_commit if elsewhere else None,
+                offline_installs=self.options.offline_installs,
             )
             if (known := self._failed.get(root.name)) is not None:
                 raise known
@@ -313,9 +322,12 @@ class Testbeds:
     def _existing(self, instance: Instance, recipe: Recipe) -> Path | None:
         """A usable prepared workspace, found without the repository: the one made at the
         environment_setup_commit, else (when allowed) the one made at the base commit."""
-        names = [prepared_name(instance, recipe)]
+        offline = self.options.offline_installs
+        names = [prepared_name(instance, recipe, offline_installs=offline)]
         if self.options.env_files_at_base and recipe.requirements:
-            names.append(prepared_name(instance, recipe, instance.base_commit))
+            names.append(
+                prepared_name(instance, recipe, instance.base_commit, offline_installs=offline)
+            )
         for name in names:
             if self._usable(root := self.options.prepared_root / name):
                 return root
@@ -520,8 +532,9 @@ class Testbeds:
         env_guard = await asyncio.to_thread(self.env_guard, testbed)
         install_env = self._with_compile_cache(testbed, env, writable=False)
         self.sandbox.lend([testbed.workspace, testbed.scratch])
-        # The install may need the package index (as in upstream's containers); the
-        # tests never get the network unless the recipe or the instance needs it.
+        # The install may need the package index (as in upstream's containers), unless it
+        # installs offline from the prepared wheelhouse; the tests never get the network
+        # unless the recipe or the instance needs it.
         result = await self.sandbox.run_script(
             prepare,
             cwd=testbed.repo,
@@ -529,7 +542,7 @@ class Testbeds:
             policy=policy,
             log_path=log_path,
             mounts=mounts,
-            network=policy.network or bool(recipe.install),
+            network=policy.network or (bool(recipe.install) and not self.options.offline_installs),
         )
         reverted: list[str] = []
         recorded = None
@@ -635,8 +648,11 @@ class Testbeds:
         }
         if testbed.index_url:  # installs (and their build isolation) see the recipe's date
             extra["PIP_INDEX_URL"] = testbed.index_url
+        if self.options.offline_installs and testbed.prepared is not None:
+            # every pip (build isolation included): the prepared wheelhouse, no index
+            extra.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(testbed.prepared / WHEELHOUSE))
         venv = env.prefix if (env.prefix / "pyvenv.cfg").exists() else None
-        return sandbox_env(
+        environ = sandbox_env(
             bin_dirs=env.bin_dirs,
             virtual_env=venv,
             scratch=testbed.scratch,
@@ -644,6 +660,10 @@ class Testbeds:
             pip_cache=testbed.scratch / PIP_CACHE,  # private: a shared one could be poisoned
             extra=extra,
         )
+        if "PIP_NO_INDEX" in extra:
+            environ.pop("PIP_INDEX_URL", None)
+            environ.pop("PIP_EXTRA_INDEX_URL", None)
+        return environ
 
     def _with_compile_cache(
         self, testbed: Testbed, env: dict[str, str], *, writable: bool
@@ -686,9 +706,21 @@ class Testbeds:
         script = "\n".join(
             ["set -euxo pipefail", *steps, "git commit --quiet --allow-empty -am SWE-bench"]
         )
-        result = await run_process(
-            ["bash", "-c", script], cwd=testbed.repo, env=environ, timeout=SETUP_TIMEOUT
-        )
+        recorder = None
+        if self.options.offline_installs:
+            # what this install downloads is what the evaluations' installs get (offline)
+            recorder = self.envs.recording_index(testbed.workspace / WHEELHOUSE)
+            environ["PIP_INDEX_URL"] = await recorder.url(
+                recipe.exclude_newer or NO_CUTOFF, recipe.exclude_newer_exempt
+            )
+            environ.pop("PIP_EXTRA_INDEX_URL", None)
+        try:
+            result = await run_process(
+                ["bash", "-c", script], cwd=testbed.repo, env=environ, timeout=SETUP_TIMEOUT
+            )
+        finally:
+            if recorder is not None:
+                await asyncio.to_thread(recorder.close)
         testbed.notes.append(f"repository setup ({len(steps)} step(s)) took {result.duration:.1f}s")
         if not result.ok:
             if missing := self.sources.missing_in(result.output):

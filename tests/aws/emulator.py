@@ -70,12 +70,14 @@ import httpx
 from botocore import xform_name
 
 from infra.sandbox import CACHE_MOUNT
+from tests.aws.endpoint_relay import unix_to_tcp
 from tests.aws.local_services import FAKE_CREDENTIALS, ROOT, wait_for, zip_dir
 from tests.helpers import free_port
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
 BOOTSTRAP = Path(__file__).with_name("lambda_bootstrap.py")
+RELAY = Path(__file__).with_name("endpoint_relay.py")
 SANDBOX_COMMAND = [sys.executable, "-m", "swegreen.aws.sandbox_task"]
 HOST_ENV_DROP = ("AWS_", "PYTHONPATH", "VIRTUAL_ENV", "POWERTOOLS_")
 WARM_PER_FUNCTION = 4  # idle execution environments kept per function
@@ -447,9 +449,16 @@ class Emulator:
         instance_id = env.get("SWEGREEN_INSTANCE_ID") or f"{phase}-{env.get('SWEGREEN_ITEM_INDEX')}"
         task_dir = self.workdir / "tasks" / f"{instance_id}-{task.id[:8]}"
         task_dir.mkdir(parents=True)
-        view = self._own_disk(task_dir)
+        closed = _assign_public_ip(task.network_configuration) == "DISABLED"
+        view = self._own_disk(task_dir, closed=closed)
         env = {k: str(self.cache_path) if v == CACHE_MOUNT else v for k, v in env.items()}
         command = [*SANDBOX_COMMAND, *command]
+        relay = None
+        if closed and self.bwrap is not None:
+            # its own network namespace: the endpoints (the emulated AWS) and nothing else
+            sock = task_dir / "endpoints.sock"
+            relay = unix_to_tcp(str(sock), self.port)
+            command = [sys.executable, str(RELAY), str(sock), str(self.port), "--", *command]
         row = (env.get("SWEGREEN_RUN_ID", ""), instance_id)
         if row in self.sandbox_faults:
             command = [sys.executable, "-c", "import sys; print('injected crash'); sys.exit(3)"]
@@ -466,6 +475,9 @@ class Emulator:
             "env": env,
             "credentials": bool(credentials),
             "own_disk": self.bwrap is not None,
+            # "closed": no public IP (isolated subnets): only the endpoints are reachable
+            "network": "closed" if closed else "open",
+            "network_cut": relay is not None,
         }
         with self._lock:
             self.tasks.append(record)
@@ -493,6 +505,8 @@ class Emulator:
                     stderr=subprocess.STDOUT,
                 )
             record["exit_code"] = proc.returncode
+            if relay is not None:
+                relay.close()
             # Fargate's ephemeral storage goes with the task (and the suite's disk with it).
             shutil.rmtree(task_dir / "disk", ignore_errors=True)
             for c in task.containers:
@@ -505,8 +519,9 @@ class Emulator:
 
         threading.Thread(target=run, daemon=True, name=f"task-{instance_id}").start()
 
-    def _own_disk(self, task_dir: Path) -> list[str]:
-        """The bubblewrap prefix that gives the task a disk of its own at ``cache_path``."""
+    def _own_disk(self, task_dir: Path, *, closed: bool) -> list[str]:
+        """The bubblewrap prefix that gives the task a disk of its own at ``cache_path``
+        and, ``closed``, a network namespace of its own (endpoint_relay.py)."""
         own = task_dir / "disk"
         own.mkdir()
         if self.bwrap is None:  # no mount namespaces here: every task shares cache_path
@@ -519,9 +534,20 @@ class Emulator:
             "--bind",
             str(own),
             str(self.cache_path),
+            *(["--unshare-net"] if closed else []),
             "--die-with-parent",
             "--",
         ]
+
+
+def _assign_public_ip(network: dict[str, Any] | None) -> str:
+    """RunTask's ``assignPublicIp`` (ENABLED or DISABLED), however the caller cased it."""
+    for key, value in (network or {}).items():
+        if key.lower() == "awsvpcconfiguration" and isinstance(value, dict):
+            for inner, setting in value.items():
+                if inner.lower() == "assignpublicip":
+                    return str(setting)
+    return "DISABLED"  # ECS's default
 
 
 def bwrap_usable() -> str | None:

@@ -21,14 +21,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from botocore.exceptions import ClientError
 
+from swegreen.artifacts import TEST_OUTPUT
 from swegreen.sample import SampleBenchmark
+from swegreen.sandbox import DEFAULT_SANDBOX_UID
 from tests.aws.conftest import STACK
 from tests.aws.emulator import REGION, Emulator
-from tests.conftest import RunSample
+from tests.conftest import RunSample, open_to_sandbox
 from tests.helpers import Server, start
 
 # The first test's setup synthesizes the stack (up to 900 s, conftest.py) and waits for
@@ -59,15 +62,19 @@ QUOTA = "quota"
 NEW_ACCOUNT_QUOTAS = {"L-3032A538": 6.0, "L-36FBB829": 6.0}
 HOSTILE = "hostile"
 HOSTILE_ROW = "sample__calculator-1"
+NETWORK = "network"  # a run that names a row whose tests need the internet
+NETWORK_ROW = "sample__textkit-1"
 MARK = "swegreen-poisoned"
 # Module-level code a hostile patch adds: when the tests import it, it reports (to a path on
-# this host) whether it holds AWS credentials, and tries to leave a file in every
-# environment of the task's cache, to be found by nobody: the task's disk dies with it.
+# this host) who it runs as and whether it holds AWS credentials; it tries to leave a file
+# in every environment of the task's cache and to append to the grader's test logs there,
+# and to reach a host that is no VPC endpoint (a participant's server).
 HOSTILE_CODE = f"""\
-def _poison(report={{report!r}}):
-    import os
+def _poison(report={{report!r}}, probe={{probe!r}}):
+    import os, socket
 
     seen = ["credentials: " + ",".join(sorted(k for k in os.environ if k.startswith("AWS_")))]
+    seen.append("uid: %d" % os.getuid())
     cache = os.environ.get("SWEGREEN_CACHE_DIR") or {{cache!r}}
     base = os.path.join(cache, "envs")
     for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
@@ -79,6 +86,19 @@ def _poison(report={{report!r}}):
             seen.append("wrote " + target)
         except OSError as exc:
             seen.append("refused " + target + ": " + exc.strerror)
+    for root, _, files in os.walk(cache):
+        if "{TEST_OUTPUT}" in files:
+            try:
+                open(os.path.join(root, "{TEST_OUTPUT}"), "a").write("forged")
+                seen.append("wrote grader log " + root)
+            except OSError as exc:
+                seen.append("refused grader log " + root + ": " + exc.strerror)
+    host, port = probe
+    try:
+        socket.create_connection((host, port), timeout=10).close()
+        seen.append("reached %s:%d" % (host, port))
+    except OSError as exc:
+        seen.append("unreachable %s:%d: %s" % (host, port, exc))
     with open(report, "a") as out:
         out.write("\\n".join(seen) + "\\n")
 
@@ -268,7 +288,7 @@ def cloud(
 ) -> Iterator[Cloud]:
     """One deployment. A cold run (gold) builds the artifacts; then every other run at
     once (as AgentBeats may start them), all from those artifacts."""
-    work = tmp_path_factory.mktemp("aws-emulator")
+    work = open_to_sandbox(tmp_path_factory.mktemp("aws-emulator"))  # the tests' uid passes
     with Emulator(work, lambda_python) as emulator:
         if emulator.bwrap is None:
             pytest.skip("bubblewrap cannot mount here: the tasks cannot each have a disk")
@@ -316,6 +336,8 @@ def cloud(
             QUOTA, patches="gold", config=cloud.config(instance_ids=ids[:2], max_concurrent_rows=10)
         )
         cloud.hostile_report = work / "hostile-report.txt"
+        cloud.hostile_report.touch(mode=0o666)  # the tests' uid writes it
+        cloud.hostile_report.chmod(0o666)
         gold = json.loads(
             next(
                 line
@@ -326,20 +348,32 @@ def cloud(
         prediction = {
             "instance_id": HOSTILE_ROW,
             "model_name_or_path": HOSTILE,
-            "model_patch": hostile(gold, cloud.hostile_report, emulator.cache_path),
+            "model_patch": hostile(
+                gold, cloud.hostile_report, emulator.cache_path, participants["slow"].url
+            ),
         }
         key = f"predictions/{HOSTILE}.jsonl"
         s3.put_object(Bucket=cloud.bucket, Key=key, Body=json.dumps(prediction).encode())
         cloud.start(HOSTILE, patches=key, config=cloud.config(instance_ids=[HOSTILE_ROW]))
+        cloud.start(
+            NETWORK,
+            patches="gold",
+            config=cloud.config(
+                instance_ids=[HOSTILE_ROW, NETWORK_ROW], network_instances=[NETWORK_ROW]
+            ),
+        )
         cloud.wait()
         yield cloud
 
 
-def hostile(patch: str, report: Path, cache: Path) -> str:
+def hostile(patch: str, report: Path, cache: Path, probe: str) -> str:
     """``patch`` with HOSTILE_CODE added at the top of its first hunk (module level)."""
     header = re.search(r"^@@ -(\d+),(\d+) \+(\d+),(\d+) @@.*$", patch, re.MULTILINE)
     assert header is not None, patch
-    added = HOSTILE_CODE.format(report=str(report), cache=str(cache)).splitlines()
+    where = urlsplit(probe)
+    added = HOSTILE_CODE.format(
+        report=str(report), cache=str(cache), probe=(where.hostname, where.port)
+    ).splitlines()
     old_start, old_len, new_start, new_len = (int(g) for g in header.groups())
     lines = [f"@@ -{old_start},{old_len} +{new_start},{new_len + len(added)} @@"]
     lines += ["+" + line if line else "+" for line in added]
@@ -433,20 +467,49 @@ def test_the_rows_ran_in_a_child_execution_and_every_map_wrote_its_results_to_s3
     assert len(cloud.outcomes["gold"]["output"]) < 8192
 
 
-def test_a_hostile_patch_holds_no_credentials_and_cannot_reach_the_artifacts(
+def test_a_hostile_patch_runs_closed_off_as_its_own_uid_and_cannot_touch_the_grader(
     cloud: Cloud,
 ) -> None:
-    """Its code ran (it wrote into the environment of its own task's disk) but found no AWS
-    credentials, and the stored artifacts every later row starts from are unchanged."""
+    """Its code ran, as a uid that is not the grader's: it found no AWS credentials, could
+    write neither the environments nor the grader's test log, and reached no host but the
+    VPC endpoints; the stored artifacts every later row starts from are unchanged, and the
+    row keeps the verdict of its gold patch."""
     assert cloud.outcomes[HOSTILE]["status"] == "SUCCEEDED"
     (row,) = cloud.rows(HOSTILE).values()
     assert (row["status"], row["model_name_or_path"]) == ("resolved", HOSTILE)
     assert cloud.hostile_report is not None
     report = cloud.hostile_report.read_text().splitlines()
     assert "credentials: " in report, report  # no AWS_* variable at all
-    assert any(line.startswith("wrote ") for line in report), report
+    assert f"uid: {DEFAULT_SANDBOX_UID}" in report and "uid: 0" not in report, report
+    assert any(line.startswith("refused /") for line in report), report
+    assert any(line.startswith("refused grader log ") for line in report), report
+    assert not any(line.startswith("wrote") for line in report), report
+    assert any(line.startswith("unreachable ") for line in report), report
+    assert not any(line.startswith("reached ") for line in report), report
+    (task,) = cloud.tasks(HOSTILE, "evaluate")
+    assert (task["network"], task["network_cut"]) == ("closed", True)
     assert cloud.artifacts() == cloud.built
-    assert not list(cloud.emulator.cache_path.glob(f"envs/*/{MARK}"))  # its disk died
+    assert not list(cloud.emulator.cache_path.glob(f"envs/*/{MARK}"))
+
+
+def test_rows_run_closed_off_unless_their_tests_need_the_internet(cloud: Cloud) -> None:
+    """Every row's evaluate task ran without a public IP in a network of its own that
+    reaches only the emulated AWS (and still gave the local verdicts: the tests above); the
+    row a request names in ``network_instances`` ran in the open configuration; the build
+    phase always has the internet."""
+    for task in cloud.emulator.tasks:
+        if task["phase"] != "evaluate":
+            assert task["network"] == "open", task["instance_id"]
+        elif (task["env"]["SWEGREEN_RUN_ID"], task["instance_id"]) == (NETWORK, NETWORK_ROW):
+            assert (task["network"], task["network_cut"]) == ("open", False)
+            assert task["env"]["SWEGREEN_TASK_NETWORK"] == "open"
+        else:
+            assert (task["network"], task["network_cut"]) == ("closed", True), task
+            assert task["env"]["SWEGREEN_TASK_NETWORK"] == "closed"
+    rows = cloud.rows(NETWORK)
+    gold = verdicts(cloud.rows("gold"))
+    assert verdicts(rows) == {iid: gold[iid] for iid in rows}, cloud.diagnosis(rows)
+    assert len(cloud.tasks(NETWORK, "evaluate")) == 2
 
 
 def test_an_a2a_participant_is_waited_for_by_callback(cloud: Cloud) -> None:

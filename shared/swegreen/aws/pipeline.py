@@ -347,6 +347,12 @@ class Pipeline:
                 "pipeline": "aws",
                 # What the tests ran under, whatever the request asked for.
                 "isolation": self.settings.sandbox_isolation,
+                # Where (Presign's choice per row, docs/security-aws.md)
+                "task_network": {
+                    "closed": "isolated subnets, the VPC endpoints only",
+                    "open": "the internet, for rows whose tests need it",
+                    "installs": "offline, from each prepared workspace's wheelhouse",
+                },
                 # Tasks at once, as the account's Fargate quotas allow (quotas.py).
                 "capacity": capacity.model_dump(mode="json", exclude_none=True),
             },

@@ -129,7 +129,8 @@ def row_needs(instance: Instance, recipes: RecipeBook) -> RowNeeds:
         commits=tuple(dict.fromkeys((instance.base_commit, instance.environment_setup_commit))),
         env=recipe.env_key(instance.environment_setup_commit),
         services={name: SERVICES[name].recipe().env_key("") for name in recipe.services},
-        prepared=prepared_name(instance, recipe),
+        # every row on AWS installs offline (its tests may have no network at all)
+        prepared=prepared_name(instance, recipe, offline_installs=True),
     )
 
 

@@ -67,10 +67,13 @@ _PR_SET_DUMPABLE = 4
 
 def sandbox_config(env: Mapping[str, str]) -> EvalConfig:
     """The row's config; the task definition's isolation mode wins over the request's (the
-    task, not the request, knows what its host can do)."""
+    task, not the request, knows what its host can do). Installs are always offline: a
+    row's task may have no network at all (prebuilt.row_needs names its prepared
+    workspace so)."""
     values = json.loads(env.get("SWEGREEN_CONFIG", "{}"))
     if env.get("SWEGREEN_ISOLATION"):
         values["isolation"] = env["SWEGREEN_ISOLATION"]
+    values["offline_installs"] = True
     return EvalConfig.model_validate(values)
 
 
