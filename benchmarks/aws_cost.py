@@ -37,6 +37,7 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
+from swegreen.recipes import known_network_instances
 from swegreen.schedule import expected_seconds
 
 # us-east-1 list prices, USD (2026-11; Fargate Linux/x86, Fargate Spot at its usual ~70%
@@ -57,7 +58,13 @@ PRICES = {
     "s3_get": 0.0004 / 1000,
     "s3_gb_month": 0.023,
     "logs_ingest_gb": 0.50,
+    "endpoint_hour": 0.01,  # an interface VPC endpoint in one availability zone
 }
+# The closed sandbox's interface endpoints (ECR api and dkr, CloudWatch Logs) in the
+# stack's two availability zones (infra/sandbox.py): billed by the hour, runs or not.
+ENDPOINT_AZS = 3 * 2
+# Rows whose tests need the internet run with a public IP (swegreen/data/network_instances.json).
+OPEN_SHARE = len(known_network_instances()) / 500
 
 # Measured (docs/benchmarks.md): a warm evaluation per repository, seconds, on 2 cores;
 # the same figures Resolve orders rows by (swegreen/data/row_seconds.json).
@@ -200,7 +207,7 @@ def simulate(s: Scenario) -> Figures:
     watch = 0.0
     if s.participant_minutes or s.watch_always:  # Watch every minute, 1 s at 512 MB
         watch = end / 60 * 1.0 * 0.5
-    ipv4 = task_seconds / 3600 * s.ipv4_hourly
+    ipv4 = task_seconds / 3600 * s.ipv4_hourly * OPEN_SHARE  # only the open rows' tasks
     insights_gb = task_seconds / 60 * s.insights_kb_per_task_minute / 1024 / 1024
     cost = {
         "Fargate": fargate,
@@ -212,6 +219,7 @@ def simulate(s: Scenario) -> Figures:
         "S3": s.rows * (5 * p["s3_get"] + 8 * p["s3_put"]) + 10 * p["s3_put"],
         "CloudWatch Logs": (s.rows * s.log_mb_per_row / 1024 + insights_gb) * p["logs_ingest_gb"],
         "Public IPv4": ipv4,
+        "VPC endpoints": end / 3600 * ENDPOINT_AZS * p["endpoint_hour"],  # the run's hours
     }
     return Figures(end / 60, task_hours, transitions, cost, statistics.median(row_seconds))
 
@@ -276,13 +284,14 @@ SCENARIOS = [
 def table(base: dict[str, object], scenarios: list[tuple[str, dict]]) -> str:
     lines = [
         "| scenario | wall time | median row | task-hours | Fargate | Lambda | Step Functions "
-        "| DynamoDB + S3 + Logs + IPv4 | total per run |",
+        "| DynamoDB + S3 + Logs + IPv4 + endpoints | total per run |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for label, extra in scenarios:
         f = simulate(Scenario(**{**base, **extra}))  # type: ignore[arg-type]
         c = f.cost
         small = c["DynamoDB"] + c["S3"] + c["CloudWatch Logs"] + c["Public IPv4"]
+        small += c["VPC endpoints"]
         lines.append(
             f"| {label} | {f.wall_minutes:.1f} min | {f.row_seconds_median:.0f} s "
             f"| {f.task_hours:.1f} | ${c['Fargate']:.2f} | ${c['Lambda']:.3f} "
@@ -339,7 +348,8 @@ def main() -> None:
             f"{s.unmeasured_factor:g}x the median); Spot "
             f"{s.prices['spot_discount']:.0%} off, {s.spot_interruptions:.0%} reclaimed"
             + (
-                f"; public IPv4 ${s.ipv4_hourly:g}/h per task, Container Insights "
+                f"; public IPv4 ${s.ipv4_hourly:g}/h per task of the {OPEN_SHARE:.1%} of rows "
+                "that have the internet, Container Insights "
                 f"{s.insights_kb_per_task_minute:g} KB per task-minute, Watch every minute"
                 if s.ipv4_hourly
                 else ""
@@ -354,6 +364,12 @@ def main() -> None:
             f"vCPU / {s.build_memory_gb:g} GB Spot, ${usd:.2f}; about {stored:.0f} GB of "
             f"artifacts (${stored * s.prices['s3_gb_month']:.2f} per month in S3).\n"
         )
+    monthly = ENDPOINT_AZS * PRICES["endpoint_hour"] * 730
+    print(
+        f"Standing cost of the closed sandbox: {ENDPOINT_AZS // 2} interface endpoints in 2 "
+        f"availability zones, ${ENDPOINT_AZS * PRICES['endpoint_hour']:.2f} an hour, about "
+        f"${monthly:.0f} a month whether runs run or not (a run pays its own hours above).\n"
+    )
 
 
 if __name__ == "__main__":
