@@ -108,7 +108,8 @@ def test_a_run_whose_rows_end_in_error_exits_3_and_says_how_to_retry(
     tmp_path: Path, session_cache: Path, sample: SampleBenchmark
 ) -> None:
     """Exit 2 means nothing ran; 3 means the run finished but rows are errors (here the
-    repository cannot be reached), so a script never takes an all-error run for success."""
+    repository cannot be reached), so a script never takes an all-error run for success;
+    the retry it advises (``--retry-errors``) evaluates those rows again."""
     out = cli(
         "run",
         "--sample",
@@ -139,6 +140,24 @@ def test_a_run_whose_rows_end_in_error_exits_3_and_says_how_to_retry(
     assert report["completed_ids"] == [] and report["failure_reasons"] == {
         r["instance_id"]: "repo_unavailable" for r in rows
     }
+
+    # Resumed with the repository back: the error rows stand unless asked again, and then
+    # only they are evaluated
+    def resume(*extra: str) -> subprocess.CompletedProcess[str]:
+        return cli(
+            "run", "--sample", "--patches", "gold", "--max-rows", "2",
+            "--repo-url-template", sample.url_template, "--run-id", "unreachable",
+            "--no-progress", *extra, cwd=tmp_path, cache=session_cache,
+        )  # fmt: skip
+
+    kept = resume()
+    assert kept.returncode == 3, kept.stdout + kept.stderr
+    rows = read_jsonl(tmp_path / "results" / "unreachable" / "instances.jsonl")
+    assert {(r["status"], r["reason"]) for r in rows} == {("error", "repo_unavailable")}
+    retried = resume("--retry-errors")
+    assert retried.returncode == 0, retried.stdout + retried.stderr
+    rows = read_jsonl(tmp_path / "results" / "unreachable" / "instances.jsonl")
+    assert len(rows) == 2 and {r["status"] for r in rows} == {"resolved"}
 
 
 def test_the_sample_is_named_on_the_command_line_as_a_request_names_it(

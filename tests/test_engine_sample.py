@@ -362,6 +362,10 @@ def test_base_validation_is_reported_cached_and_tied_to_the_environment(
     from swegreen import recipes
 
     ids = ["sample__calculator-1", "sample__textkit-1"]
+    # whatever ran before in this session (the cache is the session's): not yet validated
+    for iid in ids:
+        for report in (settings.cache_dir / "base-validation").glob(f"{iid}-*.json"):
+            report.unlink()
     first = run_sample("gold", run_id="bv-1", base_validation=True, instance_ids=ids)
     for row in first.results:
         assert row.base_validation is not None

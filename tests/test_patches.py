@@ -132,6 +132,32 @@ def test_a_symlink_inside_the_repository_is_fine() -> None:
     check_patch(inspect_patch(SYMLINK_OUT.replace("../../../../etc", "docs/index.md")))
 
 
+@pytest.mark.parametrize(
+    ("link", "target", "escapes"),
+    [
+        ("link", "..", True),  # exactly the checkout's parent
+        ("link", "../", True),
+        ("link", "./..", True),
+        ("link", "sub/../..", True),
+        ("link", "/", True),
+        ("link", "", True),
+        ("pkg/link", "../..", True),
+        ("pkg/link", "..", False),  # the repository's root: inside
+        ("pkg/link", "../docs", False),
+        ("link", ".", False),
+        ("link", "a/../b", False),
+    ],
+)
+def test_a_new_symlinks_target_is_judged_from_where_the_link_is(
+    link: str, target: str, escapes: bool
+) -> None:
+    patch = SYMLINK_OUT.replace("link", link).replace("../../../../etc", target)
+    if escapes:
+        assert rejected(patch).reason is Reason.PATCH_OUTSIDE_REPO
+    else:
+        check_patch(inspect_patch(patch))
+
+
 def test_writing_through_a_symlink_the_patch_creates_is_refused() -> None:
     inner = SYMLINK_OUT.replace("../../../../etc", "docs")
     patch = inner + "diff --git a/link/x b/link/x\n--- /dev/null\n+++ b/link/x\n@@ -0,0 +1 @@\n+x\n"

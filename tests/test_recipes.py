@@ -9,7 +9,8 @@ import pytest
 
 from swegreen.dataset import load_dataset, parse_rows
 from swegreen.errors import NoRecipe
-from swegreen.recipes import Recipe, RecipeBook, builtin_recipes
+from swegreen.recipe_catalog import builtin_recipes
+from swegreen.recipes import Recipe, RecipeBook
 from swegreen.requirements import (
     build_system_packages,
     conda_to_pip,

@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,39 @@ def test_a_fortran_program_builds_and_runs_with_debians_gfortran_and_openblas_un
     # namespace), as scikit-learn 1.3's Cython-made C++ needs
     (tmp_path / "nan.cpp").write_text(CPP_ISNAN)
     subprocess.run(["g++", "-c", "nan.cpp", "-o", "nan.o"], cwd=tmp_path, env=build_env, check=True)
+
+
+@pytest.mark.skipif(
+    shutil.which("localedef") is None or not Path("/usr/share/i18n/locales/fr_FR").exists(),
+    reason="needs glibc's localedef and its locale sources",
+)
+def test_a_locale_the_host_lacks_is_compiled_without_root_and_found_through_locpath(
+    tmp_path: Path,
+) -> None:
+    """What django's recipe asks (en_US.UTF-8) on a host with only C.UTF-8: compiled into
+    the environment, not the system (no locale-gen, no root), and used through LOCPATH."""
+    from swegreen.system_deps import build_locales, host_locales
+
+    have = asyncio.run(host_locales(_step))
+    assert "c.utf8" in have or "posix" in have
+    wanted = "fr_FR.UTF-8"
+    if wanted.lower().replace("utf-8", "utf8") in have:
+        pytest.skip(f"{wanted} is installed on this machine: nothing to compile")
+    env = asyncio.run(build_locales([wanted, "C.UTF-8"], tmp_path / "locales", have, _step))
+    assert env == {"LOCPATH": str(tmp_path / "locales")}
+    assert [p.name for p in (tmp_path / "locales").iterdir()] == [wanted]  # not C.UTF-8's
+    probe = (
+        "import locale; locale.setlocale(locale.LC_ALL, '');"
+        " print(locale.localeconv()['decimal_point'])"
+    )
+    used = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, **env, "LC_ALL": wanted},
+        capture_output=True,
+        text=True,
+    )
+    assert used.returncode == 0 and used.stdout.strip() == ",", used.stderr
+    missing = subprocess.run(
+        [sys.executable, "-c", probe], env={**os.environ, "LC_ALL": wanted}, capture_output=True
+    )
+    assert missing.returncode != 0  # without LOCPATH the host has no such locale

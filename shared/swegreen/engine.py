@@ -21,7 +21,8 @@ from swegreen.environments import EnvManager
 from swegreen.evaluate import Evaluator
 from swegreen.interpreters import InterpreterSearch
 from swegreen.ports import ArtifactStore, ProgressCallback
-from swegreen.recipes import RecipeBook, builtin_recipes, known_network_instances
+from swegreen.recipe_catalog import builtin_recipes
+from swegreen.recipes import RecipeBook, known_network_instances
 from swegreen.repo_cache import RepoCache
 from swegreen.runner import Runner
 from swegreen.sandbox import Isolation, LocalSandbox

@@ -196,11 +196,10 @@ def known_network_instances() -> frozenset[str]:
     return frozenset(k for k in json.loads(entry.read_text()) if not k.startswith("_"))
 
 
-def builtin_recipes() -> RecipeBook:
-    """The recipes shipped with the package: SWE-bench Verified's repos and the sample's."""
-    from swegreen.sample import sample_recipes
-
-    books = [sample_recipes()]
+def verified_recipes() -> RecipeBook:
+    """The recipes of SWE-bench Verified's repositories, shipped as data. (The package's
+    whole catalog, the sample's too, is ``recipe_catalog.builtin_recipes``.)"""
+    books = []
     data_dir = resources.files("swegreen") / "data"
     for name in ("swebench_recipes.json",):
         entry = data_dir / name

@@ -162,8 +162,9 @@ class Emulator:
             capacity = strategy[0]["capacityProvider"] if strategy else given.get("launch_type")
             with ecs_lock:
                 tasks = original_run_task(backend, *args, **kwargs)
+            network = given.get("networking_configuration")  # moto's Task may not keep it
             for task in tasks:
-                emulator._start_container(backend, task, capacity)
+                emulator._start_container(backend, task, capacity, network)
             return tasks
 
         from moto.core.exceptions import JsonRESTError
@@ -436,7 +437,9 @@ class Emulator:
                 f"Container Overrides length must be at most {OVERRIDES_LIMIT}, not {size}"
             )
 
-    def _start_container(self, backend: Any, task: Any, capacity: str | None) -> None:
+    def _start_container(
+        self, backend: Any, task: Any, capacity: str | None, network: dict[str, Any] | None
+    ) -> None:
         definition = backend.describe_task_definition(task.task_definition_arn)
         container = definition.container_definitions[0]
         env = {p["name"]: p["value"] for p in container.get("environment") or []}
@@ -449,7 +452,7 @@ class Emulator:
         instance_id = env.get("SWEGREEN_INSTANCE_ID") or f"{phase}-{env.get('SWEGREEN_ITEM_INDEX')}"
         task_dir = self.workdir / "tasks" / f"{instance_id}-{task.id[:8]}"
         task_dir.mkdir(parents=True)
-        closed = _assign_public_ip(task.network_configuration) == "DISABLED"
+        closed = _assign_public_ip(network) == "DISABLED"
         view = self._own_disk(task_dir, closed=closed)
         env = {k: str(self.cache_path) if v == CACHE_MOUNT else v for k, v in env.items()}
         command = [*SANDBOX_COMMAND, *command]

@@ -271,13 +271,29 @@ def _ended_as_recorded(deployed: Deployed, execution_arn: str, state: dict[str, 
         executionArn=execution_arn
     )
     assert described["status"] in ("ABORTED", "FAILED"), described["status"]
-    expected = ExecutionStopped(
-        name=state["run_id"],
-        status=described["status"],
-        error=described.get("error"),
-        cause=described.get("cause"),
-    ).run_state()
+    if described["status"] == "ABORTED":  # the cause DELETE gives (stop_execution.vtl)
+        expected = ("cancelled", "the execution was stopped: cancelled through the API")
+    else:
+        expected = ("failed", described.get("cause") or described["error"])
     assert (state["state"], state["error"]) == expected
+
+
+def test_how_an_execution_ended_is_the_runs_state() -> None:
+    """What GET /runs/{id} says of an execution that ended unfinished (the Stopped step)."""
+    ended = {
+        ("ABORTED", None, "cancelled through the API"): (
+            "cancelled",
+            "the execution was stopped: cancelled through the API",
+        ),
+        ("ABORTED", None, None): ("cancelled", "the execution was stopped: no reason given"),
+        ("TIMED_OUT", None, None): ("failed", "the execution timed out"),
+        ("FAILED", "States.Runtime", "a Map was stopped"): ("failed", "a Map was stopped"),
+        ("FAILED", "States.Runtime", None): ("failed", "States.Runtime"),
+        ("FAILED", None, None): ("failed", "the execution failed"),
+    }
+    for (status, error, cause), state in ended.items():
+        stopped = ExecutionStopped(name="r", status=status, error=error, cause=cause)
+        assert stopped.run_state() == state
 
 
 def test_a_run_is_cancelled_through_the_api(deployed: Deployed, agents: dict[str, Server]) -> None:

@@ -22,7 +22,7 @@ from swegreen.config import EvalConfig
 from swegreen.dataset import Instance, load_dataset
 from swegreen.engine import LocalSettings, build_evaluator, build_testbeds
 from swegreen.ports import PatchResult
-from swegreen.recipes import builtin_recipes
+from swegreen.recipe_catalog import builtin_recipes
 from swegreen.runner import evaluate_with_retries
 from swegreen.sample import SampleBenchmark
 from tests.helpers import commit

@@ -1,7 +1,8 @@
 """The pipeline's steps at 10,000 rows, the most a run may have (a real S3 API: moto).
 
 Resolve writes every row's objects (its instance, its prediction) and the Map's lists;
-Dispatch reads only its own row's prediction, never the run's whole predictions file."""
+Dispatch reads only its own row's prediction, never the run's whole predictions file;
+Aggregate writes the rows the Map lost (in parallel) and publishes every row."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import pytest
 
 from swegreen.aws.guardrails import Guardrails
 from swegreen.aws.pipeline import PREDICTION, Item, Pipeline, PipelineSettings, StartEvent
-from swegreen.classify import Reason
+from swegreen.classify import Reason, Status
 from swegreen.dataset import load_dataset
+from swegreen.results import InstanceResult
 from swegreen.sample import SampleBenchmark
 from swegreen.store_sqlite import SqliteStore
 
@@ -76,5 +78,28 @@ def test_ten_thousand_rows_resolve_and_dispatch_from_their_own_objects(
             Bucket=BUCKET, Key=f"runs/big/instances/{with_patch.instance_id}/{PREDICTION}"
         )
         assert json.loads(own["Body"].read())["model_name_or_path"] == "m"
+
+        # Aggregate: 9,500 rows written, 500 lost by the Map (written now as error rows,
+        # from their own instance objects); the leaderboard counts all 10,000
+        for n, iid in enumerate(ids):
+            if n % 20:
+                store.save_result(
+                    "big",
+                    InstanceResult(
+                        instance_id=iid, repo="r", status=Status.RESOLVED, reason="resolved",
+                        model_name_or_path="m", patch_applied=True, tests_ran=True,
+                        f2p_passed=1, f2p_total=1, p2p_passed=2, p2p_total=2,
+                    ),
+                )  # fmt: skip
+        summary = pipeline.aggregate("big")["summary"]
+        assert summary["total_instances"] == ROWS
+        assert summary["resolved_pct"] == pytest.approx(0.95)
+        assert summary["error_pct"] == pytest.approx(0.05)
+        stored = store.get_results("big")
+        assert len(stored) == ROWS
+        assert stored[ids[0]].status is Status.ERROR
+        assert "ended without a row" in stored[ids[0]].detail
+        published = s3.get_object(Bucket=BUCKET, Key="runs/big/instances.jsonl")["Body"].read()
+        assert len(published.splitlines()) == ROWS
     finally:
         store.close()

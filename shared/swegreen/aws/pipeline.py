@@ -44,7 +44,8 @@ from swegreen.metrics import RunMetrics
 from swegreen.patches import oversized_patch
 from swegreen.ports import PatchResult, RunRecord
 from swegreen.publish import base_provenance, result_row, run_report
-from swegreen.recipes import RecipeBook, builtin_recipes, known_network_instances
+from swegreen.recipe_catalog import builtin_recipes
+from swegreen.recipes import RecipeBook, known_network_instances
 from swegreen.report_html import render_html
 from swegreen.results import InstanceResult, utcnow
 from swegreen.rows import RowBuilder, error_row
@@ -823,12 +824,17 @@ class Pipeline:
         stored = self.store.get_results(run_id)
         results = [stored[i] for i in record.instance_ids if i in stored]
         missing = [i for i in record.instance_ids if i not in stored]
-        for iid in missing:  # a row the Map lost: an error row, never a silent gap
+
+        def lost(iid: str) -> InstanceResult:
+            """A row the Map lost: an error row, never a silent gap."""
             inst = self.instance(run_id, iid)
             failure = EvaluationFailure("the row's step function iteration ended without a row")
             row = error_row(inst, None, failure, 1, utcnow(), time.monotonic())
             self.store.save_result(run_id, row)
-            results.append(row)
+            return row
+
+        with ThreadPoolExecutor(RESOLVE_WRITERS) as pool:  # the stores are thread-safe
+            results += pool.map(lost, missing)
         metrics = RunMetrics.from_results(results)
         model = record.config.get("green_agent_model", "")
         role = (
