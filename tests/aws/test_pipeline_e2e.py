@@ -67,8 +67,9 @@ NETWORK_ROW = "sample__textkit-1"
 MARK = "swegreen-poisoned"
 # Module-level code a hostile patch adds: when the tests import it, it reports (to a path on
 # this host) who it runs as and whether it holds AWS credentials; it tries to leave a file
-# in every environment of the task's cache and to append to the grader's test logs there,
-# and to reach a host that is no VPC endpoint (a participant's server).
+# in every environment of the task's cache and to append to the grader's test logs there
+# (noting every folder it may not list), and to reach a host that is no VPC endpoint (a
+# participant's server).
 HOSTILE_CODE = f"""\
 def _poison(report={{report!r}}, probe={{probe!r}}):
     import os, socket
@@ -86,7 +87,10 @@ def _poison(report={{report!r}}, probe={{probe!r}}):
             seen.append("wrote " + target)
         except OSError as exc:
             seen.append("refused " + target + ": " + exc.strerror)
-    for root, _, files in os.walk(cache):
+    def refused(exc):
+        seen.append("refused grader dir " + str(exc.filename) + ": " + str(exc.strerror))
+
+    for root, _, files in os.walk(cache, onerror=refused):
         if "{TEST_OUTPUT}" in files:
             try:
                 open(os.path.join(root, "{TEST_OUTPUT}"), "a").write("forged")
@@ -482,7 +486,11 @@ def test_a_hostile_patch_runs_closed_off_as_its_own_uid_and_cannot_touch_the_gra
     assert "credentials: " in report, report  # no AWS_* variable at all
     assert f"uid: {DEFAULT_SANDBOX_UID}" in report and "uid: 0" not in report, report
     assert any(line.startswith("refused /") for line in report), report
-    assert any(line.startswith("refused grader log ") for line in report), report
+    # the grader's folder beside its workspace (its log, scripts, record FIFO): not even
+    # listable to it (testbed.host_dir)
+    assert any(line.startswith("refused grader dir ") and ".host:" in line for line in report), (
+        report
+    )
     assert not any(line.startswith("wrote") for line in report), report
     assert any(line.startswith("unreachable ") for line in report), report
     assert not any(line.startswith("reached ") for line in report), report

@@ -93,7 +93,10 @@ def test_a_row_evaluates_from_the_artifacts_alone(
     path, holding nothing but the unpacked artifacts, then evaluates a gold patch (and
     finds its base run) without building, fetching or preparing anything."""
     rows = [i for i in instances(sample) if i.repo == "sample/calculator"][:2]
-    config = EvalConfig(repo_url_template=sample.url_template, base_validation=True)
+    # as every task of the pipeline runs (sandbox_task.sandbox_config)
+    config = EvalConfig(
+        repo_url_template=sample.url_template, base_validation=True, offline_installs=True
+    )
     bucket = ArtifactBucket(s3, BUCKET)
     for inst in rows:
         bucket.put_text(f"runs/r/instances/{inst.instance_id}/{INSTANCE}", inst.model_dump_json())

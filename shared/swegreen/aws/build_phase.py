@@ -217,6 +217,12 @@ async def prepare(
             print(f"{instance_id}: {exc.reason}: {exc}\n{exc.log_tail}", file=sys.stderr)
             status = status if exc.permanent else EXIT_TEMPFAIL
             continue
+        if prepared.workspace.name != needs.prepared:  # the rows would never find it
+            raise RuntimeError(
+                f"{instance_id}: this task prepared {prepared.workspace.name}, the run's plan "
+                f"names {needs.prepared}: the build phase must run with offline_installs "
+                "(sandbox_task.sandbox_config sets it)"
+            )
         paths = [prepared.workspace.relative_to(cache).as_posix()]
         # the history its checkout borrows objects from (history.py), and nothing later
         paths += [
