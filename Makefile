@@ -24,6 +24,7 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check shared tests infra functions benchmarks scripts
+	PYTHONPATH=shared $(BIN)/lint-imports
 
 # Two workers, whole files each: the AWS modules' deployments overlap the rest (docs/benchmarks.md).
 test: setup lint

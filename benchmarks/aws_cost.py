@@ -37,8 +37,8 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
-from swegreen.recipes import known_network_instances
-from swegreen.schedule import expected_seconds
+from swegreen.core.recipes import known_network_instances
+from swegreen.core.schedule import expected_seconds
 
 # us-east-1 list prices, USD (2026-11; Fargate Linux/x86, Fargate Spot at its usual ~70%
 # discount (it varies), Lambda x86, Step Functions Standard, DynamoDB on-demand, S3
@@ -125,7 +125,7 @@ class Scenario:
     insights_kb_per_task_minute: float = 0.0  # Container Insights' performance log events
     watch_always: bool = False  # Watch's per-minute invocation for the whole run
     unmeasured_factor: float = 1.0  # rows of repositories with no measured warm evaluation
-    longest_first: bool = True  # Resolve's order (swegreen.schedule): slowest first
+    longest_first: bool = True  # Resolve's order (swegreen.core.schedule): slowest first
     spread: float = 0.6  # log-normal sigma of a row's time around its repository's figure
     seed: int = 0
     prices: dict[str, float] = field(default_factory=lambda: dict(PRICES))

@@ -1,8 +1,8 @@
 """What history stores cost on a real repository: time and disk for its Verified bases.
 
-Builds the stores (``swegreen.history``) of every Verified base commit of ``--repo`` (or
-the first ``--bases``) from a local bare mirror into a fresh directory, one base after
-the other as an engine would, and prints per base the seconds it took and the chain it
+Builds the stores (``swegreen.repositories.history``) of every Verified base commit of
+``--repo`` (or the first ``--bases``) from a local bare mirror into a fresh directory, one
+base after the other as an engine would, and prints per base the seconds it took and the chain it
 borrows from, then the whole directory's size against the mirror's (what a per-instance
 copy of the history, as upstream's images hold, would cost instead).
 
@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from swegreen.history import HistoryStores
-from swegreen.repo_cache import git_env
+from swegreen.repositories.history import HistoryStores
+from swegreen.repositories.repo_cache import git_env
 
 
 def du(path: Path) -> int:

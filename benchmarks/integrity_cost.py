@@ -23,12 +23,12 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from swegreen.config import EvalConfig
-from swegreen.dataset import load_dataset, select_instances
-from swegreen.engine import LocalSettings, build_engine, host_environment
+from swegreen.core.config import EvalConfig
+from swegreen.core.dataset import load_dataset, select_instances
+from swegreen.core.sources import GoldPatches
+from swegreen.evaluation.engine import LocalSettings, build_engine, host_environment
 from swegreen.sample import build_sample
-from swegreen.sandbox import Isolation, LocalSandbox, Mounts, SandboxPolicy
-from swegreen.sources import GoldPatches
+from swegreen.sandbox.local import Isolation, LocalSandbox, Mounts, SandboxPolicy
 
 
 def median_time(fn: Callable[[], Awaitable[object]], rounds: int) -> float:

@@ -31,12 +31,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from swegreen.config import EvalConfig
-from swegreen.dataset import load_dataset, select_instances
-from swegreen.engine import LocalSettings, build_engine, host_environment
-from swegreen.runner import RunOutcome
+from swegreen.core.config import EvalConfig
+from swegreen.core.dataset import load_dataset, select_instances
+from swegreen.core.sources import GoldPatches
+from swegreen.evaluation.engine import LocalSettings, build_engine, host_environment
+from swegreen.evaluation.runner import RunOutcome
 from swegreen.sample import build_sample
-from swegreen.sources import GoldPatches
 
 
 @dataclass

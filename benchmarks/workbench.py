@@ -28,11 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from swegreen.config import EvalConfig
-from swegreen.dataset import Instance, load_dataset, select_instances
-from swegreen.engine import LocalSettings, build_engine, host_environment
+from swegreen.core.config import EvalConfig
+from swegreen.core.dataset import Instance, load_dataset, select_instances
+from swegreen.evaluation.engine import LocalSettings, build_engine, host_environment
+from swegreen.evaluation.workbench import Workbenches
 from swegreen.sample import build_sample
-from swegreen.workbench import Workbenches
 
 
 async def measure(workbenches: Workbenches, instance: Instance, commands: int) -> list[float]:

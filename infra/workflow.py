@@ -47,7 +47,7 @@ from infra.bundling import LambdaBundler, sources_hash
 from infra.sandbox import ISOLATION, OPEN, Sandbox
 from infra.settings import StackSettings, retention
 from swegreen.aws.pipeline import INSTANCE, SANDBOX_INPUT
-from swegreen.classify import Status
+from swegreen.core.classify import Status
 
 ROOT = Path(__file__).resolve().parents[1]
 # Throttling and service hiccups: retried with jitter. Anything else goes to RecordError.

@@ -27,8 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "shared"))
 
-from swegreen.recipes import Recipe  # noqa: E402
-from swegreen.requirements import translate_specs  # noqa: E402
+from swegreen.core.recipes import Recipe  # noqa: E402
+from swegreen.environments.requirements import translate_specs  # noqa: E402
 
 OUT = ROOT / "shared" / "swegreen" / "data" / "swebench_recipes.json"
 UPSTREAM = "swebench==4.1.0"

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from swegreen.config import EvalConfig
-from swegreen.dataset import Instance, load_dataset, select_instances
-from swegreen.engine import Engine, LocalSettings, build_engine, host_environment
-from swegreen.ports import PatchSource
-from swegreen.runner import RunOutcome
+from swegreen.core.config import EvalConfig
+from swegreen.core.dataset import Instance, load_dataset, select_instances
+from swegreen.core.ports import PatchSource
+from swegreen.evaluation.engine import Engine, LocalSettings, build_engine, host_environment
+from swegreen.evaluation.runner import RunOutcome
 from swegreen.sample import SampleBenchmark, build_sample
-from swegreen.sandbox import Isolation
+from swegreen.sandbox.local import Isolation
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,7 +41,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     root = config.stash.get(_TEMP_ROOT, None)
     if root is not None:
         # workspaces an engine killed by a test left mounted (overlay.py) would pin the tree
-        from swegreen import overlay
+        from swegreen.sandbox import overlay
 
         overlay.sweep(root)
         shutil.rmtree(root, ignore_errors=True)
@@ -115,7 +115,7 @@ def run_sample(
     """Evaluate the sample (or a selection of it) with a patch source; returns the outcome."""
     import asyncio
 
-    from swegreen.sources import source_for
+    from swegreen.core.sources import source_for
 
     def run(
         patches: str | PatchSource,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.apply import apply_patch
-from swegreen.repo_cache import git_env
+from swegreen.evaluation.apply import apply_patch
+from swegreen.repositories.repo_cache import git_env
 
 from .helpers import commit, git, make_repo
 

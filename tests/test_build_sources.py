@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.build_sources import SHIM_LOG, Download, OfflineSources, known_downloads
-from swegreen.classify import Status
-from swegreen.engine import Engine, LocalSettings, build_engine
-from swegreen.recipes import Recipe, RecipeBook
+from swegreen.core.classify import Status
+from swegreen.core.recipes import Recipe, RecipeBook
+from swegreen.environments.build_sources import SHIM_LOG, Download, OfflineSources, known_downloads
+from swegreen.evaluation.engine import Engine, LocalSettings, build_engine
 from swegreen.sample import SampleBenchmark
 
 from .conftest import RunSample, sample_config

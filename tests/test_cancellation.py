@@ -37,16 +37,16 @@ from a2a.types import (
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.types import Message as AsgiMessage
 
+from swegreen.a2a.participant_client import WAITING_FOR_TASK, A2AParticipant
 from swegreen.agent.assessment import AgentSettings
 from swegreen.agent.executor import GreenAgentExecutor
-from swegreen.agent.participant_client import WAITING_FOR_TASK, A2AParticipant
 from swegreen.agent.server import agent_card, build_app, green_card, open_task
-from swegreen.classify import Reason
-from swegreen.dataset import Instance, load_dataset
-from swegreen.engine import LocalSettings
+from swegreen.core.classify import Reason
+from swegreen.core.dataset import Instance, load_dataset
+from swegreen.evaluation.engine import LocalSettings
 from swegreen.participants.server import Reply, participant_app
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox import Isolation
+from swegreen.sandbox.local import Isolation
 from tests.helpers import GIT_ID, read_jsonl, serving
 
 GUARD = 60  # seconds: a test that waits longer than this has hung (the bug it guards)

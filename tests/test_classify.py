@@ -8,7 +8,7 @@ import pytest
 from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS
 from swebench.harness.grading import get_resolution_status
 
-from swegreen.classify import Reason, Status, TestCounts, classify
+from swegreen.core.classify import Reason, Status, TestCounts, classify
 
 
 @pytest.mark.parametrize(

@@ -393,8 +393,8 @@ def test_help_and_version_answer_without_loading_the_grader() -> None:
         "        parser().parse_args(argv)\n"
         "    except SystemExit:\n"
         "        pass\n"
-        "heavy = sorted(m for m in ('swebench', 'datasets', 'litellm', 'swegreen.engine')"
-        " if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('swebench', 'datasets', 'litellm',"
+        " 'swegreen.evaluation.engine') if m in sys.modules)\n"
         "print('HEAVY', heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -431,7 +431,7 @@ def test_sandbox_limits_come_from_the_environment_and_bad_ones_are_refused(
     import argparse
 
     from swegreen.cli import _settings
-    from swegreen.errors import ConfigError
+    from swegreen.core.errors import ConfigError
 
     args = argparse.Namespace(output_dir=tmp_path / "out", cache_dir=tmp_path / "cache")
     settings = _settings(args, {"SWEGREEN_DISK_MB": "2048", "SWEGREEN_MEMORY_MB": "4096"})

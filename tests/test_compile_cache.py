@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.compile_cache import CACHE_DIR, CompileCache
-from swegreen.config import EvalConfig
-from swegreen.dataset import Instance
-from swegreen.engine import LocalSettings, build_engine
-from swegreen.recipes import Recipe, RecipeBook
+from swegreen.core.config import EvalConfig
+from swegreen.core.dataset import Instance
+from swegreen.core.recipes import Recipe, RecipeBook
+from swegreen.environments.compile_cache import CACHE_DIR, CompileCache
+from swegreen.evaluation.engine import LocalSettings, build_engine
 
 from .helpers import make_repo
 from .test_prepared import tree_digest

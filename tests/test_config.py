@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.config import EvalConfig, build_config, load_config
-from swegreen.errors import ConfigError
+from swegreen.core.config import EvalConfig, build_config, load_config
+from swegreen.core.errors import ConfigError
 
 
 def scenario(tmp_path: Path, text: str) -> Path:

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from swegreen.dataset import Dataset, Selection, load_dataset, parse_rows, select_instances
-from swegreen.errors import DatasetError
+from swegreen.core.dataset import Dataset, Selection, load_dataset, parse_rows, select_instances
+from swegreen.core.errors import DatasetError
 
 from .helpers import raw_row
 

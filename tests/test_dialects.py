@@ -34,9 +34,9 @@ from a2a.types import AgentExtension, AgentSkill
 from google.protobuf.struct_pb2 import Struct
 
 from swegreen.agent.server import agent_card, build_app, open_task
-from swegreen.dataset import load_dataset
+from swegreen.core.dataset import load_dataset
+from swegreen.core.task_dialects import EXTENSION_URI
 from swegreen.sample import SampleBenchmark
-from swegreen.task_dialects import EXTENSION_URI
 from tests.helpers import Server, free_port, serving, start, stop, wait_for_card
 from tests.test_agent import assess
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from swegreen.config import EvalConfig
+from swegreen.core.config import EvalConfig
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

@@ -8,14 +8,14 @@ import subprocess
 import time
 from pathlib import Path
 
-from swegreen import artifacts as art
-from swegreen.classify import Reason, Status
-from swegreen.dataset import Instance, load_dataset, select_instances
-from swegreen.engine import LocalSettings, build_engine
-from swegreen.ports import PatchResult, ProgressEvent
-from swegreen.recipes import Recipe, RecipeBook
+from swegreen.core.classify import Reason, Status
+from swegreen.core.dataset import Instance, load_dataset, select_instances
+from swegreen.core.ports import PatchResult, ProgressEvent
+from swegreen.core.recipes import Recipe, RecipeBook
+from swegreen.core.sources import GoldPatches
+from swegreen.evaluation.engine import LocalSettings, build_engine
 from swegreen.sample import SampleBenchmark
-from swegreen.sources import GoldPatches
+from swegreen.stores import artifacts as art
 
 from .conftest import RunSample, sample_config
 from .helpers import git, read_jsonl
@@ -359,7 +359,7 @@ def test_base_validation_is_reported_cached_and_tied_to_the_environment(
     P2P tests pass (ok); the result is cached per instance, and a rebuilt environment
     (here: another recipe schema) is validated again, never served a report from an
     environment that no longer exists (sphinx 3.x after the schema 3 fix)."""
-    from swegreen import recipes
+    from swegreen.core import recipes
 
     ids = ["sample__calculator-1", "sample__textkit-1"]
     # whatever ran before in this session (the cache is the session's): not yet validated
@@ -417,8 +417,8 @@ def test_the_network_is_on_only_for_instances_that_need_it(
     """Upstream's containers have the network; a few Verified tests reach real hosts. Those
     instances (known ones, plus the config's) keep it; every other test command runs
     without it."""
-    from swegreen.recipes import known_network_instances
-    from swegreen.testbed import Testbed
+    from swegreen.core.recipes import known_network_instances
+    from swegreen.evaluation.testbed import Testbed
 
     assert "sphinx-doc__sphinx-8269" in known_network_instances()
     config = sample_config(sample, network_instances="sample__ledger-1, sample__textkit-2")
@@ -453,9 +453,9 @@ def test_every_sample_task_is_valid_on_its_base_commit(run_sample: RunSample) ->
 def test_participants_clone_repositories_that_end_at_the_base(sample: SampleBenchmark) -> None:
     """The full sample repositories hold the commits that fixed each task; the ones named in
     the task message hold nothing after the base commit, so no fix can be replayed."""
-    from swegreen.config import EvalConfig
+    from swegreen.core.config import EvalConfig
+    from swegreen.core.task_message import task_data
     from swegreen.sample import resolve_sample
-    from swegreen.task_message import task_data
 
     config = resolve_sample(EvalConfig(dataset="swegreen:sample"), sample.root.parent)
     dataset = load_dataset(config.dataset)

@@ -8,7 +8,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from swegreen.env_guard import EnvGuard
+from swegreen.sandbox.env_guard import EnvGuard
 
 SITE = "lib/python3.11/site-packages"
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from swegreen import environments
-from swegreen.constraints import merge_requirements
-from swegreen.environments import EnvManager, creation_stage, transient_failure
-from swegreen.errors import EnvSetupFailed
-from swegreen.interpreters import InterpreterSearch
-from swegreen.recipes import Recipe
+from swegreen.core.errors import EnvSetupFailed
+from swegreen.core.recipes import Recipe
+from swegreen.environments import manager as environments
+from swegreen.environments.constraints import merge_requirements
+from swegreen.environments.interpreters import InterpreterSearch
+from swegreen.environments.manager import EnvManager, creation_stage, transient_failure
 
 
 def manager(root: Path, host_env: dict[str, str]) -> EnvManager:
@@ -39,7 +39,7 @@ def built(tmp_path_factory: pytest.TempPathFactory, host_env_module: dict[str, s
 
 @pytest.fixture(scope="module")
 def host_env_module() -> dict[str, str]:
-    from swegreen.engine import host_environment
+    from swegreen.evaluation.engine import host_environment
 
     return host_environment()
 
@@ -187,7 +187,7 @@ def test_an_object_missing_at_the_setup_commit_is_remembered_with_its_own_reason
     every row of that environment failed the same way, each after a new checkout. Now
     the first failure is remembered, as repo_unavailable (the source's fault, not the
     recipe's), and later builds of the key fail without trying."""
-    from swegreen.errors import RepoUnavailable
+    from swegreen.core.errors import RepoUnavailable
 
     recipe = Recipe(
         python="host",
@@ -233,7 +233,7 @@ def test_failures_of_the_moment_are_told_from_failures_of_the_recipe(
 def test_project_installs_are_recognised_for_locking() -> None:
     """sphinx 3.x regression: `pip install -e .[test]` pulled today's docutils, which sphinx
     cannot import; recipes that pip-install the project lock its dependencies too."""
-    from swegreen.environments import project_extras
+    from swegreen.core.recipes import project_extras
 
     assert project_extras("python -m pip install -e .[test]") == "[test]"
     assert (
@@ -252,7 +252,7 @@ def test_a_project_requirement_overrides_a_clashing_recipe_pin() -> None:
     """sphinx 3.x: the recipe pins Jinja2==3.0.3, then setup.py (after pre_install) asks
     Jinja2<3.0; upstream's install step downgrades it, so the frozen resolve must too,
     keeping every other pin."""
-    from swegreen.constraints import clashing_pins, yield_pins
+    from swegreen.environments.constraints import clashing_pins, yield_pins
 
     uv_says = (
         "Because only sphinx[test]==3.2.0 is available and sphinx==3.2.0 depends on "
@@ -276,7 +276,7 @@ def test_an_exempt_package_is_resolved_past_the_freeze_date(tmp_path: Path) -> N
     """xarray's recipes exempt eccodes from the freeze date; uv refused the old far-future
     cap, which silently dropped the whole lock (sparse 0.17 then broke a P2P test). Runs the
     real uv against the package index."""
-    from swegreen.constraints import compile_command, find_uv
+    from swegreen.environments.constraints import compile_command, find_uv
 
     uv = find_uv(os.environ["PATH"])
     assert uv is not None
@@ -340,7 +340,7 @@ def test_creation_packages_are_in_place_before_anything_is_built(
 def test_a_dated_recipe_builds_through_the_dated_index(tmp_path: Path, host_env_module) -> None:
     """Every pip of the build (and of its build environments) gets the index as of the
     recipe's date; here iniconfig 2.x (2023) does not exist yet in 2021."""
-    from swegreen.dated_index import DatedIndex, index_env
+    from swegreen.environments.dated_index import DatedIndex, index_env
 
     index = DatedIndex(env=index_env(host_env_module))
     mgr = EnvManager(

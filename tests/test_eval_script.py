@@ -8,15 +8,15 @@ from pathlib import Path
 
 from swebench.harness.constants import START_TEST_OUTPUT
 
-from swegreen.dataset import parse_rows
-from swegreen.eval_script import (
+from swegreen.core.dataset import parse_rows
+from swegreen.core.eval_script import (
     adapt_eval_script,
     eval_phases,
     get_test_directives,
     make_eval_script,
     modified_test_files,
 )
-from swegreen.recipes import Recipe
+from swegreen.core.recipes import Recipe
 
 from .helpers import raw_row
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from swegreen.classify import Status, classify
-from swegreen.dataset import parse_rows
-from swegreen.grading import grade_log
+from swegreen.core.classify import Status, classify
+from swegreen.core.dataset import parse_rows
+from swegreen.core.grading import grade_log
 
 from .helpers import raw_row
 

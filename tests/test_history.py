@@ -8,12 +8,12 @@ import asyncio
 import subprocess
 from pathlib import Path
 
-from swegreen.engine import Engine
-from swegreen.errors import RepoUnavailable
-from swegreen.history import anchors, quarter_start
-from swegreen.repo_cache import RepoCache
+from swegreen.core.errors import RepoUnavailable
+from swegreen.evaluation.engine import Engine
+from swegreen.evaluation.workbench import Workbench, Workbenches
+from swegreen.repositories.history import anchors, quarter_start
+from swegreen.repositories.repo_cache import RepoCache
 from swegreen.sample import SampleBenchmark
-from swegreen.workbench import Workbench, Workbenches
 from tests.conftest import sample_instance
 from tests.helpers import git
 

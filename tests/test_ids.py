@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from swegreen import artifacts as art
 from swegreen.agent.assessment import AgentSettings, Assessment
 from swegreen.agent.request import RequestError, parse_request
 from swegreen.aws.pipeline import RunRequest, StartEvent
 from swegreen.cli import main
-from swegreen.dataset import load_dataset, parse_rows
-from swegreen.engine import LocalSettings
-from swegreen.errors import DatasetError, PredictionsError
-from swegreen.ids import check_id, id_problem
-from swegreen.sources import parse_predictions
+from swegreen.core.dataset import load_dataset, parse_rows
+from swegreen.core.errors import DatasetError, PredictionsError
+from swegreen.core.ids import check_id, id_problem
+from swegreen.core.sources import parse_predictions
+from swegreen.evaluation.engine import LocalSettings
+from swegreen.stores import artifacts as art
 
 from .helpers import raw_row
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from swegreen.dataset import load_dataset
+from swegreen.core.dataset import load_dataset
 from swegreen.sample import SampleBenchmark
 from tests.helpers import GIT_ID, Server, read_jsonl, start
 from tests.test_agent import assess

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from swegreen.dataset import load_dataset
+from swegreen.core.dataset import load_dataset
 from swegreen.sample import SampleBenchmark
 from tests.helpers import Server, read_jsonl, start, stop
 from tests.test_agent import assess

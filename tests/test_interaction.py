@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from swegreen.interaction import (
+from swegreen.core.interaction import (
     Budget,
     BudgetExhausted,
     CommandRequest,
@@ -12,7 +12,7 @@ from swegreen.interaction import (
     parse_command,
     truncate,
 )
-from swegreen.patch_extraction import ReplyPart
+from swegreen.core.patch_extraction import ReplyPart
 
 BUDGET = Budget(max_steps=3, command_timeout=60, command_output_bytes=100, max_output_bytes=250)
 

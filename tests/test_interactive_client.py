@@ -16,15 +16,15 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.types import AgentSkill, Message, Role
 
-from swegreen.agent.participant_client import A2AParticipant
+from swegreen.a2a.participant_client import A2AParticipant
 from swegreen.agent.server import agent_card, build_app
-from swegreen.config import EvalConfig
-from swegreen.dataset import Instance, load_dataset
-from swegreen.engine import Engine
+from swegreen.core.config import EvalConfig
+from swegreen.core.dataset import Instance, load_dataset
+from swegreen.evaluation.engine import Engine
+from swegreen.evaluation.workbench import Workbenches
 from swegreen.participants.server import SolverExecutor, task_facts
 from swegreen.participants.solvers import ScriptedShellSolver
 from swegreen.sample import SampleBenchmark
-from swegreen.workbench import Workbenches
 from tests.conftest import sample_config, sample_instance
 from tests.test_cancellation import serving
 
@@ -138,9 +138,9 @@ def test_in_process_isolation_the_green_agent_says_the_mode_is_not_offered(
     from swegreen.agent.assessment import AgentSettings
     from swegreen.agent.executor import GreenAgentExecutor
     from swegreen.agent.server import green_card
-    from swegreen.engine import LocalSettings
+    from swegreen.evaluation.engine import LocalSettings
     from swegreen.participants.server import participant_app
-    from swegreen.sandbox import Isolation
+    from swegreen.sandbox.local import Isolation
     from tests.test_cancellation import a2a_client
 
     solver = ScriptedShellSolver("explore", load_dataset(str(sample.dataset)))

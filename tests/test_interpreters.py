@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.errors import InterpreterNotFound
-from swegreen.interpreters import (
+from swegreen.core.errors import InterpreterNotFound
+from swegreen.environments.interpreters import (
     InterpreterSearch,
     describe_interpreter,
     find_interpreter,
@@ -119,9 +119,9 @@ def test_an_evaluation_builds_with_the_given_interpreter_and_records_it(
     settings, sample, host_env, run_sample, tmp_path: Path
 ) -> None:
     """A recipe's version served by the user's interpreter (a wrapper that leaves a mark)."""
-    from swegreen.classify import Status
-    from swegreen.engine import build_engine
-    from swegreen.recipes import Recipe, RecipeBook
+    from swegreen.core.classify import Status
+    from swegreen.core.recipes import Recipe, RecipeBook
+    from swegreen.evaluation.engine import build_engine
 
     from .conftest import sample_config
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import random
 import time
 
-from swegreen.classify import Reason, Status
-from swegreen.dataset import parse_rows
-from swegreen.errors import EnvSetupFailed
-from swegreen.metrics import RunMetrics
-from swegreen.ports import PatchResult
-from swegreen.results import InstanceResult
-from swegreen.rows import RowBuilder, error_row
+from swegreen.core.classify import Reason, Status
+from swegreen.core.dataset import parse_rows
+from swegreen.core.errors import EnvSetupFailed
+from swegreen.core.metrics import RunMetrics
+from swegreen.core.ports import PatchResult
+from swegreen.core.results import InstanceResult
+from swegreen.core.rows import RowBuilder, error_row
 
 from .helpers import raw_row
 

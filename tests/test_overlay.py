@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from swegreen import overlay
+from swegreen.sandbox import overlay
 
 needs_root = pytest.mark.skipif(not overlay.can_mount(), reason="only a root engine mounts")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from swegreen.patch_extraction import ReplyPart, extract_patch
+from swegreen.core.patch_extraction import ReplyPart, extract_patch
 
 DIFF = "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
 

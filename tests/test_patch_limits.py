@@ -8,15 +8,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from swegreen import artifacts as art
-from swegreen.classify import Reason, Status
-from swegreen.config import DEFAULT_MAX_PATCH_BYTES, EvalConfig
-from swegreen.dataset import Instance, load_dataset
-from swegreen.engine import LocalSettings
-from swegreen.patch_extraction import ReplyPart, extract_patch
-from swegreen.patches import inspect_patch, oversized_patch
-from swegreen.ports import PatchResult
+from swegreen.core.classify import Reason, Status
+from swegreen.core.config import DEFAULT_MAX_PATCH_BYTES, EvalConfig
+from swegreen.core.dataset import Instance, load_dataset
+from swegreen.core.patch_extraction import ReplyPart, extract_patch
+from swegreen.core.patches import inspect_patch, oversized_patch
+from swegreen.core.ports import PatchResult
+from swegreen.evaluation.engine import LocalSettings
 from swegreen.sample import SampleBenchmark
+from swegreen.stores import artifacts as art
 
 from .conftest import RunSample
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.classify import Reason
-from swegreen.patches import PatchRejected, check_against_tree, check_patch, inspect_patch
+from swegreen.core.classify import Reason
+from swegreen.core.patches import PatchRejected, check_against_tree, check_patch, inspect_patch
 
 MODIFY = """diff --git a/pkg/mod.py b/pkg/mod.py
 index 1111111..2222222 100644

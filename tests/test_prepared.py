@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from swegreen import overlay
-from swegreen.classify import Status
-from swegreen.dataset import load_dataset
-from swegreen.engine import LocalSettings, build_engine
-from swegreen.recipes import Recipe, RecipeBook
+from swegreen.core.classify import Status
+from swegreen.core.dataset import load_dataset
+from swegreen.core.recipes import Recipe, RecipeBook
+from swegreen.evaluation.engine import LocalSettings, build_engine
+from swegreen.evaluation.testbed import Testbed
 from swegreen.sample import SampleBenchmark
-from swegreen.testbed import Testbed
+from swegreen.sandbox import overlay
 
 from .conftest import RunSample, sample_config
 

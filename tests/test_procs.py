@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from swegreen.procs import ProcResult, run_process
+from swegreen.processes.procs import ProcResult, run_process
 
 
 def alive(pid: int) -> bool:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from swegreen import artifacts as art
-from swegreen.config import EvalConfig, public_url_template
-from swegreen.dataset import load_dataset, public_dataset_name
-from swegreen.engine import LocalSettings
+from swegreen.core.config import EvalConfig, public_url_template
+from swegreen.core.dataset import load_dataset, public_dataset_name
+from swegreen.evaluation.engine import LocalSettings
 from swegreen.sample import SampleBenchmark
+from swegreen.stores import artifacts as art
 
 from .conftest import RunSample
 from .helpers import raw_row

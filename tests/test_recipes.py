@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.dataset import load_dataset, parse_rows
-from swegreen.errors import NoRecipe
-from swegreen.recipe_catalog import builtin_recipes
-from swegreen.recipes import Recipe, RecipeBook
-from swegreen.requirements import (
+from swegreen.core.dataset import load_dataset, parse_rows
+from swegreen.core.errors import NoRecipe
+from swegreen.core.recipes import Recipe, RecipeBook
+from swegreen.environments.catalog import builtin_recipes
+from swegreen.environments.requirements import (
     build_system_packages,
     conda_to_pip,
     environment_yml_requirements,

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.errors import RepoUnavailable
-from swegreen.repo_cache import RepoCache, github_repo, repo_url
+from swegreen.core.config import repo_url
+from swegreen.core.errors import RepoUnavailable
+from swegreen.repositories.repo_cache import RepoCache, github_repo
 
 from .helpers import commit, git, make_repo
 

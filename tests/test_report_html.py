@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.classify import Status
+from swegreen.core.classify import Status
 from swegreen.sample import SampleBenchmark
 from tests.conftest import RunSample
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from swegreen.classify import Status
-from swegreen.publish import run_report
-from swegreen.results import InstanceResult
+from swegreen.core.classify import Status
+from swegreen.core.results import InstanceResult
+from swegreen.reports.publish import run_report
 
 
 def row(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.sandbox import Isolation, LocalSandbox, Mounts, SandboxPolicy, sandbox_env
+from swegreen.sandbox.local import Isolation, LocalSandbox, Mounts, SandboxPolicy, sandbox_env
 
 ISO = Isolation.probe()  # bubblewrap: the default, and what the suite's setup installs
 NEEDS_NETNS = pytest.mark.skipif(
@@ -153,7 +153,7 @@ def test_a_killed_engine_takes_its_sandbox_down(tmp_path: Path) -> None:
     driver = textwrap.dedent(f"""
         import asyncio
         from pathlib import Path
-        from swegreen.sandbox import Isolation, LocalSandbox, SandboxPolicy
+        from swegreen.sandbox.local import Isolation, LocalSandbox, SandboxPolicy
         script = Path({str(tmp_path / "long.sh")!r})
         script.write_text("sleep 300 & echo $! > {pidfile}; wait")
         asyncio.run(LocalSandbox(Isolation()).run_script(
@@ -204,7 +204,7 @@ def test_temp_dirs_share_no_top_level_directory_with_the_checkout(tmp_path: Path
     """sphinx-11510 regression: docutils makes an included file's path relative to the CWD
     only when both share their first path component. Upstream's /testbed and /tmp never do;
     a TMPDIR beside the checkout turned docnames into '../tmp/...' and failed the gold patch."""
-    from swegreen.sandbox import scratch_dir
+    from swegreen.sandbox.local import scratch_dir
 
     for checkout in (
         Path("/work/cache/work/x/repo"),
@@ -287,7 +287,7 @@ def test_a_killed_engine_takes_its_bubblewrap_sandbox_down(tmp_path: Path) -> No
     driver = textwrap.dedent(f"""
         import asyncio
         from pathlib import Path
-        from swegreen.sandbox import Isolation, LocalSandbox, Mounts, SandboxPolicy
+        from swegreen.sandbox.local import Isolation, LocalSandbox, Mounts, SandboxPolicy
         work = Path({str(work)!r})
         script = Path({str(tmp_path / "long.sh")!r})
         script.write_text("sleep {marker} & echo started > {work / "started"}; wait")
@@ -325,7 +325,7 @@ def _pids_running(marker: str) -> list[int]:
 
 
 def test_bubblewrap_that_cannot_run_stops_the_run_with_what_to_do(tmp_path: Path) -> None:
-    from swegreen.errors import SandboxUnavailable
+    from swegreen.core.errors import SandboxUnavailable
 
     empty = tmp_path / "empty-path"
     empty.mkdir()
@@ -398,7 +398,7 @@ def test_no_kernel_keyring_passes_between_concurrent_sandboxes(tmp_path: Path) -
 def test_disk_limit_stops_a_run_that_fills_the_disk(tmp_path: Path) -> None:
     """Writing past the limit, in many files or one, in the workspace or in /tmp: the run
     stops with its own reason, the host's disk and memory untouched."""
-    from swegreen.errors import DiskLimitExceeded
+    from swegreen.core.errors import DiskLimitExceeded
 
     many = "for i in $(seq 1 400); do head -c 1048576 /dev/zero > f$i; done; echo wrote"
     with pytest.raises(DiskLimitExceeded, match="disk limit"):
@@ -430,7 +430,7 @@ def test_tmp_is_on_disk_and_ram_backed_mounts_are_bounded(tmp_path: Path) -> Non
 def test_memory_limit_holds_for_the_whole_sandbox(tmp_path: Path) -> None:
     """Eight processes of 100 MB each, under a 400 MB limit for the sandbox (each one alone
     is far under it): the kernel stops them and the run says why."""
-    from swegreen.errors import OutOfMemory
+    from swegreen.core.errors import OutOfMemory
 
     touch = "x = bytearray(100 << 20); x[::4096] = b'1' * len(x[::4096])"
     hog = f'python -c "import time; {touch}; time.sleep(5)"'

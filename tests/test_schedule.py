@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from swegreen.dataset import Instance
-from swegreen.schedule import expected_seconds, slowest_first
+from swegreen.core.dataset import Instance
+from swegreen.core.schedule import expected_seconds, slowest_first
 
 
 def _instance(instance_id: str, repo: str) -> Instance:

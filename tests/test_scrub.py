@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 
-from swegreen import artifacts as art
-from swegreen.artifacts import LocalArtifacts, ScrubbedArtifacts
-from swegreen.classify import Status
-from swegreen.dataset import Instance, load_dataset, select_instances
-from swegreen.diagnosis import Diagnoser
-from swegreen.engine import LocalSettings, build_engine
-from swegreen.ports import PatchResult
-from swegreen.results import InstanceResult
+from swegreen.core.classify import Status
+from swegreen.core.dataset import Instance, load_dataset, select_instances
+from swegreen.core.diagnosis import Diagnoser
+from swegreen.core.ports import PatchResult
+from swegreen.core.results import InstanceResult
+from swegreen.core.scrub import Scrubber, is_secret_name
+from swegreen.evaluation.engine import LocalSettings, build_engine
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox import Isolation
-from swegreen.scrub import Scrubber, is_secret_name
+from swegreen.sandbox.local import Isolation
+from swegreen.stores import artifacts as art
+from swegreen.stores.artifacts import LocalArtifacts, ScrubbedArtifacts
 
 from .conftest import RunSample, sample_config
 

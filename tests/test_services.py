@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from swegreen.engine import LocalSettings, build_testbeds
-from swegreen.eval_script import sandboxed
-from swegreen.recipes import Recipe
+from swegreen.core.eval_script import sandboxed
+from swegreen.core.recipes import Recipe
+from swegreen.evaluation.engine import LocalSettings, build_testbeds
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox import Isolation, Mounts, SandboxPolicy, sandbox_env
+from swegreen.sandbox.local import Isolation, Mounts, SandboxPolicy, sandbox_env
 
 from .conftest import sample_config
 

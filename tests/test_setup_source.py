@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from swegreen.classify import Status
-from swegreen.dataset import load_dataset
-from swegreen.engine import LocalSettings, build_engine
-from swegreen.errors import RepoUnavailable
-from swegreen.recipes import Recipe, RecipeBook
-from swegreen.results import InstanceResult
+from swegreen.core.classify import Status
+from swegreen.core.dataset import load_dataset
+from swegreen.core.errors import RepoUnavailable
+from swegreen.core.recipes import Recipe, RecipeBook
+from swegreen.core.results import InstanceResult
+from swegreen.evaluation.engine import LocalSettings, build_engine
 from swegreen.sample import SampleBenchmark
 
 from .conftest import RunSample, sample_config

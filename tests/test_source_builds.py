@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
-from swegreen.dated_index import DatedIndex
-from swegreen.errors import EnvSetupFailed
-from swegreen.procs import run_process
-from swegreen.source_builds import (
+from swegreen.core.errors import EnvSetupFailed
+from swegreen.environments.dated_index import DatedIndex
+from swegreen.environments.source_builds import (
     TARGET_SCRIPT,
     SourceOnly,
     Target,
@@ -29,6 +28,7 @@ from swegreen.source_builds import (
     pins,
     source_only,
 )
+from swegreen.processes.procs import run_process
 
 from .helpers import json_index, wheel_bytes
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.dataset import parse_rows
-from swegreen.errors import PredictionsError
-from swegreen.sources import (
+from swegreen.core.dataset import parse_rows
+from swegreen.core.errors import PredictionsError
+from swegreen.core.sources import (
     EmptyPatches,
     GoldPatches,
     PredictionsSource,

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.classify import Status
-from swegreen.errors import StoreError
-from swegreen.ports import RunRecord
-from swegreen.results import InstanceResult
-from swegreen.store_sqlite import SqliteStore
+from swegreen.core.classify import Status
+from swegreen.core.errors import StoreError
+from swegreen.core.ports import RunRecord
+from swegreen.core.results import InstanceResult
+from swegreen.stores.sqlite import SqliteStore
 
 
 def record(run_id: str = "r1", **kw: object) -> RunRecord:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.procs import run_process
-from swegreen.system_deps import build_sysroot, join_host, missing_packages
+from swegreen.environments.system_deps import build_sysroot, join_host, missing_packages
+from swegreen.processes.procs import run_process
 
 
 def test_a_sysroot_of_dev_files_joins_the_hosts_runtime_libraries_and_headers(
@@ -170,7 +170,7 @@ def test_a_locale_the_host_lacks_is_compiled_without_root_and_found_through_locp
 ) -> None:
     """What django's recipe asks (en_US.UTF-8) on a host with only C.UTF-8: compiled into
     the environment, not the system (no locale-gen, no root), and used through LOCPATH."""
-    from swegreen.system_deps import build_locales, host_locales
+    from swegreen.environments.system_deps import build_locales, host_locales
 
     have = asyncio.run(host_locales(_step))
     assert "c.utf8" in have or "posix" in have

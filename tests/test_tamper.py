@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.patches import inspect_patch
-from swegreen.recorder import Recorded, contradictions
-from swegreen.repo_cache import git_env
-from swegreen.tamper import Guard, protected_reason, runner_files, sections_changed
+from swegreen.core.patches import inspect_patch
+from swegreen.repositories.repo_cache import git_env
+from swegreen.sandbox.recorder import Recorded, contradictions
+from swegreen.sandbox.tamper import Guard, protected_reason, runner_files, sections_changed
 from tests.helpers import git, make_repo
 
 VERIFIED = Path(__file__).resolve().parents[2] / "shared" / "data" / "swebench_verified.jsonl"

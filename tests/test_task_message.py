@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-from swegreen.dataset import parse_rows
-from swegreen.task_dialects import (
+from swegreen.core.dataset import parse_rows
+from swegreen.core.task_dialects import (
     DIALECTS,
     EXTENSION_URI,
     CardFacts,
@@ -14,7 +14,7 @@ from swegreen.task_dialects import (
     docker_image,
     render,
 )
-from swegreen.task_message import HIDDEN_FIELDS, SHARED_FIELDS, task_data, task_text
+from swegreen.core.task_message import HIDDEN_FIELDS, SHARED_FIELDS, task_data, task_text
 
 from .helpers import raw_row
 
@@ -63,7 +63,7 @@ def test_no_hints_section_without_hints() -> None:
 
 
 def test_the_interactive_mode_is_offered_with_its_budgets() -> None:
-    from swegreen.interaction import PROTOCOL, Budget
+    from swegreen.core.interaction import PROTOCOL, Budget
 
     inst = parse_rows([raw_row(1, **CANARIES)])[0]
     budget = Budget(

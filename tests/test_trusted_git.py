@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from swegreen import trusted_git
+from swegreen.repositories import trusted_git
 
 from .helpers import make_repo
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.dataset import Instance
-from swegreen.engine import Engine, LocalSettings, build_engine
-from swegreen.errors import SandboxUnavailable
+from swegreen.core.dataset import Instance
+from swegreen.core.errors import SandboxUnavailable
+from swegreen.evaluation.engine import Engine, LocalSettings, build_engine
+from swegreen.evaluation.workbench import CAPTURE_CAP, Workbenches
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox import Isolation
-from swegreen.workbench import CAPTURE_CAP, Workbenches
+from swegreen.sandbox.local import Isolation
 from tests.conftest import sample_config, sample_instance
 
 INSTANCE = "sample__calculator-1"
@@ -108,7 +108,7 @@ def test_a_participant_is_not_offered_the_mode_it_cannot_have(
 ) -> None:
     import httpx
 
-    from swegreen.agent.participant_client import A2AParticipant
+    from swegreen.a2a.participant_client import A2AParticipant
 
     participant = A2AParticipant(
         "p",

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from swegreen import __version__
-from swegreen.errors import ConfigError, SweGreenError
-from swegreen.ids import check_id, safe_id_suggestion
+from swegreen.core.errors import ConfigError, SweGreenError
+from swegreen.core.ids import check_id, safe_id_suggestion
 
 # dataset.DEFAULT_DATASET, here so that --help imports nothing more
 DEFAULT_DATASET_NAME = "SWE-bench/SWE-bench_Verified"
@@ -29,11 +29,11 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-    from swegreen.config import EvalConfig
-    from swegreen.engine import LocalSettings
-    from swegreen.ports import RunRecord
-    from swegreen.runner import RunOutcome
-    from swegreen.scrub import Scrubber
+    from swegreen.core.config import EvalConfig
+    from swegreen.core.ports import RunRecord
+    from swegreen.core.scrub import Scrubber
+    from swegreen.evaluation.engine import LocalSettings
+    from swegreen.evaluation.runner import RunOutcome
 
 LOCAL_ENV_KEYS = frozenset(
     {
@@ -307,8 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from rich.console import Console
 
-    from swegreen.engine import host_environment
-    from swegreen.scrub import Scrubber
+    from swegreen.core.scrub import Scrubber
+    from swegreen.evaluation.engine import host_environment
 
     console = Console(stderr=False, highlight=False)
     env = host_environment()
@@ -380,7 +380,7 @@ def _upload_dataset(args: argparse.Namespace, console: Console) -> int:
 
 
 def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
-    from swegreen.engine import LocalSettings, default_cache_dir
+    from swegreen.evaluation.engine import LocalSettings, default_cache_dir
 
     output = args.output_dir or Path(env.get("SWEGREEN_OUTPUT_DIR", "results"))
     cache = args.cache_dir or Path(env.get("SWEGREEN_CACHE_DIR") or default_cache_dir(env))
@@ -409,7 +409,7 @@ def _settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
 
 
 def _pythons(flags: list[str] | None, env: dict[str, str]) -> dict[str, Path]:
-    from swegreen.interpreters import parse_given
+    from swegreen.environments.interpreters import parse_given
 
     try:
         given = parse_given(env.get("SWEGREEN_PYTHONS", ""))
@@ -464,8 +464,8 @@ def _run_command(
     console: Console,
     scrubber: Scrubber,
 ) -> int:
-    from swegreen.classify import Status
-    from swegreen.config import load_config
+    from swegreen.core.classify import Status
+    from swegreen.core.config import load_config
     from swegreen.sample import build_sample
 
     run_id = _run_id(args.run_id) if args.run_id else _new_run_id(args.patches)
@@ -508,7 +508,7 @@ def _demo(
     console: Console,
     scrubber: Scrubber,
 ) -> int:
-    from swegreen.config import EvalConfig
+    from swegreen.core.config import EvalConfig
     from swegreen.sample import build_sample
 
     sample = build_sample(settings.cache_dir / "sample")
@@ -568,11 +568,11 @@ def _evaluate(
     live: bool,
     scrubber: Scrubber,
 ) -> RunOutcome | None:
-    from swegreen.console import ProgressView
-    from swegreen.dataset import load_dataset, select_instances
-    from swegreen.engine import build_engine
+    from swegreen.core.dataset import load_dataset, select_instances
+    from swegreen.core.sources import PredictionsSource, source_for
+    from swegreen.evaluation.engine import build_engine
+    from swegreen.reports.console import ProgressView
     from swegreen.sample import resolve_sample
-    from swegreen.sources import PredictionsSource, source_for
 
     config = resolve_sample(config, settings.cache_dir)  # the request's name works here too
     dataset = load_dataset(config.dataset, config.split, config.dataset_revision)
@@ -640,7 +640,7 @@ def _run_until_done(coro: Any) -> RunOutcome | None:
 
 
 def _print_outcome(console: Console, outcome: RunOutcome, settings: LocalSettings) -> None:
-    from swegreen.console import leaderboard_table, reasons_line
+    from swegreen.reports.console import leaderboard_table, reasons_line
 
     run_id = outcome.record.run_id
     console.print(leaderboard_table(outcome.metrics, f"Leaderboard: {run_id}"))
@@ -660,9 +660,9 @@ def _print_outcome(console: Console, outcome: RunOutcome, settings: LocalSetting
 async def _regrade(
     run_id: str, settings: LocalSettings, env: dict[str, str], console: Console, scrubber: Scrubber
 ) -> int:
-    from swegreen.config import EvalConfig
-    from swegreen.dataset import load_dataset
-    from swegreen.engine import build_engine
+    from swegreen.core.config import EvalConfig
+    from swegreen.core.dataset import load_dataset
+    from swegreen.evaluation.engine import build_engine
 
     engine = build_engine(settings, EvalConfig(), env, scrubber=scrubber)
     try:
@@ -706,9 +706,9 @@ def _report(
     console: Console,
     html: str | None = None,
 ) -> int:
-    from swegreen.console import leaderboard_table, reasons_line
-    from swegreen.metrics import RunMetrics
-    from swegreen.store_sqlite import SqliteStore
+    from swegreen.core.metrics import RunMetrics
+    from swegreen.reports.console import leaderboard_table, reasons_line
+    from swegreen.stores.sqlite import SqliteStore
 
     store = SqliteStore(settings.store_path)
     try:
@@ -741,8 +741,8 @@ def _report(
                 markup=False,
             )
         if html is not None:
-            from swegreen.artifacts import REPORT_HTML, atomic_write
-            from swegreen.report_html import render_html
+            from swegreen.reports.html import render_html
+            from swegreen.stores.artifacts import REPORT_HTML, atomic_write
 
             target = Path(html) if html else settings.output_dir / run_id / REPORT_HTML
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -780,7 +780,7 @@ def _serve(
     from swegreen.agent.assessment import AgentSettings
     from swegreen.agent.executor import GreenAgentExecutor
     from swegreen.agent.server import build_app, green_card, serve
-    from swegreen.config import config_from_env, load_config, read_scenario
+    from swegreen.core.config import config_from_env, load_config, read_scenario
 
     scenario = _scenario(args)
     defaults = {
@@ -791,7 +791,7 @@ def _serve(
     server_config = load_config(scenario, env, env_extra=LOCAL_ENV_KEYS)
     front_door = None
     if args.backend == "local":
-        from swegreen.sandbox import Isolation
+        from swegreen.sandbox.local import Isolation
 
         Isolation.probe(server_config.isolation)
     if args.backend == "aws":
@@ -858,8 +858,8 @@ def _participant(args: argparse.Namespace, settings: LocalSettings) -> int:
             url_template=args.repo_url_template,
         )
     else:
-        from swegreen.config import EvalConfig
-        from swegreen.dataset import load_dataset
+        from swegreen.core.config import EvalConfig
+        from swegreen.core.dataset import load_dataset
         from swegreen.participants.solvers import GoldSolver, ScriptedShellSolver, ScriptedSolver
         from swegreen.sample import resolve_sample
 

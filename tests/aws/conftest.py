@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 import pytest
 
-from swegreen.interpreters import InterpreterSearch, find_interpreter
+from swegreen.environments.interpreters import InterpreterSearch, find_interpreter
 from tests.aws.local_services import FAKE_CREDENTIALS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -28,7 +28,7 @@ from typing import Any
 import boto3
 import httpx
 
-from swegreen.interpreters import InterpreterSearch, find_interpreter
+from swegreen.environments.interpreters import InterpreterSearch, find_interpreter
 from tests.aws.local_services import ROOT, dynamodb_local_jar, wait_for, zip_dir
 from tests.helpers import free_port
 

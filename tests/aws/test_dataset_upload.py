@@ -11,8 +11,8 @@ import pytest
 from swegreen.aws.dataset_upload import bucket_of_stack, dataset_s3_key, upload_dataset
 from swegreen.aws.pipeline import Pipeline, PipelineSettings
 from swegreen.cli import main
-from swegreen.config import EvalConfig
-from swegreen.dataset import load_dataset, parse_rows
+from swegreen.core.config import EvalConfig
+from swegreen.core.dataset import load_dataset, parse_rows
 from swegreen.sample import SampleBenchmark
 
 

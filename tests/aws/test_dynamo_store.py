@@ -14,10 +14,10 @@ import boto3
 import pytest
 
 from swegreen.aws.dynamo_store import DynamoStore
-from swegreen.classify import Status
-from swegreen.errors import StoreError
-from swegreen.ports import RunRecord
-from swegreen.results import InstanceResult
+from swegreen.core.classify import Status
+from swegreen.core.errors import StoreError
+from swegreen.core.ports import RunRecord
+from swegreen.core.results import InstanceResult
 from tests.aws.local_services import FAKE_CREDENTIALS, dynamodb_local
 
 

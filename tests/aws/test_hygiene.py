@@ -14,7 +14,6 @@ import boto3
 import httpx
 import pytest
 
-from swegreen import artifacts as art
 from swegreen.aws.pipeline import (
     SANDBOX_OUTPUTS,
     ClassifyEvent,
@@ -25,10 +24,11 @@ from swegreen.aws.pipeline import (
     StartEvent,
 )
 from swegreen.aws.sandbox_task import evaluate as evaluate_task
-from swegreen.classify import Reason, Status
-from swegreen.dataset import load_dataset
+from swegreen.core.classify import Reason, Status
+from swegreen.core.dataset import load_dataset
 from swegreen.sample import SampleBenchmark
-from swegreen.store_sqlite import SqliteStore
+from swegreen.stores import artifacts as art
+from swegreen.stores.sqlite import SqliteStore
 from tests.aws.local_services import wait_for
 from tests.helpers import free_port
 from tests.test_scrub import CANARY, CANARY_ENV, LEAKY_PATCH

@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 import pytest
 from botocore.exceptions import ClientError
 
-from swegreen.artifacts import TEST_OUTPUT
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox import DEFAULT_SANDBOX_UID
+from swegreen.sandbox.local import DEFAULT_SANDBOX_UID
+from swegreen.stores.artifacts import TEST_OUTPUT
 from tests.aws.conftest import STACK
 from tests.aws.emulator import REGION, Emulator
 from tests.conftest import RunSample, open_to_sandbox

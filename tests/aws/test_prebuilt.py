@@ -16,14 +16,14 @@ import pytest
 from swegreen.aws import prebuilt
 from swegreen.aws.build_phase import ArtifactBucket, build, prepare
 from swegreen.aws.pipeline import INSTANCE
-from swegreen.base_validation import BaseValidator
-from swegreen.classify import Status
-from swegreen.config import EvalConfig
-from swegreen.dataset import Instance, load_dataset
-from swegreen.engine import LocalSettings, build_evaluator, build_testbeds
-from swegreen.ports import PatchResult
-from swegreen.recipe_catalog import builtin_recipes
-from swegreen.runner import evaluate_with_retries
+from swegreen.core.classify import Status
+from swegreen.core.config import EvalConfig
+from swegreen.core.dataset import Instance, load_dataset
+from swegreen.core.ports import PatchResult
+from swegreen.environments.catalog import builtin_recipes
+from swegreen.evaluation.base_validation import BaseValidator
+from swegreen.evaluation.engine import LocalSettings, build_evaluator, build_testbeds
+from swegreen.evaluation.runner import evaluate_with_retries
 from swegreen.sample import SampleBenchmark
 from tests.helpers import commit
 
@@ -178,7 +178,7 @@ class _NoArtifacts:
 def test_a_failed_build_is_remembered_with_its_reason(
     s3, sample: SampleBenchmark, tmp_path: Path, host_env: dict[str, str]
 ) -> None:
-    from swegreen.recipes import Recipe, RecipeBook
+    from swegreen.core.recipes import Recipe, RecipeBook
 
     (inst,) = [i for i in instances(sample) if i.instance_id == "sample__ledger-1"]
     broken = Recipe(python="host", packages=("no-such-package-swegreen==1",), test_cmd="true")

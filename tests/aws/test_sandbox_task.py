@@ -16,7 +16,6 @@ from typing import ClassVar
 import httpx
 import pytest
 
-from swegreen import artifacts as art
 from swegreen.aws.pipeline import (
     CAPACITY_WAIT_SECONDS,
     RETRY_MAX_SECONDS,
@@ -29,7 +28,8 @@ from swegreen.aws.pipeline import (
 )
 from swegreen.aws.presigned import PresignedUrlError, UploadArtifacts, download
 from swegreen.aws.sandbox_task import main, sandbox_config
-from swegreen.config import EvalConfig
+from swegreen.core.config import EvalConfig
+from swegreen.stores import artifacts as art
 
 ROW = art.instance_key("run", "o__r-1", "")
 

@@ -15,11 +15,11 @@ import pytest
 
 from swegreen.aws.guardrails import Guardrails
 from swegreen.aws.pipeline import PREDICTION, Item, Pipeline, PipelineSettings, StartEvent
-from swegreen.classify import Reason, Status
-from swegreen.dataset import load_dataset
-from swegreen.results import InstanceResult
+from swegreen.core.classify import Reason, Status
+from swegreen.core.dataset import load_dataset
+from swegreen.core.results import InstanceResult
 from swegreen.sample import SampleBenchmark
-from swegreen.store_sqlite import SqliteStore
+from swegreen.stores.sqlite import SqliteStore
 
 BUCKET = "scale"
 ROWS = 10_000

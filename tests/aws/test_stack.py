@@ -23,8 +23,8 @@ from swegreen.aws.pipeline import (
     RunRequest,
     SandboxTicket,
 )
-from swegreen.classify import Status
-from swegreen.sandbox import DEFAULT_SANDBOX_UID
+from swegreen.core.classify import Status
+from swegreen.sandbox.local import DEFAULT_SANDBOX_UID
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON = "application/json"
@@ -527,7 +527,7 @@ def test_the_lambda_package_is_small_and_imports_without_the_grader(
     probe = (
         "import sys\n"
         "import resolve, dispatch, watch, presign, classify, aggregate, stopped, retry\n"
-        "import swegreen.agent.participant_client  # Dispatch and Watch import it on demand\n"
+        "import swegreen.a2a.participant_client  # Dispatch and Watch import it on demand\n"
         "heavy = {'swebench', 'datasets', 'litellm', 'docker', 'rich', 'yaml'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
         "print(sys.version_info[:2])\n"

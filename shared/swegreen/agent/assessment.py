@@ -15,23 +15,23 @@ from typing import Any
 import httpx
 
 from swegreen import __version__
-from swegreen import artifacts as art
-from swegreen.agent.participant_client import A2AParticipant
+from swegreen.a2a.participant_client import A2AParticipant
 from swegreen.agent.request import AssessmentRequest, RequestError
 from swegreen.aws.front_door_client import FrontDoorSettings
-from swegreen.classify import Status
-from swegreen.config import EvalConfig
-from swegreen.dataset import Dataset, Instance, load_dataset, select_instances
-from swegreen.diagnosis import Diagnoser
-from swegreen.engine import Engine, LocalSettings, build_engine
-from swegreen.errors import SweGreenError
-from swegreen.ids import check_id
-from swegreen.metrics import RunMetrics
-from swegreen.ports import ProgressEvent
+from swegreen.core.classify import Status
+from swegreen.core.config import EvalConfig
+from swegreen.core.dataset import Dataset, Instance, load_dataset, select_instances
+from swegreen.core.diagnosis import Diagnoser
+from swegreen.core.errors import SweGreenError
+from swegreen.core.ids import check_id
+from swegreen.core.metrics import RunMetrics
+from swegreen.core.ports import ProgressEvent
+from swegreen.core.scrub import Scrubber
+from swegreen.evaluation.engine import Engine, LocalSettings, build_engine
+from swegreen.evaluation.workbench import Workbenches
 from swegreen.sample import resolve_sample
-from swegreen.sandbox import Isolation
-from swegreen.scrub import Scrubber
-from swegreen.workbench import Workbenches
+from swegreen.sandbox.local import Isolation
+from swegreen.stores import artifacts as art
 
 Notify = Callable[[str], Awaitable[None]]
 

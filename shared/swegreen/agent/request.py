@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from swegreen.config import EvalConfig, build_config
-from swegreen.errors import ConfigError, SweGreenError
-from swegreen.ids import check_id
+from swegreen.core.config import EvalConfig, build_config
+from swegreen.core.errors import ConfigError, SweGreenError
+from swegreen.core.ids import check_id
 
 
 class RequestError(SweGreenError):

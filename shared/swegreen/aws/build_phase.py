@@ -29,11 +29,11 @@ from botocore.exceptions import ClientError
 
 from swegreen.aws import prebuilt
 from swegreen.aws.pipeline import EXIT_TEMPFAIL, INSTANCE, missing_key
-from swegreen.base_validation import BaseValidator
-from swegreen.dataset import Instance
-from swegreen.errors import EvaluationFailure
-from swegreen.services import SERVICES
-from swegreen.testbed import Testbeds, history_stores
+from swegreen.core.dataset import Instance
+from swegreen.core.errors import EvaluationFailure
+from swegreen.environments.services import SERVICES
+from swegreen.evaluation.base_validation import BaseValidator
+from swegreen.evaluation.testbed import Testbeds, history_stores
 
 
 class ArtifactBucket:

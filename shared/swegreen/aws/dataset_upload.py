@@ -17,7 +17,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
-from swegreen.dataset import is_local_source, load_dataset
+from swegreen.core.dataset import is_local_source, load_dataset
 
 DATASETS_PREFIX = "datasets/"
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from boto3.dynamodb.conditions import Key
 
-from swegreen.classify import Status
-from swegreen.errors import StoreError
-from swegreen.ports import RunRecord
-from swegreen.results import InstanceResult, utcnow
+from swegreen.core.classify import Status
+from swegreen.core.errors import StoreError
+from swegreen.core.ports import RunRecord
+from swegreen.core.results import InstanceResult, utcnow
 
 RUN_SK = "RUN"
 ROW_PREFIX = "ROW#"

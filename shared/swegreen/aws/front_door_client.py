@@ -11,7 +11,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from swegreen.errors import SweGreenError
+from swegreen.core.errors import SweGreenError
 
 _REGION_IN_HOST = re.compile(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com")
 

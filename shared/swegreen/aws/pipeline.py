@@ -30,27 +30,27 @@ import httpx
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from swegreen import artifacts as art
-from swegreen import errors
 from swegreen.aws import prebuilt, quotas
 from swegreen.aws.dataset_upload import dataset_s3_key
 from swegreen.aws.guardrails import Guardrails
-from swegreen.classify import Reason, Status, classify
-from swegreen.config import EvalConfig, build_config
-from swegreen.dataset import Dataset, Instance, dataset_digest, parse_rows, select_instances
-from swegreen.errors import EvaluationFailure, SandboxCrashed
-from swegreen.ids import check_id
-from swegreen.metrics import RunMetrics
-from swegreen.patches import oversized_patch
-from swegreen.ports import PatchResult, RunRecord
-from swegreen.publish import base_provenance, result_row, run_report
-from swegreen.recipe_catalog import builtin_recipes
-from swegreen.recipes import RecipeBook, known_network_instances
-from swegreen.report_html import render_html
-from swegreen.results import InstanceResult, utcnow
-from swegreen.rows import RowBuilder, error_row
-from swegreen.schedule import slowest_first
-from swegreen.sources import Prediction, parse_predictions
+from swegreen.core import errors
+from swegreen.core.classify import Reason, Status, classify
+from swegreen.core.config import EvalConfig, build_config
+from swegreen.core.dataset import Dataset, Instance, dataset_digest, parse_rows, select_instances
+from swegreen.core.errors import EvaluationFailure, SandboxCrashed
+from swegreen.core.ids import check_id
+from swegreen.core.metrics import RunMetrics
+from swegreen.core.patches import oversized_patch
+from swegreen.core.ports import PatchResult, RunRecord
+from swegreen.core.recipes import RecipeBook, known_network_instances
+from swegreen.core.results import InstanceResult, utcnow
+from swegreen.core.rows import RowBuilder, error_row
+from swegreen.core.schedule import slowest_first
+from swegreen.core.sources import Prediction, parse_predictions
+from swegreen.environments.catalog import builtin_recipes
+from swegreen.reports.html import render_html
+from swegreen.reports.publish import base_provenance, result_row, run_report
+from swegreen.stores import artifacts as art
 
 INSTANCE = "instance.json"
 PREDICTION = "prediction.json"  # the row's own prediction (Resolve reads the file once)
@@ -514,8 +514,8 @@ class Pipeline:
                     detail=f"{item.predictions_key} has no prediction for {item.instance_id}",
                 )
             return self._arrived(item, pred.model_patch, pred.model_name_or_path, now)
-        from swegreen.agent.participant_client import PolledParticipant, outcome_of
-        from swegreen.task_dialects import AUTO
+        from swegreen.a2a.participant_client import PolledParticipant, outcome_of
+        from swegreen.core.task_dialects import AUTO
 
         assert item.url is not None
         stored = json.loads(item.config_json)
@@ -592,7 +592,7 @@ class Pipeline:
 
     async def poll(self, item: Item, state: PatchState, now: float | None = None) -> PatchState:
         """Ask again; give up (and cancel the remote task) at the deadline."""
-        from swegreen.agent.participant_client import PolledParticipant, outcome_of
+        from swegreen.a2a.participant_client import PolledParticipant, outcome_of
 
         now = time.time() if now is None else now
         assert item.url is not None and state.remote_task_id is not None

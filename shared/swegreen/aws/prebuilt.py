@@ -39,10 +39,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from swegreen.dataset import Instance
-from swegreen.errors import EvaluationFailure
-from swegreen.recipes import RecipeBook, prepared_name
-from swegreen.services import SERVICES
+from swegreen.core.dataset import Instance
+from swegreen.core.errors import EvaluationFailure
+from swegreen.core.recipes import RecipeBook, prepared_name
+from swegreen.environments.services import SERVICES
 
 PREFIX = "artifacts/"
 SUFFIX = ".tar.zst"
@@ -176,7 +176,7 @@ def plan(
     ``existing`` holds and the commits each stored mirror was asked for. Everything
     present is reused; an environment whose failure is remembered is not built again
     (unless ``rebuild_failed``), and neither are its instances prepared."""
-    from swegreen.errors import NoRecipe
+    from swegreen.core.errors import NoRecipe
 
     needs: list[RowNeeds] = []
     unbuildable: list[str] = []
@@ -262,7 +262,7 @@ class FailedBuild(BaseModel):
     log_tail: str = ""
 
     def failure(self) -> EvaluationFailure:
-        from swegreen.errors import EnvSetupFailed, InterpreterNotFound
+        from swegreen.core.errors import EnvSetupFailed, InterpreterNotFound
 
         cls = InterpreterNotFound if self.reason == "interpreter_not_found" else EnvSetupFailed
         return cls(

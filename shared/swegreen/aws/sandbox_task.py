@@ -46,18 +46,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from swegreen import artifacts as art
-from swegreen.artifacts import ScrubbedArtifacts
 from swegreen.aws import prebuilt
 from swegreen.aws.build_phase import ArtifactBucket, build, prepare
 from swegreen.aws.pipeline import SandboxInput
 from swegreen.aws.presigned import TIMEOUT, UploadArtifacts, download, fetch
-from swegreen.base_validation import BaseValidator
-from swegreen.config import EvalConfig
-from swegreen.engine import LocalSettings, build_evaluator, build_testbeds
-from swegreen.ports import PatchResult
-from swegreen.runner import evaluate_with_retries
-from swegreen.scrub import Scrubber
+from swegreen.core.config import EvalConfig
+from swegreen.core.ports import PatchResult
+from swegreen.core.scrub import Scrubber
+from swegreen.evaluation.base_validation import BaseValidator
+from swegreen.evaluation.engine import LocalSettings, build_evaluator, build_testbeds
+from swegreen.evaluation.runner import evaluate_with_retries
+from swegreen.stores import artifacts as art
+from swegreen.stores.artifacts import ScrubbedArtifacts
 
 DEFAULT_CACHE = "/var/cache/swegreen"
 PHASES = ("build", "prepare", "evaluate")

@@ -16,10 +16,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from swegreen.core.patch_extraction import diff_in_text
 from swegreen.participants.server import Reply
-from swegreen.patch_extraction import diff_in_text
-from swegreen.procs import run_process
-from swegreen.repo_cache import RepoCache
+from swegreen.processes.procs import run_process
+from swegreen.repositories.repo_cache import RepoCache
 
 SYSTEM = (
     "You are a careful software engineer. You fix GitHub issues with minimal, correct "

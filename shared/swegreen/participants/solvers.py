@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from swegreen.dataset import Dataset
+from swegreen.core.dataset import Dataset
+from swegreen.core.sources import load_predictions
 from swegreen.participants.server import Reply, Shell
-from swegreen.sources import load_predictions
 
 
 class GoldSolver:

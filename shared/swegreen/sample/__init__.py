@@ -25,8 +25,8 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from swegreen.config import EvalConfig
-from swegreen.recipes import Recipe, RecipeBook
+from swegreen.core.config import EvalConfig
+from swegreen.core.recipes import Recipe, RecipeBook
 
 SAMPLE_OWNER = "sample"
 SAMPLE_DATASET = "swegreen:sample"  # the dataset name that means "the bundled sample"

@@ -1,0 +1,1 @@
+"""The A2A client side: talking to participants (dialects, polling, parts)."""

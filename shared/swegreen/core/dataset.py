@@ -1,0 +1,357 @@
+"""Dataset rows: loading SWE-bench-format rows and selecting the ones a run evaluates.
+
+Rows come from the Hugging Face hub (through ``datasets``) or from a local .jsonl, .json
+or .parquet file, with F2P/P2P as JSON strings (as on the hub) or lists. Selection is
+deterministic so that shards of one run, started on different machines, partition the
+same ordered list.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from swegreen.core.errors import DatasetError
+from swegreen.core.ids import check_id
+
+DEFAULT_DATASET = "SWE-bench/SWE-bench_Verified"
+LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
+REQUIRED_COLUMNS = (
+    "instance_id",
+    "repo",
+    "base_commit",
+    "patch",
+    "test_patch",
+    "problem_statement",
+    "version",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+)
+
+
+class Instance(BaseModel):
+    """One SWE-bench task instance (a dataset row)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    instance_id: str
+    repo: str
+    base_commit: str
+    patch: str
+    test_patch: str
+    problem_statement: str
+    version: str
+    FAIL_TO_PASS: tuple[str, ...]
+    PASS_TO_PASS: tuple[str, ...]
+    hints_text: str = ""
+    created_at: str = ""
+    environment_setup_commit: str = ""
+    difficulty: str | None = None
+    # Columns of the newer hub revision (SWE-bench/SWE-bench_Verified); absent in older copies.
+    eval_script: str | None = None
+    log_parser: str | None = None
+    eval_type: str | None = None
+    image: str | None = None
+
+    @field_validator("instance_id")
+    @classmethod
+    def _safe_id(cls, value: str) -> str:
+        return check_id(value, "instance id")  # it names directories and S3 keys
+
+    @field_validator("repo")
+    @classmethod
+    def _owner_and_name(cls, value: str) -> str:
+        # Both parts fill the clone URL template and name the git cache's directories.
+        owner, slash, name = value.partition("/")
+        if not slash:
+            raise ValueError(f"repo {value!r} must be owner/name, e.g. astropy/astropy")
+        check_id(owner, f"the owner of repo {value!r}")
+        check_id(name, f"the name of repo {value!r}")
+        return value
+
+    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
+    @classmethod
+    def _json_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value) if value.strip() else []
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not a JSON list of test ids: {exc}") from exc
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ValueError("must be a list of test ids (or a JSON string of one)")
+        return tuple(value)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_str(cls, value: Any) -> Any:
+        # Some exports store "0.12" as a float; versions are labels, not numbers.
+        return str(value) if isinstance(value, int | float) else value
+
+    @field_validator("hints_text", "created_at", "environment_setup_commit", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return "" if value is None else value
+
+    @model_validator(mode="after")
+    def _default_setup_commit(self) -> Instance:
+        if not self.environment_setup_commit:
+            object.__setattr__(self, "environment_setup_commit", self.base_commit)
+        return self
+
+    @property
+    def owner(self) -> str:
+        return self.repo.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.repo.split("/", 1)[-1]
+
+    def to_row(self) -> dict[str, Any]:
+        """The hub's row format (F2P/P2P as JSON strings), without absent optional columns."""
+        row = self.model_dump(exclude_none=True)
+        row["FAIL_TO_PASS"] = json.dumps(list(self.FAIL_TO_PASS))
+        row["PASS_TO_PASS"] = json.dumps(list(self.PASS_TO_PASS))
+        return row
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Loaded rows plus what identifies them in a run's provenance."""
+
+    name: str
+    split: str
+    revision: str | None
+    instances: tuple[Instance, ...]
+    digest: str
+    file_sha256: str | None = None  # of the file, when the rows came from a local one
+
+    def by_id(self) -> dict[str, Instance]:
+        return {i.instance_id: i for i in self.instances}
+
+    def provenance(self) -> dict[str, object]:
+        """What identifies the rows in a published run, without the host's paths."""
+        found: dict[str, object] = {
+            "dataset": public_dataset_name(self.name),
+            "split": self.split,
+            "dataset_revision": self.revision,
+            "dataset_digest": self.digest,
+        }
+        if self.file_sha256 is not None:
+            found["dataset_file_sha256"] = self.file_sha256
+        return found
+
+
+def is_local_source(name: str) -> bool:
+    return name.endswith(LOCAL_SUFFIXES) or Path(name).exists()
+
+
+def public_dataset_name(name: str) -> str:
+    """A dataset as published: a hub id or remote URL as given, a local file by its name
+    alone (``local:tasks.jsonl``): where it lies on this host is nobody else's business."""
+    if "://" in name and not name.startswith("file://"):
+        return name
+    if name.startswith("file://") or is_local_source(name):
+        return "local:" + PurePosixPath(name.replace("\\", "/")).name
+    return name
+
+
+def load_dataset(
+    name: str = DEFAULT_DATASET, split: str = "test", revision: str | None = None
+) -> Dataset:
+    """Load and validate every row of a dataset (hub id or local file)."""
+    local = is_local_source(name)
+    file_sha256 = None
+    if local:
+        rows, file_sha256 = _read_local(Path(name))
+    else:
+        rows = _read_hub(name, split, revision)
+    instances = parse_rows(rows, source=name)
+    return Dataset(
+        name=name,
+        split=split,
+        revision=revision,
+        instances=instances,
+        digest=dataset_digest(instances),
+        file_sha256=file_sha256,
+    )
+
+
+def parse_rows(rows: Iterable[Mapping[str, Any]], source: str = "dataset") -> tuple[Instance, ...]:
+    """Validate raw rows; a missing column or a bad value names the row and the column."""
+    instances: list[Instance] = []
+    seen: set[str] = set()
+    for index, row in enumerate(rows):
+        label = f"row {index + 1}"
+        if isinstance(row, Mapping) and isinstance(row.get("instance_id"), str):
+            label += f" ({row['instance_id']})"
+        if not isinstance(row, Mapping):
+            raise DatasetError(f"{source}: {label} is not a JSON object")
+        missing = [c for c in REQUIRED_COLUMNS if c not in row]
+        if missing:
+            raise DatasetError(
+                f"{source}: {label} lacks required column(s) {', '.join(missing)}; "
+                f"SWE-bench rows need {', '.join(REQUIRED_COLUMNS)}"
+            )
+        try:
+            instance = Instance.model_validate(dict(row))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise DatasetError(f"{source}: {label} has invalid values: {problems}") from None
+        if instance.instance_id in seen:
+            raise DatasetError(f"{source}: instance id {instance.instance_id} appears twice")
+        seen.add(instance.instance_id)
+        instances.append(instance)
+    if not instances:
+        raise DatasetError(f"{source}: the dataset has no rows")
+    return tuple(instances)
+
+
+def dataset_digest(instances: Sequence[Instance]) -> str:
+    """A content hash of what grading depends on, so provenance pins the exact rows used."""
+    h = hashlib.sha256()
+    for inst in sorted(instances, key=lambda i: i.instance_id):
+        record = [
+            inst.instance_id,
+            inst.repo,
+            inst.base_commit,
+            inst.version,
+            _sha(inst.patch),
+            _sha(inst.test_patch),
+            list(inst.FAIL_TO_PASS),
+            list(inst.PASS_TO_PASS),
+            inst.eval_script or "",
+        ]
+        h.update(json.dumps(record, separators=(",", ":")).encode())
+    return h.hexdigest()
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _read_local(path: Path) -> tuple[list[Mapping[str, Any]], str]:
+    """The file's rows and its sha256."""
+    if not path.exists():
+        raise DatasetError(f"dataset file {path} does not exist")
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if path.suffix == ".parquet":
+        import pyarrow as pa  # datasets depends on pyarrow
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(pa.BufferReader(data)).to_pylist(), digest
+        except Exception as exc:  # pyarrow raises several unrelated types
+            raise DatasetError(f"{path}: not a readable parquet file: {exc}") from exc
+    return _parse_local_text(path, data.decode("utf-8")), digest
+
+
+def _parse_local_text(path: Path, text: str) -> list[Mapping[str, Any]]:
+    if path.suffix == ".jsonl":
+        rows = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        return rows
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if isinstance(data, dict) and isinstance(data.get("rows"), list):
+        data = data["rows"]
+    if not isinstance(data, list):
+        raise DatasetError(f"{path}: expected a JSON list of rows")
+    return data
+
+
+def _read_hub(name: str, split: str, revision: str | None) -> list[Mapping[str, Any]]:
+    import datasets  # heavy import, only when the hub is used
+
+    try:
+        ds = datasets.load_dataset(name, split=split, revision=revision)
+    except Exception as exc:  # network, auth, unknown split: all end the same way for the user
+        raise DatasetError(
+            f"could not load {name!r} (split {split!r}) from the Hugging Face hub: {exc}. "
+            "Check the name and your network, or pass a local .jsonl/.json/.parquet file."
+        ) from exc
+    return list(ds)
+
+
+# --------------------------------------------------------------------------- selection
+
+
+class Selection(BaseModel):
+    """Which rows a run evaluates. Applied as: filter -> sort by id -> max_rows -> shard."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_rows: int = 3
+    instance_ids: tuple[str, ...] = ()
+    repos: tuple[str, ...] = ()
+    shard_index: int = 0
+    num_shards: int = 1
+
+    @model_validator(mode="after")
+    def _check(self) -> Selection:
+        if self.max_rows < -1 or self.max_rows == 0:
+            raise ValueError(
+                f"max_rows must be -1 (all rows) or a positive count, not {self.max_rows}"
+            )
+        if self.num_shards < 1:
+            raise ValueError(f"num_shards must be at least 1, not {self.num_shards}")
+        if not 0 <= self.shard_index < self.num_shards:
+            raise ValueError(
+                f"shard_index must be between 0 and num_shards - 1 ({self.num_shards - 1}), "
+                f"not {self.shard_index}"
+            )
+        return self
+
+
+def select_instances(dataset: Dataset, selection: Selection) -> list[Instance]:
+    """The deterministic, ordered slice of ``dataset`` that ``selection`` names.
+
+    Rows are ordered by instance id, cut to ``max_rows`` and then dealt round-robin to
+    shards, so the union of all shards is exactly the unsharded selection.
+    """
+    rows = list(dataset.instances)
+    if selection.instance_ids:
+        known = dataset.by_id()
+        unknown = [i for i in selection.instance_ids if i not in known]
+        if unknown:
+            hints = []
+            for iid in unknown[:5]:
+                close = difflib.get_close_matches(iid, known, n=1)
+                hints.append(f"{iid} (did you mean {close[0]}?)" if close else iid)
+            raise DatasetError(
+                f"unknown instance id(s) in {dataset.name}: {', '.join(hints)}"
+                + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+            )
+        wanted = set(selection.instance_ids)
+        rows = [r for r in rows if r.instance_id in wanted]
+    if selection.repos:
+        present = {r.repo for r in dataset.instances}
+        missing = [r for r in selection.repos if r not in present]
+        if missing:
+            raise DatasetError(
+                f"no rows for repo(s) {', '.join(missing)} in {dataset.name}; "
+                f"its repos are {', '.join(sorted(present))}"
+            )
+        wanted_repos = set(selection.repos)
+        rows = [r for r in rows if r.repo in wanted_repos]
+    rows.sort(key=lambda r: r.instance_id)
+    if selection.max_rows >= 0:
+        rows = rows[: selection.max_rows]
+    return rows[selection.shard_index :: selection.num_shards]

@@ -1,0 +1,177 @@
+"""The eval script: what runs an instance's tests, shaped like the official one.
+
+Same steps and markers as swebench's ``make_eval_script_list_py`` (reset the test files,
+apply the test patch, ``: '>>>>> Start Test Output'``, the test command, the recorded
+exit code, ``: '>>>>> End Test Output'``, reset again), with conda activation replaced by
+the environment on PATH and ``/testbed`` by the workspace. Rows that carry their own
+``eval_script`` (the newer hub revision) are run as given, with the same substitutions.
+
+The script runs in two phases (``EvalPhases``), each in a sandbox of its own: *prepare*
+(everything before the test files are reset: the eval-time install, which may need the
+package index) and *test* (reset, test patch, markers, test command). Between the two the
+engine puts back any test file or test configuration that the install step, which runs
+the participant's code, changed. Their logs, concatenated, are the official log.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from swebench.harness.constants import (
+    END_TEST_OUTPUT,
+    NON_TEST_EXTS,
+    START_TEST_OUTPUT,
+    TEST_EXIT_CODE_VAR,
+)
+from swebench.harness.utils import parse_eval_script, record_test_exit_code
+
+from swegreen.core.dataset import Instance
+from swegreen.core.patches import inspect_patch
+from swegreen.core.recipes import Recipe
+
+HEREDOC = "EOF_114329324912"
+TIME_START, TIME_END = "SWEGREEN_TEST_START", "SWEGREEN_TEST_END"
+_DIFF_TARGET = re.compile(r"diff --git a/.* b/(.*)")
+_CONDA_LINES = re.compile(r"^\s*(source /opt/miniconda3/bin/activate|conda activate \S+)\s*$")
+
+
+def modified_test_files(test_patch: str) -> list[str]:
+    """Files the test patch modifies (not creates): reset to the base commit around the run."""
+    return [f.old_path for f in inspect_patch(test_patch).files if f.old_path is not None]
+
+
+def get_test_directives(instance: Instance, style: str) -> list[str]:
+    """The test files to run, from the test patch; django wants dotted module names."""
+    directives = _DIFF_TARGET.findall(instance.test_patch)
+    directives = [d for d in directives if not any(d.endswith(ext) for ext in NON_TEST_EXTS)]
+    if style == "django":
+        out = []
+        for d in directives:
+            d = d.removesuffix(".py")
+            d = d.removeprefix("tests/")
+            out.append(d.replace("/", "."))
+        directives = out
+    return directives
+
+
+def sandboxed(command: str, wrapper: str | None) -> str:
+    """The test command, run through the sandbox's wrapper (e.g. a network namespace)."""
+    if not wrapper:
+        return command
+    return f"{wrapper} bash -c {shlex.quote(command)}"
+
+
+@dataclass(frozen=True)
+class EvalPhases:
+    prepare: str
+    test: str
+
+    @property
+    def script(self) -> str:
+        """Both phases as one script: what is stored as the row's eval.sh."""
+        return f"{self.prepare}{PHASE_BREAK}\n{self.test}"
+
+
+PHASE_BREAK = "# ---- the test phase runs in a sandbox of its own from here ----"
+_KEEP_FOR_TESTS = re.compile(r"^\s*(export|source|\.)\s")
+
+
+def split_phases(lines: list[str], workdir: str) -> EvalPhases:
+    """Split an eval script's commands where the test files are reset (the last
+    ``git checkout`` before the start marker, else the test patch's ``git apply``). The
+    test phase starts again from the working directory and the exports made before."""
+    start = next((i for i, ln in enumerate(lines) if START_TEST_OUTPUT in ln), len(lines))
+    cut = next(
+        (i for i in range(start - 1, -1, -1) if lines[i].startswith("git checkout ")),
+        None,
+    )
+    if cut is None:
+        cut = next((i for i in range(start) if lines[i].startswith("git apply")), start)
+    prelude = [f"cd {workdir}"] + [ln for ln in lines[:cut] if _KEEP_FOR_TESTS.match(ln)]
+    test = record_test_exit_code([*prelude, *lines[cut:]])
+    if any(ln.startswith(f"{TEST_EXIT_CODE_VAR}=") for ln in test):
+        # The phase's exit status is the test command's: the engine reads it from the
+        # process, where nothing the tests print can reach it.
+        test.append(f'exit "${TEST_EXIT_CODE_VAR}"')
+    return EvalPhases(prepare=_script(lines[:cut]), test=_script(test))
+
+
+def make_eval_script(
+    instance: Instance, recipe: Recipe, workdir: str, test_wrapper: str | None = None
+) -> str:
+    return eval_phases(instance, recipe, workdir, test_wrapper).script
+
+
+def eval_phases(
+    instance: Instance, recipe: Recipe, workdir: str, test_wrapper: str | None = None
+) -> EvalPhases:
+    if instance.eval_script:
+        return adapt_eval_phases(instance.eval_script, workdir, test_wrapper)
+    files = modified_test_files(instance.test_patch)
+    reset_tests = f"git checkout {instance.base_commit} {' '.join(files)}" if files else ":"
+    apply_test_patch = f"git apply -v - <<'{HEREDOC}'\n{instance.test_patch}\n{HEREDOC}"
+    test_command = " ".join(
+        [recipe.test_cmd, *get_test_directives(instance, recipe.directive_style)]
+    )
+    lines = [f"cd {workdir}", *recipe.eval_commands]
+    lines += [
+        f"git config --global --add safe.directory {workdir}",
+        f"cd {workdir}",
+        "git status",
+        "git show",
+        f"git -c core.fileMode=false diff {instance.base_commit}",
+    ]
+    if recipe.install:
+        lines.append(recipe.install)
+    lines += [
+        reset_tests,
+        apply_test_patch,
+        f": '{START_TEST_OUTPUT}'",
+        sandboxed(test_command, test_wrapper),
+        f": '{END_TEST_OUTPUT}'",
+        reset_tests,
+    ]
+    return split_phases(lines, workdir)
+
+
+def adapt_eval_script(script: str, workdir: str, test_wrapper: str | None = None) -> str:
+    return adapt_eval_phases(script, workdir, test_wrapper).script
+
+
+def adapt_eval_phases(script: str, workdir: str, test_wrapper: str | None = None) -> EvalPhases:
+    """An official eval script, made to run outside its image."""
+    lines = [ln for ln in parse_eval_script(script) if not _CONDA_LINES.match(ln)]
+    lines = [ln.replace("/testbed", workdir) for ln in lines]
+    for i, line in enumerate(lines):
+        if START_TEST_OUTPUT in line and i + 1 < len(lines):
+            lines[i + 1] = sandboxed(lines[i + 1], test_wrapper)
+            break
+    return split_phases(lines, workdir)
+
+
+def _script(lines: list[str]) -> str:
+    return "\n".join(["#!/bin/bash", "set -uxo pipefail", *_timed(lines)]) + "\n"
+
+
+def _timed(lines: list[str]) -> list[str]:
+    """Stamp the clock just outside the markers, so the test command's own duration can be
+    read from the log (``set -x`` prints the values) without touching the parsed region."""
+    out = []
+    for line in lines:
+        if START_TEST_OUTPUT in line and line.startswith(":"):
+            out.append(f"{TIME_START}=$EPOCHREALTIME")
+        out.append(line)
+        if END_TEST_OUTPUT in line and line.startswith(":"):
+            out.append(f"{TIME_END}=$EPOCHREALTIME")
+    return out
+
+
+def test_command_seconds(log: str) -> float | None:
+    """How long the test command ran, from the clock stamps ``_timed`` put in the log."""
+    start = re.search(rf"^\+ {TIME_START}=(\d+[.,]\d+)$", log, re.M)
+    end = re.search(rf"^\+ {TIME_END}=(\d+[.,]\d+)$", log, re.M)
+    if not (start and end):
+        return None
+    return float(end.group(1).replace(",", ".")) - float(start.group(1).replace(",", "."))

@@ -1,0 +1,124 @@
+"""The task message in the shapes participants already read.
+
+The same facts (``task_message.task_data``: nothing hidden) are rendered three ways:
+
+- ``standard``: prose instructions plus the facts as a data part (this project's own);
+- ``json``: one JSON object as the only text part, as agents wrapping mini-swe-agent parse
+  it, with ``hints`` beside ``hints_text`` and ``docker_image`` named as SWE-bench names
+  its per-instance images;
+- ``xml``: tagged text (``<task_id>``, ``<repository>``, ``<repo_url>``, ``<base_commit>``,
+  ``<problem_statement>``, ``<hints>``), for agents that clone ``repo_url`` themselves;
+- ``agentswe``: the AgentSWE protocol's task (agentswe.py), whose agents work through
+  commands the green agent runs for them; ``data`` then carries ``cwd`` and
+  ``python_version``.
+
+Which one a participant gets is the request's choice, else what its agent card declares
+(``choose``), else ``standard``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from swegreen.core import agentswe
+
+Dialect = Literal["standard", "json", "xml", "agentswe"]
+DIALECTS: tuple[Dialect, ...] = ("standard", "json", "xml", "agentswe")
+AUTO = "auto"
+# An agent card declares its dialect with this extension: {"uri": EXTENSION_URI,
+# "params": {"dialect": "json"}} in capabilities.extensions (docs/agentbeats.md).
+EXTENSION_URI = "urn:swegreen:task-dialect:v1"
+IMAGE_PREFIX = "docker.io/swebench/sweb.eval.x86_64."
+
+REPLY = (
+    "Reply with your change as a unified diff against the base commit, exactly as `git diff` "
+    'prints it (paths a/... and b/...): a JSON object {"patch": "<diff>"}, <patch>...</patch> '
+    "tags, a ```diff block, or the bare diff. Change only the repository's code: the tests "
+    "that will judge the fix are not shown, and test files you change are reset before they "
+    "run. A reply without a diff counts as no change."
+)
+XML = """\
+Fix the issue in the repository below, checked out at its base commit. Clone it from
+repo_url into a directory of your own.
+
+<task_id>{instance_id}</task_id>
+<repository>{repo}</repository>
+<repo_url>{repo_url}</repo_url>
+<base_commit>{base_commit}</base_commit>
+<version>{version}</version>
+<problem_statement>
+{problem_statement}
+</problem_statement>
+<hints>
+{hints_text}
+</hints>
+
+{reply}
+"""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    text: str
+    data: dict[str, Any] | None  # the data part, where the dialect has one
+
+
+def docker_image(instance_id: str) -> str:
+    """SWE-bench's evaluation image for an instance, as mini-swe-agent names it."""
+    return f"{IMAGE_PREFIX}{instance_id.replace('__', '_1776_').lower()}:latest"
+
+
+def render(dialect: Dialect, data: Mapping[str, Any], prose: str) -> Rendered:
+    """``data``: the task's facts; ``prose``: the standard dialect's instructions."""
+    if dialect == "json":
+        payload = {
+            **data,
+            "hints": data.get("hints_text", ""),
+            "docker_image": docker_image(data["instance_id"]),
+            "instructions": REPLY,
+        }
+        return Rendered(json.dumps(payload, ensure_ascii=False), None)
+    if dialect == "xml":
+        return Rendered(XML.format(reply=REPLY, **data), None)
+    if dialect == "agentswe":
+        payload = agentswe.task(data, data["cwd"], data["python_version"])
+        return Rendered(json.dumps(payload, ensure_ascii=False), None)
+    return Rendered(prose, dict(data))
+
+
+@dataclass(frozen=True)
+class CardFacts:
+    """What the dialect choice reads of an agent card (kept free of a2a types)."""
+
+    extensions: Sequence[tuple[str, Mapping[str, Any]]] = ()
+    input_modes: Sequence[str] = ()
+
+
+def choose(
+    requested: str, card: CardFacts | None, served: Sequence[str] = DIALECTS
+) -> tuple[Dialect, str]:
+    """The dialect for one participant and what chose it (recorded in each row).
+    ``served``: the dialects this caller can hold (the AWS pipeline's polled calls cannot
+    hold AgentSWE's turns); a card's wish outside them falls back to the default."""
+    if requested != AUTO:
+        return _known(requested), "request"
+    if card is not None:
+        for uri, params in card.extensions:
+            wanted = params.get("dialect")
+            if uri == EXTENSION_URI and isinstance(wanted, str) and wanted in DIALECTS:
+                if wanted not in served:
+                    return "standard", f"default (the card's {wanted} is not served here)"
+                return _known(wanted), "agent card extension"
+        modes = {m.split(";")[0].strip().lower() for m in card.input_modes}
+        if modes == {"application/json"}:  # takes JSON and nothing else
+            return "json", "agent card input modes"
+    return "standard", "default"
+
+
+def _known(name: str) -> Dialect:
+    if name not in DIALECTS:
+        raise ValueError(f"unknown task dialect {name!r}; known: {', '.join(DIALECTS)}")
+    return name  # type: ignore[return-value]

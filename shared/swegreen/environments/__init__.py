@@ -1,0 +1,2 @@
+"""Environments: recipes' catalog, interpreters, the dated package index,
+locks, source builds, system packages, services the tests call."""

@@ -1,0 +1,203 @@
+"""Files a build downloads while it runs, served from a local directory instead.
+
+Some recipes fetch source archives during the repository's setup: matplotlib's
+pre_install runs ``wget`` for qhull, and its ``setupext.py`` fetches qhull and FreeType
+(checking upstream's own sha256). Without the internet those builds fail, and a
+different version would silently change what the tests compare against. An offline
+sources directory holds such files under their own names; a file is used only when its
+sha256 is the one upstream downloads (``data/build_downloads.json``), never another
+version. During the setup, a ``wget`` on PATH serves known URLs from the directory (and
+anything else from the network, as before), and matplotlib's own download cache
+(``~/.cache/matplotlib/<sha256>``) is filled with the files present. What was offered is
+recorded in the row's ``environment`` provenance; a setup that still lacks a known file
+fails with a reason that names it, its hash and the directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+SHIM_LOG = "served.jsonl"  # in the shim directory: one line per file served
+TABLE = "downloads.json"  # in the shim directory: the downloads it knows
+
+
+@dataclass(frozen=True)
+class Download:
+    file: str
+    sha256: str
+    urls: tuple[str, ...]
+    matplotlib_cache: bool = False
+    where_else: str = ""
+
+
+def known_downloads(table: str | None = None) -> tuple[Download, ...]:
+    """The downloads of ``data/build_downloads.json`` (or of a table a shim was given)."""
+    if table is None:
+        table = (resources.files("swegreen") / "data" / "build_downloads.json").read_text()
+    data = json.loads(table)
+    return tuple(
+        Download(
+            file=d["file"],
+            sha256=d["sha256"],
+            urls=tuple(d["urls"]),
+            matplotlib_cache=d.get("matplotlib_cache", False),
+            where_else=d.get("where_else", ""),
+        )
+        for d in data["downloads"]
+    )
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Staged:
+    """One setup run's offline sources: its environment, and how to tell what it took."""
+
+    env: dict[str, str]
+    shim_dir: Path
+    cached: dict[str, tuple[Download, Path]]
+    known: dict[str, Download]
+
+    def used(self) -> list[dict[str, str]]:
+        """What the build really took (the row's provenance): files served to ``wget``,
+        and copies in matplotlib's cache that were read."""
+        used: dict[str, dict[str, str]] = {}
+        log = self.shim_dir / SHIM_LOG
+        if log.exists():
+            for line in log.read_text().splitlines():
+                d = self.known[json.loads(line)["file"]]
+                used[d.file] = {"file": d.file, "sha256": d.sha256, "via": "wget"}
+        for name, (d, copy) in self.cached.items():
+            if name not in used and copy.exists() and copy.stat().st_atime > 0:
+                used[name] = {"file": d.file, "sha256": d.sha256, "via": "matplotlib's cache"}
+        return list(used.values())
+
+
+class OfflineSources:
+    """A directory of source archives (possibly empty or absent) and what they stand for."""
+
+    def __init__(self, directory: Path | None, downloads: tuple[Download, ...] | None = None):
+        self.directory = directory
+        self.downloads = known_downloads() if downloads is None else downloads
+        self._checked: dict[str, bool] = {}
+
+    def available(self, download: Download) -> Path | None:
+        """The file, when the directory has it with upstream's hash."""
+        if self.directory is None:
+            return None
+        path = self.directory / download.file
+        if not path.is_file():
+            return None
+        key = f"{path}:{path.stat().st_mtime_ns}:{path.stat().st_size}"
+        if key not in self._checked:
+            self._checked[key] = sha256_of(path) == download.sha256
+        return path if self._checked[key] else None
+
+    def stage(self, home: Path, shim_dir: Path) -> Staged:
+        """Prepare a setup run: a ``wget`` that knows the directory (``Staged.env``: put
+        ``shim_dir`` first on PATH) and matplotlib's download cache in ``home``."""
+        shim_dir.mkdir(parents=True, exist_ok=True)
+        cached: dict[str, tuple[Download, Path]] = {}
+        for download in self.downloads:
+            path = self.available(download)
+            if path is None or not download.matplotlib_cache:
+                continue
+            cache = home / ".cache" / "matplotlib"
+            cache.mkdir(parents=True, exist_ok=True)
+            copy = cache / download.sha256
+            shutil.copyfile(path, copy)
+            # access time before its change time: the first read sets it (relatime)
+            os.utime(copy, (0, copy.stat().st_mtime))
+            cached[download.file] = (download, copy)
+        (shim_dir / TABLE).write_text(
+            json.dumps({"downloads": [dataclasses.asdict(d) for d in self.downloads]})
+        )
+        wget = shim_dir / "wget"
+        wget.write_text(
+            f"#!/bin/sh\nexec {sys.executable} -I -m swegreen.environments.build_sources"
+            ' wget "$@"\n'
+        )
+        wget.chmod(0o755)
+        env = {
+            "SWEGREEN_OFFLINE_SOURCES": str(self.directory or ""),
+            "SWEGREEN_SOURCES_SHIM": str(shim_dir),
+        }
+        return Staged(env, shim_dir, cached, {d.file: d for d in self.downloads})
+
+    def missing_in(self, output: str) -> list[Download]:
+        """Known downloads a failed setup's output asked for that the directory lacks."""
+        return [
+            d
+            for d in self.downloads
+            if self.available(d) is None and any(url in output for url in d.urls)
+        ]
+
+    def advice(self, missing: list[Download]) -> str:
+        where = self.directory or "an offline sources directory (--offline-sources)"
+        parts = [
+            f"{d.file} (sha256 {d.sha256}, from {d.urls[0]}"
+            + (f"; also: {d.where_else}" if d.where_else else "")
+            + ")"
+            for d in missing
+        ]
+        return (
+            f"the build downloads {'; '.join(parts)}, which this machine could not fetch: "
+            f"put the file(s) in {where} and run the row again (docs/environments.md)"
+        )
+
+
+def _wget(argv: list[str]) -> int:
+    """``wget [-O FILE] [-q...] URL``: a known URL from the offline directory (hash
+    checked), anything else from the real wget."""
+    shim = os.environ.get("SWEGREEN_SOURCES_SHIM", "")
+    directory = os.environ.get("SWEGREEN_OFFLINE_SOURCES", "")
+    urls = [a for a in argv if "://" in a]
+    output = None
+    for i, arg in enumerate(argv):
+        if arg == "-O" and i + 1 < len(argv):
+            output = argv[i + 1]
+        elif arg.startswith("--output-document="):
+            output = arg.split("=", 1)[1]
+    table = Path(shim) / TABLE if shim else None
+    downloads = known_downloads(table.read_text()) if table and table.is_file() else None
+    sources = OfflineSources(Path(directory) if directory else None, downloads)
+    if len(urls) == 1:
+        for download in sources.downloads:
+            if urls[0] in download.urls and (path := sources.available(download)):
+                target = Path(output or download.file)
+                if str(target) == "-":
+                    sys.stdout.buffer.write(path.read_bytes())
+                else:
+                    shutil.copyfile(path, target)
+                if shim:
+                    with open(Path(shim) / SHIM_LOG, "a") as fh:
+                        fh.write(json.dumps({"file": download.file, "url": urls[0]}) + "\n")
+                print(f"swegreen: {urls[0]} served from {path} (sha256 {download.sha256})")
+                return 0
+    path_dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and d != shim]
+    real = shutil.which("wget", path=os.pathsep.join(path_dirs))
+    if real is None:
+        print("swegreen: wget is not installed, and no offline source has", urls, file=sys.stderr)
+        return 127
+    return subprocess.run([real, *argv], check=False).returncode
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["wget"]:
+        sys.exit(_wget(sys.argv[2:]))
+    sys.exit("usage: python -m swegreen.environments.build_sources wget ARGS")

@@ -1,0 +1,183 @@
+"""Finding (or installing) the Python interpreter a recipe asks for."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from swegreen.core.errors import InterpreterNotFound
+
+_VERSION = re.compile(r"^(\d+)\.(\d+)$")
+
+
+@dataclass(frozen=True)
+class InterpreterSearch:
+    """Where to look. Built by the composition root from the real environment."""
+
+    path: str
+    pyenv_root: Path | None
+    uv_dir: Path | None
+    uv_binary: str | None = None
+    allow_install: bool = False
+    # Interpreters the user pointed at ("3.5" -> a python3.5 of theirs): used first, and
+    # only these for their versions (a wrong one is an error, not a silent fallback).
+    given: tuple[tuple[str, Path], ...] = ()
+
+    @classmethod
+    def from_environ(
+        cls,
+        env: Mapping[str, str],
+        allow_install: bool = False,
+        given: Mapping[str, Path] | None = None,
+    ) -> InterpreterSearch:
+        home = Path(env.get("HOME", str(Path.home())))
+        pyenv = env.get("PYENV_ROOT") or str(home / ".pyenv")
+        uv_dir = env.get("UV_PYTHON_INSTALL_DIR") or str(
+            Path(env.get("XDG_DATA_HOME", str(home / ".local" / "share"))) / "uv" / "python"
+        )
+        return cls(
+            path=env.get("PATH", ""),
+            pyenv_root=Path(pyenv),
+            uv_dir=Path(uv_dir),
+            uv_binary=shutil.which("uv", path=env.get("PATH", "")),
+            allow_install=allow_install,
+            given=tuple(sorted((given or {}).items())),
+        )
+
+    def given_for(self, version: str) -> Path | None:
+        return dict(self.given).get(version)
+
+
+def parse_given(text: str) -> dict[str, Path]:
+    """``3.5=/opt/py35/bin/python3.5,3.6=...`` (the --python flag and SWEGREEN_PYTHONS)."""
+    given: dict[str, Path] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        version, sep, path = item.partition("=")
+        if not sep or not _VERSION.match(version.strip()) or not path.strip():
+            raise ValueError(
+                f"{item!r} is not VERSION=PATH: give e.g. 3.5=/opt/python3.5/bin/python3.5"
+            )
+        given[version.strip()] = Path(path.strip())
+    return given
+
+
+def find_interpreter(version: str, search: InterpreterSearch, needed_by: str = "") -> Path:
+    """The path of a working ``pythonX.Y`` (or the engine's own for ``host``)."""
+    if version == "host":
+        return Path(sys.executable)
+    m = _VERSION.match(version)
+    if not m:
+        raise InterpreterNotFound(f"recipe asks for Python {version!r}; expected X.Y or 'host'")
+    if (given := search.given_for(version)) is not None:
+        if _reports_version(given, version):
+            return given
+        raise InterpreterNotFound(
+            f"Python {version} was given as {given} (--python / SWEGREEN_PYTHONS), but that "
+            f"does not run as Python {version}: {_what_it_is(given)}. Point it at a working "
+            f"python{version}.",
+            permanent=True,
+        )
+    for candidate in _candidates(version, search):
+        if _reports_version(candidate, version):
+            return candidate
+    if search.allow_install and search.uv_binary:
+        proc = subprocess.run(
+            [search.uv_binary, "python", "install", version],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        for candidate in _candidates(version, search):
+            if _reports_version(candidate, version):
+                return candidate
+        detail = f" (`uv python install {version}` failed: {proc.stderr.strip()[-300:]})"
+    else:
+        detail = ""
+    who = f" (needed by {needed_by})" if needed_by else ""
+    raise InterpreterNotFound(
+        f"Python {version}{who} was not found on PATH, in {search.pyenv_root}/versions or in "
+        f"{search.uv_dir}{detail}. Install it, e.g. `uv python install {version}` or "
+        f"`pyenv install {version}`, point at one you have with --python "
+        f"{version}=/path/to/python{version} (SWEGREEN_PYTHONS), or enable interpreter "
+        "installs (--allow-python-install)."
+    )
+
+
+def _candidates(version: str, search: InterpreterSearch) -> list[Path]:
+    exe = f"python{version}"
+    found: list[Path] = []
+    for entry in search.path.split(os.pathsep):
+        # pyenv shims answer for every version and fail at run time: skip them.
+        if entry and "shims" not in Path(entry).parts:
+            p = Path(entry) / exe
+            if p.is_file() and os.access(p, os.X_OK):
+                found.append(p)
+    if search.pyenv_root and (search.pyenv_root / "versions").is_dir():
+        for d in sorted(
+            (search.pyenv_root / "versions").glob(f"{version}.*"), key=_patch_level, reverse=True
+        ):
+            if (d / "bin" / exe).is_file():
+                found.append(d / "bin" / exe)
+    if search.uv_dir and search.uv_dir.is_dir():
+        for d in sorted(search.uv_dir.glob(f"cpython-{version}.*"), key=_patch_level, reverse=True):
+            if (d / "bin" / exe).is_file():
+                found.append(d / "bin" / exe)
+    return found
+
+
+def _patch_level(path: Path) -> tuple[int, ...]:
+    nums = re.findall(r"\d+", path.name)
+    return tuple(int(n) for n in nums[:3])
+
+
+def _ask(candidate: Path, code: str) -> str | None:
+    """What ``candidate`` prints running ``code``; None when it cannot run or fails."""
+    try:
+        out = subprocess.run(
+            [str(candidate), "-c", code], capture_output=True, text=True, timeout=30, check=False
+        )
+    except OSError:
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _reports_version(candidate: Path, version: str) -> bool:
+    return _ask(candidate, "import sys; print('%d.%d' % sys.version_info[:2])") == version
+
+
+def _what_it_is(candidate: Path) -> str:
+    full = _ask(candidate, "import sys; print(sys.version.split()[0])")
+    return f"it is Python {full}" if full else "it does not run as a Python interpreter"
+
+
+SYSTEM_PREFIXES = {Path("/"), Path("/usr"), Path("/usr/local")}
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    path: Path
+    version: str
+    prefix: Path  # sys.base_prefix: the installation tree
+
+    @property
+    def relocatable(self) -> bool:
+        """A self-contained tree (pyenv, uv, a conda-like build) that can be copied whole.
+        A distribution's /usr python cannot: environments from it are virtualenvs."""
+        return self.prefix.resolve() not in SYSTEM_PREFIXES and (self.prefix / "lib").is_dir()
+
+
+def describe_interpreter(path: Path) -> Interpreter:
+    code = "import sys; print('%d.%d' % sys.version_info[:2]); print(sys.base_prefix)"
+    out = subprocess.run(
+        [str(path), "-c", code], capture_output=True, text=True, timeout=30, check=True
+    ).stdout.splitlines()
+    return Interpreter(path=path, version=out[0], prefix=Path(out[1]))

@@ -1,0 +1,297 @@
+"""Evaluating one instance: refuse bad patches, apply, run the tests, grade, classify.
+
+``Evaluator.evaluate`` returns a row for every outcome the participant is responsible
+for (including a patch that does not apply) and raises ``EvaluationFailure`` for the
+ones it is not (repository unreachable, environment build failed, time limit). The
+runner decides about retries and turns the final failure into an ``error`` row.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from swegreen.core.classify import Reason, Status, TestCounts, classify
+from swegreen.core.config import DEFAULT_MAX_PATCH_BYTES
+from swegreen.core.dataset import Instance
+from swegreen.core.errors import EnvironmentFault, EvaluationFailure, TestTimeout
+from swegreen.core.grading import FULL, PARTIAL, Grade, grade_log, unapplied_report
+from swegreen.core.patches import (
+    OversizedPatch,
+    PatchRejected,
+    check_against_tree,
+    check_applied,
+    check_patch,
+    inspect_patch,
+    is_blank,
+    oversized_patch,
+)
+from swegreen.core.ports import ArtifactStore, PatchResult
+from swegreen.core.recipes import Recipe
+from swegreen.core.results import InstanceResult, utcnow
+from swegreen.core.rows import RowBuilder
+from swegreen.core.scrub import NO_SCRUBBING, Scrub
+from swegreen.evaluation.apply import apply_patch
+from swegreen.evaluation.base_validation import BaseValidator
+from swegreen.evaluation.testbed import Testbeds
+from swegreen.sandbox.recorder import Recorded, contradictions
+from swegreen.stores import artifacts as art
+
+Key = Callable[[str], str]
+
+
+class Evaluator:
+    def __init__(
+        self,
+        *,
+        testbeds: Testbeds,
+        artifacts: ArtifactStore,
+        base_validator: BaseValidator | None = None,
+        max_patch_bytes: int = DEFAULT_MAX_PATCH_BYTES,
+        scrub: Scrub = NO_SCRUBBING,
+    ) -> None:
+        self.testbeds = testbeds
+        self.artifacts = artifacts
+        self.base_validator = base_validator
+        self.max_patch_bytes = max_patch_bytes
+        self.scrub = scrub  # host secrets out of failure details (artifacts scrub themselves)
+
+    async def evaluate(self, run_id: str, instance: Instance, patch: PatchResult) -> InstanceResult:
+        key: Key = functools.partial(art.instance_key, run_id, instance.instance_id)
+        row = RowBuilder(instance, patch, utcnow(), time.monotonic())
+        if (oversized := oversized_patch(patch.patch, self.max_patch_bytes)) is not None:
+            return self._too_large(key, row, oversized)
+        self.artifacts.write_text(key(art.PATCH), patch.patch or "")
+        if self.base_validator is not None:
+            row.base_validation = await self.base_validator.validate(instance)
+            if not row.base_validation.get("cached"):
+                row.durations.env_build += float(
+                    row.base_validation.get("env_build_seconds") or 0.0
+                )
+        return await self._evaluate(run_id, key, row)
+
+    async def _evaluate(self, run_id: str, key: Key, row: RowBuilder) -> InstanceResult:
+        instance, text = row.instance, row.patch.patch
+        if row.patch.failure is not None or text is None:
+            detail = self.scrub(row.patch.detail) or "no patch was provided"
+            return self._finish(
+                key,
+                row.unapplied(row.patch.failure or Reason.NO_PATCH, detail),
+                unapplied_report(instance, None),
+            )
+        if is_blank(text):
+            return self._finish(
+                key,
+                row.unapplied(Reason.EMPTY_PATCH, "the patch is empty"),
+                unapplied_report(instance, text),
+            )
+        row.info = inspect_patch(text)
+        try:
+            check_patch(row.info)
+        except PatchRejected as exc:
+            return self._finish(
+                key, row.unapplied(exc.reason, str(exc)), unapplied_report(instance, text)
+            )
+
+        notes: list[str] = []
+        try:
+            t_setup = time.monotonic()
+            async with self.testbeds.open(run_id, instance) as testbed:
+                notes = testbed.notes
+                row.durations.setup = time.monotonic() - t_setup
+                row.durations.env_build += testbed.env_build_seconds
+                row.environment = dict(testbed.provenance)
+                t_apply = time.monotonic()
+                try:
+                    check_against_tree(row.info, testbed.repo)
+                except PatchRejected as exc:
+                    return self._finish(
+                        key, row.unapplied(exc.reason, str(exc)), unapplied_report(instance, text)
+                    )
+                patch_file = testbed.workspace / art.PATCH
+                patch_file.write_text(text, encoding="utf-8", errors="surrogateescape")
+                applied = await apply_patch(
+                    testbed.repo, patch_file, self.testbeds.git_env(testbed)
+                )
+                row.durations.apply = time.monotonic() - t_apply
+                notes.append(applied.log)
+                if not applied.applied:
+                    detail = (
+                        "the patch does not apply to the base commit "
+                        "(git apply, --3way, --reject and patch --fuzz=5 all failed)"
+                    )
+                    return self._finish(
+                        key,
+                        row.unapplied(Reason.PATCH_DOES_NOT_APPLY, detail),
+                        unapplied_report(instance, text),
+                    )
+                row.apply_method = applied.method
+                try:
+                    check_applied(row.info, testbed.repo)
+                except PatchRejected as exc:
+                    return self._finish(
+                        key, row.unapplied(exc.reason, str(exc)), unapplied_report(instance, text)
+                    )
+                # Test files and test configuration are the benchmark's: what the patch
+                # changed of them is put back (tamper.py); so is what its code changes
+                # during the eval-time install (run_eval, between the two phases).
+                guard = self.testbeds.guard(testbed)
+                row.tampered_files += await guard.revert(row.info.paths)
+                if row.tampered_files:
+                    notes.append("put back before the tests: " + ", ".join(row.tampered_files))
+                row.isolation = self.testbeds.sandbox.isolation.mode
+                t_tests = time.monotonic()
+                run = await self.testbeds.run_eval(testbed, guard)
+                row.tampered_files += run.reverted
+                row.test_exit_code = run.exit_code
+                row.durations.tests = time.monotonic() - t_tests
+                row.test_command_seconds = run.test_seconds()
+                self.artifacts.write_text(key(art.EVAL_SCRIPT), run.script)
+                self.artifacts.write_text(
+                    key(art.TEST_OUTPUT), run.log_path.read_text(errors="replace")
+                )
+                if run.recorded is not None:
+                    self.artifacts.write_text(key(art.TEST_RECORD), run.recorded.text)
+                if run.timed_out:
+                    raise TestTimeout(f"the eval script ran past its {run.timeout:g} s time limit")
+                return self._grade(
+                    key, row, testbed.recipe, run.log_path, text, run.recorded, run.exit_code
+                )
+        except EvaluationFailure as exc:
+            notes.append(f"FAILED: {exc}\n{exc.log_tail}")
+            exc.args, exc.log_tail = (self.scrub(str(exc)),), self.scrub(exc.log_tail)
+            raise
+        finally:
+            self.artifacts.write_text(key(art.INSTANCE_LOG), "\n".join(notes))
+
+    def _too_large(self, key: Key, row: RowBuilder, oversized: OversizedPatch) -> InstanceResult:
+        """Never applied, parsed or stored whole: the row keeps its size and hash."""
+        row.info = oversized.info
+        self.artifacts.write_text(key(art.PATCH), oversized.stub)
+        result = row.unapplied(Reason.PATCH_TOO_LARGE, oversized.detail)
+        return self._finish(key, result, unapplied_report(row.instance, ""))
+
+    def regrade(
+        self, run_id: str, instance: Instance, stored: InstanceResult, work: Path
+    ) -> InstanceResult:
+        """Grade a finished row again from its saved test log, running nothing."""
+        key: Key = functools.partial(art.instance_key, run_id, instance.instance_id)
+        log = self.artifacts.read_text(key(art.TEST_OUTPUT))
+        if stored.status is Status.ERROR or not stored.tests_ran or log is None:
+            return stored
+        patch = self.artifacts.read_text(key(art.PATCH)) or ""
+        scratch = work / f".regrade-{uuid.uuid4().hex[:8]}.log"
+        scratch.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            scratch.write_text(log)
+            row = RowBuilder(
+                instance,
+                PatchResult(patch, stored.model_name_or_path),
+                stored.started_at,
+                time.monotonic(),
+                info=inspect_patch(patch),
+                apply_method=stored.apply_method,
+                base_validation=stored.base_validation,
+                tampered_files=list(stored.tampered_files),
+                isolation=stored.isolation,
+                test_exit_code=stored.test_exit_code,
+            )
+            record = self.artifacts.read_text(key(art.TEST_RECORD))
+            fresh = self._grade(
+                key,
+                row,
+                self.testbeds.recipes.for_instance(instance),
+                scratch,
+                patch,
+                Recorded.parse(record) if record is not None else None,
+                stored.test_exit_code,
+            )
+        finally:
+            scratch.unlink(missing_ok=True)
+        return fresh.model_copy(
+            update={
+                "durations": stored.durations,
+                "attempts": stored.attempts,
+                "finished_at": stored.finished_at,
+                "participant_usage": stored.participant_usage,
+            }
+        )
+
+    def _grade(
+        self,
+        key: Key,
+        row: RowBuilder,
+        recipe: Recipe,
+        log_path: Path,
+        patch: str,
+        recorded: Recorded | None = None,
+        exit_code: int | None = None,
+    ) -> InstanceResult:
+        grade = grade_log(
+            row.instance,
+            log_path,
+            recipe.log_parser,
+            row.patch.model_name_or_path,
+            patch,
+            recipe.eval_type,
+        )
+        if not grade.log_ok and grade.environment_fault:
+            raise EnvironmentFault(
+                f"the test log shows an environment fault: {grade.environment_fault}"
+            )
+        if recorded is not None:
+            found = contradictions(recorded, grade.status_map, exit_code)
+            if found:
+                return self._tampered_log(key, row, grade, found)
+        status, reason = classify(True, grade.counts)
+        # The tree refines the official verdict; it must never contradict it.
+        assert (status is Status.RESOLVED) == (grade.resolution == FULL), (status, grade.resolution)
+        assert (status is Status.PARTIALLY_RESOLVED) == (grade.resolution == PARTIAL)
+        detail = (
+            ""
+            if grade.log_ok
+            else (
+                "the grader rejected the test log (tests did not run, or the "
+                "exit code contradicts the log): every test counts as failed"
+            )
+        )
+        result = row.result(
+            status,
+            reason,
+            detail,
+            counts=grade.counts,
+            applied=True,
+            tests_ran=True,
+            f2p_failing=grade.f2p_failing,
+            p2p_failing=grade.p2p_failing,
+        )
+        return self._finish(key, result, grade.report)
+
+    def _tampered_log(
+        self, key: Key, row: RowBuilder, grade: Grade, found: list[str]
+    ) -> InstanceResult:
+        """The log says what pytest did not see: an error row, never a silent pass."""
+        shown = found[:20] + ([f"... and {len(found) - 20} more"] if len(found) > 20 else [])
+        result = row.result(
+            Status.ERROR,
+            Reason.LOG_TAMPERING,
+            "the test log contradicts what pytest itself recorded (something in the test "
+            "process printed results or forced its exit code):\n" + "\n".join(shown),
+            counts=TestCounts(0, len(row.instance.FAIL_TO_PASS), 0, len(row.instance.PASS_TO_PASS)),
+            applied=True,
+            tests_ran=True,
+        )
+        report = {
+            iid: {**entry, "resolved": False, "log_tampering": found}
+            for iid, entry in grade.report.items()
+        }
+        return self._finish(key, result.model_copy(update={"error_kind": "evaluation"}), report)
+
+    def _finish(self, key: Key, result: InstanceResult, report: dict[str, Any]) -> InstanceResult:
+        self.artifacts.write_text(key(art.REPORT), json.dumps(report, indent=4))
+        return result

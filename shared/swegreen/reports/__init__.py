@@ -1,0 +1,1 @@
+"""What a run publishes: AgentBeats results, the HTML report, the console."""

@@ -1,0 +1,114 @@
+"""What people see in a terminal: a live progress bar with per-status counts, and the
+leaderboard table at the end. Not used by the servers or the Lambdas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from swegreen.core.classify import Status
+from swegreen.core.metrics import RunMetrics
+from swegreen.core.ports import ProgressEvent
+
+STATUS_STYLE = {
+    Status.RESOLVED: "green",
+    Status.BREAKING_RESOLVED: "yellow",
+    Status.PARTIALLY_RESOLVED: "cyan",
+    Status.WORK_IN_PROGRESS: "blue",
+    Status.REGRESSION: "magenta",
+    Status.NO_OP: "white",
+    Status.ERROR: "red",
+}
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    parts = [
+        f"[{STATUS_STYLE[s]}]{s.value} {counts[s.value]}[/]" for s in Status if counts.get(s.value)
+    ]
+    return "  ".join(parts) or "starting"
+
+
+class ProgressView:
+    """A rich progress bar when attached to a terminal, one line per row otherwise."""
+
+    def __init__(self, console: Console, total: int, title: str, live: bool) -> None:
+        self.console = console
+        self.live = live and console.is_terminal
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[counts]}"),
+            console=console,
+            transient=False,
+        )
+        self.task = self.progress.add_task(title, total=total, counts="starting")
+
+    def __enter__(self) -> ProgressView:
+        if self.live:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live:
+            self.progress.stop()
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if event.kind in ("finished", "skipped"):
+            self.progress.update(self.task, completed=event.done, counts=counts_text(event.counts))
+            r = event.result
+            if r is not None:
+                mark = "(stored) " if event.kind == "skipped" else ""
+                self.console.print(
+                    Text.assemble(
+                        f"  {mark}{r.instance_id}: ",
+                        (r.status.value, STATUS_STYLE[r.status]),
+                        f" ({r.reason}; F2P {r.f2p_passed}/{r.f2p_total}, "
+                        f"P2P {r.p2p_passed}/{r.p2p_total}, {r.durations.total:.1f}s)",
+                    ),
+                    highlight=False,
+                )
+        elif event.kind == "note":  # a message may hold anything, brackets included
+            self.console.print(
+                Text(f"  {event.instance_id}: {event.message}", style="dim"), highlight=False
+            )
+
+
+def leaderboard_table(metrics: RunMetrics, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("status")
+    table.add_column("rows", justify="right")
+    table.add_column("share", justify="right")
+    for status in Status:
+        n = metrics.counts.get(status.value, 0)
+        table.add_row(
+            f"[{STATUS_STYLE[status]}]{status.value}[/]", str(n), f"{metrics.share(status):.1%}"
+        )
+    table.add_section()
+    table.add_row("total instances", str(metrics.total_instances), "")
+    table.add_row(
+        "F2P tests passing", f"{metrics.f2p_passed}/{metrics.f2p_total}", f"{metrics.f2p_rate:.1%}"
+    )
+    table.add_row(
+        "P2P tests passing", f"{metrics.p2p_passed}/{metrics.p2p_total}", f"{metrics.p2p_rate:.1%}"
+    )
+    table.add_row("infrastructure errors", str(metrics.infrastructure_errors), "")
+    table.add_row("participant failures", str(metrics.participant_failures), "")
+    table.add_row("rows whose tests ran", str(metrics.tests_ran_instances), "")
+    table.add_row("P2P kept without running", str(metrics.p2p_passed_unrun), "")
+    if metrics.environment_limited:
+        table.add_row("environment-limited (base validation)", str(metrics.environment_limited), "")
+    return table
+
+
+def reasons_line(metrics: RunMetrics) -> str:
+    return ", ".join(f"{k} {v}" for k, v in metrics.reasons.items())
+
+
+def describe_paths(paths: dict[str, Any]) -> str:
+    return "\n".join(f"  {k}: {v}" for k, v in paths.items())

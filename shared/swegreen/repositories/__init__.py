@@ -1,0 +1,1 @@
+"""Git: repository caches and mirrors, history stores, the engine's own git."""

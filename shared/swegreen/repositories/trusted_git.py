@@ -1,0 +1,149 @@
+"""Git run by the engine over a workspace that participant code has written to.
+
+Git executes programs named in its configuration: ``core.fsmonitor``, hooks (also through
+``core.hooksPath``), ``diff.external``, filter drivers, ``core.pager``, and whatever an
+``include.path`` or a ``commondir`` file pulls in. A workspace lent to the sandbox can
+hold all of them: ``.git`` is a directory like any other there, and so is the HOME a
+careless engine would give git. The engine's own git therefore never reads anything the
+sandbox could write:
+
+- ``reseat``: after a sandboxed phase, the workspace's ``.git`` is thrown away, unread,
+  and replaced by a copy of the prepared workspace's (the engine's, never lent), before
+  any git runs there again; the next sandboxed phase (the eval script's own ``git
+  checkout`` and ``git apply`` of the test files) finds the same trusted configuration;
+- ``argv``/``environment``: no system or global configuration (``GIT_CONFIG_GLOBAL`` is
+  /dev/null, HOME an empty directory of the engine's), and the executing keys forced
+  off on the command line, which wins over every configuration file;
+- ``real_dir``: a path the engine is about to read or write through is a directory, not a
+  symlink the sandbox left to lead it somewhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from swegreen.core.errors import WorkspaceTampering
+
+# `-c` wins over every file git reads. core.hooksPath=/dev/null: no hook can be found.
+OVERRIDES = (
+    "core.fsmonitor=false",
+    "core.hooksPath=/dev/null",
+    "core.pager=cat",
+    "core.editor=false",
+    "core.askPass=false",
+    "core.sshCommand=false",
+    "core.gitProxy=false",
+    "core.attributesFile=/dev/null",
+    "core.untrackedCache=false",
+    "credential.helper=",
+    "diff.external=",
+    "gpg.program=false",
+    "protocol.allow=never",
+    "safe.directory=*",
+)
+# Variables that name programs or configuration for git: never passed on.
+_DROPPED = frozenset(
+    {
+        "GIT_EXTERNAL_DIFF",
+        "GIT_PAGER",
+        "GIT_EDITOR",
+        "GIT_ASKPASS",
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_PROXY_COMMAND",
+        "GIT_CONFIG",
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_COUNT",
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_COMMON_DIR",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_TRACE",
+        "PAGER",
+        "EDITOR",
+        "VISUAL",
+        "SSH_ASKPASS",
+    }
+)
+
+
+def argv(repo: Path, *args: str) -> list[str]:
+    """A git command over ``repo`` that runs no program named by any configuration."""
+    flags = [part for kv in OVERRIDES for part in ("-c", kv)]
+    return ["git", "--no-pager", *flags, "-C", str(repo), *args]
+
+
+def environment(base: Mapping[str, str], home: Path) -> dict[str, str]:
+    """``base`` without what could point git at configuration or programs, plus: no
+    system or global configuration files, and an engine-owned HOME (which git does not
+    need to exist)."""
+    env = {
+        k: v
+        for k, v in base.items()
+        if k not in _DROPPED and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
+    }
+    # the overrides for every git run with this environment too (`git apply`, the
+    # workbench's), not only those built with ``argv``: command-line scope, as `-c`
+    for i, item in enumerate(OVERRIDES):
+        key, _, value = item.partition("=")
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    env["GIT_CONFIG_COUNT"] = str(len(OVERRIDES))
+    env.update(
+        {
+            "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_OPTIONAL_LOCKS": "0",
+        }
+    )
+    return env
+
+
+def real_dir(path: Path, what: str) -> None:
+    """Refuse to go on through ``path`` unless it is a real directory (not a symlink the
+    sandbox left behind to send the engine elsewhere on the host)."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        raise WorkspaceTampering(
+            f"{what} ({path.name}) was removed by the participant's code"
+        ) from None
+    if not stat.S_ISDIR(mode):
+        raise WorkspaceTampering(
+            f"{what} ({path.name}) was replaced by the participant's code"
+            + (" with a symlink" if stat.S_ISLNK(mode) else "")
+        )
+
+
+def _replace(trusted: Path, target: Path) -> None:
+    real_dir(target.parent, "the repository")
+    try:
+        mode = target.lstat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None:
+        if stat.S_ISDIR(mode):
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+    subprocess.run(
+        ["cp", "-a", "--reflink=auto", "--no-dereference", str(trusted), str(target)],
+        check=True,
+        capture_output=True,
+    )
+
+
+async def reseat(repo: Path, trusted_git_dir: Path) -> None:
+    """Replace ``repo/.git`` (whatever the sandbox made of it) with a copy of
+    ``trusted_git_dir``, reading nothing of the old one."""
+    await asyncio.to_thread(_replace, trusted_git_dir, repo / ".git")

@@ -1,0 +1,182 @@
+"""Test infrastructure belongs to the benchmark: what a participant may not change.
+
+SWE-bench's gold patches never touch tests, test configuration or interpreter start-up
+hooks (``tests/test_tamper.py`` checks all 500), so a participant's change to them can
+only matter as a way to influence its own grade: a ``conftest.py`` hook that rewrites
+reports, a plugin loaded from ``pytest.ini``, an edited test. Such changes are put back
+to the prepared state before the tests run, twice: after the patch is applied (what the
+patch itself changed) and after the eval-time install (what the participant's code wrote
+while it ran). The row lists every file put back.
+"""
+
+from __future__ import annotations
+
+import configparser
+import fnmatch
+import shlex
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from swegreen.processes.procs import run_process
+from swegreen.repositories import trusted_git
+
+TEST_DIRS = frozenset({"test", "tests", "testing"})
+TEST_FILE_PATTERNS = ("test_*.py", "*_test.py")
+TEST_CONFIG_FILES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini"})
+STARTUP_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
+# Files that hold test configuration in some sections only: protected when those change.
+SECTIONED = {
+    "setup.cfg": ("tool:pytest", "pytest", "tox:", "testenv"),
+    "pyproject.toml": ("tool.pytest", "tool.tox"),
+}
+GIT_TIMEOUT = 300.0
+# Where installs put copies of the package (and its conftest.py files) that no test runs.
+BUILD_EXCLUDES = tuple(
+    f":(exclude,glob){d}" for d in ("**/build/**", "**/.tox/**", "**/.eggs/**", "**/*.egg-info/**")
+)
+
+
+def protected_reason(path: str, runner_files: frozenset[str] = frozenset()) -> str | None:
+    """Why ``path`` (repository-relative) belongs to the benchmark, or None. Files whose
+    test sections alone are protected (setup.cfg, pyproject.toml) answer None here: see
+    ``sections_changed``."""
+    parts = path.split("/")
+    name = parts[-1]
+    if path in runner_files:
+        return "the test command runs it"
+    if TEST_DIRS.intersection(parts[:-1]):
+        return "inside a test directory"
+    if name in TEST_CONFIG_FILES:
+        return "test configuration"
+    if any(fnmatch.fnmatchcase(name, pattern) for pattern in TEST_FILE_PATTERNS):
+        return "a test file"
+    if name in STARTUP_HOOKS or name.endswith(".pth"):
+        return "an interpreter start-up hook"
+    return None
+
+
+def runner_files(test_cmd: str, repo: Path) -> frozenset[str]:
+    """Files of the repository that the test command itself runs (sympy's ``bin/test``)."""
+    found = set()
+    for token in shlex.split(test_cmd):
+        rel = token.removeprefix("./")
+        if rel and not rel.startswith(("-", "/")) and (repo / rel).is_file():
+            found.add(rel)
+    return frozenset(found)
+
+
+def test_sections(name: str, text: str | None) -> dict[str, object] | None:
+    """The test-related sections of a setup.cfg / pyproject.toml (None: unreadable)."""
+    if text is None:
+        return {}
+    prefixes = SECTIONED[name]
+    try:
+        if name == "pyproject.toml":
+            data = tomllib.loads(text)
+            flat = _flatten(data)
+            return {k: v for k, v in flat.items() if k.startswith(prefixes)}
+        parser = configparser.RawConfigParser(strict=False, interpolation=None)
+        parser.read_string(text)
+        return {s: dict(parser.items(s)) for s in parser.sections() if s.startswith(prefixes)}
+    except (tomllib.TOMLDecodeError, configparser.Error):
+        return None
+
+
+def sections_changed(name: str, before: str | None, after: str | None) -> bool:
+    old, new = test_sections(name, before), test_sections(name, after)
+    return new is None or old != new
+
+
+def _flatten(data: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and not path.startswith(("tool.pytest", "tool.tox")):
+            out.update(_flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+class Guard:
+    """Puts a workspace's protected files back to the prepared commit (HEAD). Its git runs
+    under ``trusted_git``: after a sandboxed phase, only once ``.git`` has been reseated."""
+
+    def __init__(self, repo: Path, env: Mapping[str, str], runner: frozenset[str]) -> None:
+        self.repo = repo
+        self.env = dict(env)
+        self.runner = runner
+        self._loaders_before: set[str] = set()
+
+    async def _git(self, *args: str) -> str:
+        result = await run_process(
+            trusted_git.argv(self.repo, *args), env=self.env, timeout=GIT_TIMEOUT
+        )
+        if not result.ok:
+            raise RuntimeError(f"git {' '.join(args)} failed: {result.tail(10)}")
+        return result.output
+
+    async def _head_text(self, path: str) -> str | None:
+        result = await run_process(
+            trusted_git.argv(self.repo, "show", f"HEAD:{path}"), env=self.env, timeout=GIT_TIMEOUT
+        )
+        return result.output if result.ok else None
+
+    async def is_protected(self, path: str) -> bool:
+        if protected_reason(path, self.runner):
+            return True
+        name = path.rsplit("/", 1)[-1]
+        if name in SECTIONED:
+            current = self.repo / path
+            regular = current.is_file() and not current.is_symlink()  # never read through a link
+            after = current.read_text(errors="replace") if regular else None
+            return sections_changed(name, await self._head_text(path), after)
+        return False
+
+    async def revert(self, paths: Iterable[str]) -> list[str]:
+        """Put back every protected path of ``paths``; returns the ones put back."""
+        reverted = []
+        for path in dict.fromkeys(paths):
+            if not await self.is_protected(path):
+                continue
+            in_head = await self._head_text(path) is not None
+            target = self.repo / path
+            if in_head:
+                await self._git("checkout", "HEAD", "--", path)
+            elif target.is_symlink() or target.is_file():
+                target.unlink()
+            elif target.is_dir():
+                continue  # a directory is not a file change (its files are listed apart)
+            else:
+                continue
+            reverted.append(path)
+        return reverted
+
+    async def changed_tracked(self) -> list[str]:
+        out = await self._git("diff", "--name-only", "-z", "--no-renames", "HEAD")
+        return [p for p in out.split("\0") if p]
+
+    async def loader_files(self) -> set[str]:
+        """Untracked files, ignored or not, that Python or pytest would load by their name
+        (build products in directories no test runs from are left out)."""
+        out = await self._git("ls-files", "-z", "--others", "--", ".", *BUILD_EXCLUDES)
+        names = TEST_CONFIG_FILES | STARTUP_HOOKS
+        return {
+            p
+            for p in out.split("\0")
+            if p and (p.rsplit("/", 1)[-1] in names or p.endswith(".pth"))
+        }
+
+    async def snapshot(self) -> None:
+        """Remember the loader files that exist before participant code runs."""
+        self._loaders_before = await self.loader_files()
+
+    async def revert_after_run(self) -> list[str]:
+        """What participant code changed while it ran: tracked protected files are put
+        back, and test or start-up hooks it created are removed."""
+        reverted = await self.revert(await self.changed_tracked())
+        for path in sorted(await self.loader_files() - self._loaders_before):
+            (self.repo / path).unlink(missing_ok=True)
+            reverted.append(path)
+        return reverted

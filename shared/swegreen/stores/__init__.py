@@ -1,0 +1,1 @@
+"""Where runs and rows are kept: SQLite, artifact files."""
