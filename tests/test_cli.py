@@ -430,7 +430,7 @@ def test_sandbox_limits_come_from_the_environment_and_bad_ones_are_refused(
 ) -> None:
     import argparse
 
-    from swegreen.cli import _settings
+    from swegreen.cli.common import local_settings as _settings
     from swegreen.core.errors import ConfigError
 
     args = argparse.Namespace(output_dir=tmp_path / "out", cache_dir=tmp_path / "cache")

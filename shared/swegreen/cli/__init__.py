@@ -1,0 +1,68 @@
+"""Command line: run evaluations, the demo, re-grading and reports; one module per command.
+
+``main(argv) -> int`` is the whole program; exceptions of the project's family become a
+one-line message and exit code 2, an interrupted run exits 130 and says how to resume.
+Everything heavier than the parser is imported by the command that needs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from swegreen.cli.common import EXIT_CANNOT_START, checked_run_id, local_settings, said
+from swegreen.cli.parser import parser
+from swegreen.core.errors import ConfigError, SweGreenError
+
+__all__ = ["entry", "main", "parser"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from rich.console import Console
+
+    from swegreen.cli.demo import demo, sample_command
+    from swegreen.cli.participant import participant_command
+    from swegreen.cli.regrade import regrade
+    from swegreen.cli.report import report
+    from swegreen.cli.run import run_command
+    from swegreen.cli.serve import serve_command
+    from swegreen.cli.upload import upload_dataset_command
+    from swegreen.core.scrub import Scrubber
+    from swegreen.evaluation.engine import host_environment
+
+    console = Console(stderr=False, highlight=False)
+    env = host_environment()
+    scrubber = Scrubber.from_env(env)  # the host's secrets, kept out of everything stored
+    try:
+        if args.command == "upload-dataset":
+            return upload_dataset_command(args, console)
+        settings = local_settings(args, env)
+        if args.command == "run":
+            return run_command(args, settings, env, console, scrubber)
+        if args.command == "demo":
+            return demo(args, settings, env, console, scrubber)
+        if args.command == "regrade":
+            return asyncio.run(
+                regrade(checked_run_id(args.run_id), settings, env, console, scrubber)
+            )
+        if args.command == "report":
+            run_id = checked_run_id(args.run_id) if args.run_id else None
+            if args.html is not None and run_id is None:
+                raise ConfigError("report --html needs --run-id (which run to render)")
+            return report(run_id, settings, env, console, args.html)
+        if args.command == "serve":
+            return serve_command(args, settings, env, scrubber)
+        if args.command == "participant":
+            return participant_command(args, settings)
+        if args.command == "sample":
+            return sample_command(settings, console)
+    except SweGreenError as exc:
+        console.print(said("error:", "red", str(exc)))
+        return EXIT_CANNOT_START
+    raise AssertionError(args.command)
+
+
+def entry() -> None:
+    sys.exit(main())

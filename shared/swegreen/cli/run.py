@@ -1,0 +1,156 @@
+"""`swegreen run`: evaluate patches on a dataset, with progress, resumable."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from typing import TYPE_CHECKING, Any
+
+from swegreen.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_ROWS_ERRORED,
+    LOCAL_ENV_KEYS,
+    checked_run_id,
+    new_run_id,
+    overrides,
+    print_outcome,
+    said,
+    scenario_path,
+)
+from swegreen.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from swegreen.core.config import EvalConfig
+    from swegreen.core.scrub import Scrubber
+    from swegreen.evaluation.engine import LocalSettings
+    from swegreen.evaluation.runner import RunOutcome
+
+
+def run_command(
+    args: argparse.Namespace,
+    settings: LocalSettings,
+    env: dict[str, str],
+    console: Console,
+    scrubber: Scrubber,
+) -> int:
+    from swegreen.core.classify import Status
+    from swegreen.core.config import load_config
+    from swegreen.sample import build_sample
+
+    run_id = checked_run_id(args.run_id) if args.run_id else new_run_id(args.patches)
+    given = overrides(args)
+    if args.sample:
+        sample = build_sample(settings.cache_dir / "sample")
+        given.setdefault("dataset", str(sample.dataset))
+        given.setdefault("repo_url_template", sample.url_template)
+    config = load_config(scenario_path(args), env, given, env_extra=LOCAL_ENV_KEYS)
+    outcome = evaluate(
+        config,
+        args.patches,
+        run_id,
+        settings,
+        env,
+        console,
+        args.retry_errors,
+        live=not args.no_progress,
+        scrubber=scrubber,
+    )
+    if outcome is None:
+        return EXIT_INTERRUPTED
+    errored = sum(r.status is Status.ERROR for r in outcome.results)
+    if errored:
+        console.print(
+            f"{errored} of {len(outcome.results)} row(s) ended in error "
+            f"(exit code {EXIT_ROWS_ERRORED}); their reasons are above, their logs under "
+            f"{settings.output_dir / run_id}. Re-run with --run-id {run_id} --retry-errors "
+            "to evaluate them again.",
+            markup=False,
+        )
+        return EXIT_ROWS_ERRORED
+    return EXIT_OK
+
+
+def evaluate(
+    config: EvalConfig,
+    patches: str,
+    run_id: str,
+    settings: LocalSettings,
+    env: dict[str, str],
+    console: Console,
+    retry_errors: bool,
+    live: bool,
+    scrubber: Scrubber,
+) -> RunOutcome | None:
+    from swegreen.core.dataset import load_dataset, select_instances
+    from swegreen.core.sources import PredictionsSource, source_for
+    from swegreen.evaluation.engine import build_engine
+    from swegreen.reports.console import ProgressView
+    from swegreen.sample import resolve_sample
+
+    config = resolve_sample(config, settings.cache_dir)  # the request's name works here too
+    dataset = load_dataset(config.dataset, config.split, config.dataset_revision)
+    instances = select_instances(dataset, config.selection())
+    source = source_for(patches)
+    if isinstance(source, PredictionsSource):
+        source.check_against(i.instance_id for i in dataset.instances)
+    if not instances:
+        raise ConfigError(
+            "the selection is empty: check instance_ids, repos, max_rows and sharding"
+        )
+    console.print(
+        said(
+            f"Run {run_id}:",
+            "bold",
+            f"{len(instances)} instance(s) of {dataset.name} with {source.name} patches, "
+            f"{config.max_concurrent_rows} at a time",
+        )
+    )
+    view = ProgressView(console, len(instances), run_id, live)
+    engine = build_engine(settings, config, env, progress=view, scrubber=scrubber)
+    for note in engine.isolation.notes:
+        console.print(said("note:", "yellow", note))
+    try:
+        with view:
+            outcome = run_until_done(
+                engine.runner.run(
+                    run_id=run_id,
+                    dataset=dataset,
+                    instances=instances,
+                    source=source,
+                    config=config,
+                    provenance={"sandbox": engine.isolation.describe()},
+                    retry_errors=retry_errors,
+                )
+            )
+    finally:
+        engine.close()
+    if outcome is None:
+        console.print(
+            said(
+                "interrupted.", "yellow", f"Finished rows are stored; resume with --run-id {run_id}"
+            )
+        )
+        return None
+    print_outcome(console, outcome, settings)
+    return outcome
+
+
+def run_until_done(coro: Any) -> RunOutcome | None:
+    """Run the evaluation; SIGINT/SIGTERM cancel it cleanly (sandboxes killed, rows kept)."""
+
+    async def main() -> RunOutcome:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        assert task is not None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        return await coro
+
+    try:
+        return asyncio.run(main())
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        return None
