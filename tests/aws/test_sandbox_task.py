@@ -23,9 +23,9 @@ from swegreen.aws.pipeline import (
     TASK_ATTEMPTS,
     Attempt,
     TaskRetryEvent,
-    _failure_of,
     task_retry,
 )
+from swegreen.aws.pipeline.classify import _failure_of
 from swegreen.aws.presigned import PresignedUrlError, UploadArtifacts, download
 from swegreen.aws.sandbox_task import main, sandbox_config
 from swegreen.core.config import EvalConfig

@@ -1,0 +1,114 @@
+"""Presign: the evaluate task's input, artifact and upload URLs, signed last thing before
+it starts, and where it runs (closed or open network)."""
+
+from __future__ import annotations
+
+import json
+
+from swegreen.aws import prebuilt
+from swegreen.aws.pipeline.base import PipelineBase
+from swegreen.aws.pipeline.models import (
+    SANDBOX_INPUT,
+    SANDBOX_OUTPUTS,
+    Item,
+    PatchState,
+    SandboxInput,
+    SandboxTicket,
+)
+from swegreen.core import errors
+from swegreen.core.dataset import Instance
+from swegreen.core.errors import EvaluationFailure
+from swegreen.core.recipes import RecipeBook, known_network_instances
+from swegreen.environments.catalog import builtin_recipes
+from swegreen.stores import artifacts as art
+
+
+class PresignStep(PipelineBase):
+    """Presign."""
+
+    def presign(self, item: Item, state: PatchState) -> SandboxTicket:
+        """The evaluate task's input, artifact and upload URLs, signed last thing before
+        it starts. The task holds no credentials: these URLs reach this row's objects and
+        the artifacts it starts from, and no others. A row whose environment the build
+        phase could not make ends here, with the build's reason (the error's type names
+        the row's reason: ``_failure_of``)."""
+        if state.patch_key is None:
+            raise ValueError(f"{item.instance_id}: no patch to evaluate")
+        inst = self.instance(item.run_id, item.instance_id)
+        recipes = builtin_recipes()
+        needs = prebuilt.row_needs(inst, recipes)  # NoRecipe: the row's reason
+        artifacts = {}
+        keys = needs.keys()
+        prepared = self._exists(keys["prepared"])
+        for name, key in keys.items():
+            if name == "repo" and prepared:
+                # the prepared workspace carries the history stores its checkout borrows
+                # from; the mirror, which holds the later history, stays out of the task
+                continue
+            if name == "repo":  # the current mirror, as its pointer names it
+                pointer = self._mirror(needs.repo)
+                if pointer is None:
+                    raise self._unbuilt(needs, name)
+                lacking = sorted(set(needs.commits) - set(pointer.commits))
+                if lacking:
+                    raise errors.RepoUnavailable(
+                        f"{needs.repo}: the current mirror ({pointer.key}) lacks "
+                        f"{', '.join(c[:12] for c in lacking)}: another run's build replaced "
+                        "the pointer after this run's; run this one again"
+                    )
+                key = pointer.key
+            if prepared if name == "prepared" else self._exists(key):
+                artifacts[name] = self._sign("get_object", key)
+            elif name != "prepared":  # a missing prepared workspace is made in the task
+                raise self._unbuilt(needs, name)
+        patch = self._get(state.patch_key)
+        if patch is None:
+            raise ValueError(
+                f"{item.instance_id}: s3://{self.settings.bucket}/{state.patch_key} is gone"
+            )
+        # A row retried after a crash must not pick up an earlier attempt's verdict.
+        self.s3.delete_object(
+            Bucket=self.settings.bucket, Key=self._key(item.run_id, item.instance_id, art.RESULT)
+        )
+        uploads = {
+            name: self._sign("put_object", self._key(item.run_id, item.instance_id, name))
+            for name in SANDBOX_OUTPUTS
+        }
+        key = self._key(item.run_id, item.instance_id, SANDBOX_INPUT)
+        given = SandboxInput(instance=inst, patch=patch, uploads=uploads, artifacts=artifacts)
+        self._put(key, given.model_dump_json())
+        network = "open" if self._needs_internet(inst, recipes, item) else "closed"
+        return SandboxTicket(
+            input_url=self._sign("get_object", key),
+            network=network,
+            awsvpc=self.settings.task_networks.get(network, {}),
+        )
+
+    @staticmethod
+    def _needs_internet(inst: Instance, recipes: RecipeBook, item: Item) -> bool:
+        """The rows whose tests reach real hosts upstream (as the engine decides where the
+        tests get the network: testbed.policy_for)."""
+        asked = json.loads(item.config_json).get("network_instances") or ()
+        return (
+            recipes.for_instance(inst).network
+            or inst.instance_id in known_network_instances()
+            or inst.instance_id in set(asked)
+        )
+
+    def _mirror(self, repo: str) -> prebuilt.MirrorPointer | None:
+        return prebuilt.MirrorPointer.read(repo, self._get)
+
+    def _unbuilt(self, needs: prebuilt.RowNeeds, name: str) -> EvaluationFailure:
+        if name == "repo":
+            return errors.RepoUnavailable(
+                f"{needs.repo}: the build phase could not make its git mirror "
+                "(see the build task's log)"
+            )
+        key = needs.env if name == "env" else needs.services[name.removeprefix("service-")]
+        remembered = self._get(prebuilt.env_failed_key(key))
+        if remembered is not None:
+            return prebuilt.FailedBuild.model_validate_json(remembered).failure()
+        return errors.EnvSetupFailed(
+            f"environment {key} ({name}) was not built by the build phase (see the build "
+            "task's log; a failure of the moment is built again by the next run)"
+        )

@@ -1,0 +1,236 @@
+"""Resolve: the run's rows (selection, predictions, each row's own objects), the build
+phase's plan, the Maps' concurrency fitted to the account's quotas."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from swegreen.aws import prebuilt, quotas
+from swegreen.aws.pipeline.base import PipelineBase
+from swegreen.aws.pipeline.models import (
+    CAPACITY_WAIT_SECONDS,
+    INSTANCE,
+    MAX_EXECUTION_SECONDS,
+    PREDICTION,
+    RESOLVE_WRITERS,
+    ROW_OVERHEAD_SECONDS,
+    WAIT_MARGIN_SECONDS,
+    Item,
+    StartEvent,
+)
+from swegreen.core.config import build_config
+from swegreen.core.dataset import Dataset, Instance, dataset_digest, parse_rows, select_instances
+from swegreen.core.ports import RunRecord
+from swegreen.core.schedule import slowest_first
+from swegreen.core.sources import Prediction, parse_predictions
+from swegreen.environments.catalog import builtin_recipes
+from swegreen.reports.publish import base_provenance
+
+
+class ResolveStep(PipelineBase):
+    """Resolve, and the plan it makes."""
+
+    # ------------------------------------------------------------------ steps
+    def resolve(self, event: StartEvent) -> dict[str, Any]:
+        config = build_config(
+            ("stack defaults", self.settings.default_config), ("request config", event.config)
+        )
+        if config.env_files_at_base:
+            raise ValueError(
+                "env_files_at_base is for local runs from forks that lack some "
+                "environment_setup_commits; the pipeline's build phase names its artifacts "
+                "by those commits and clones repo_url_template, which must have them all"
+            )
+        wanted = config.task_dialect
+        if "agentswe" in ([wanted] if isinstance(wanted, str) else wanted.values()):
+            raise ValueError(
+                "task_dialect agentswe is for local runs: its commands run in the interactive "
+                "mode's workbench, which the pipeline's polled participant calls do not offer"
+            )
+        key = self.dataset_key(config)
+        text = self._get(key)
+        if text is None:
+            raise ValueError(
+                f"dataset {config.dataset!r} is not in s3://{self.settings.bucket}/{key}; "
+                f"upload it there: swegreen upload-dataset --bucket {self.settings.bucket} "
+                f"--dataset {config.dataset} (docs/aws.md)"
+            )
+        rows = parse_rows(
+            (json.loads(line) for line in text.splitlines() if line.strip()), source=config.dataset
+        )
+        dataset = Dataset(
+            config.dataset, config.split, config.dataset_revision, rows, dataset_digest(rows)
+        )
+        instances = select_instances(dataset, config.selection())
+        source, url, predictions_key, role, predictions = self._source(event, dataset)
+        self.settings.guardrails.check(
+            max_concurrent_rows=config.max_concurrent_rows,
+            eval_timeout=config.eval_timeout,
+            participant_timeout=config.participant_timeout,
+            rows=len(instances),
+            participant=source == "a2a",
+        )
+        capacity = quotas.fit(
+            config.max_concurrent_rows,
+            self.settings.build_concurrency,
+            quotas.read_quotas(self.service_quotas)
+            if self.service_quotas is not None
+            else "no Service Quotas client",
+            self.settings.sandbox_vcpu,
+            self.settings.build_vcpu,
+        )
+        record = RunRecord(
+            run_id=event.run_id,
+            dataset=dataset.name,
+            split=dataset.split,
+            dataset_revision=dataset.revision,
+            dataset_digest=dataset.digest,
+            patch_source=f"a2a:{role}" if source == "a2a" else (event.patches or ""),
+            config=config.public(),
+            instance_ids=[i.instance_id for i in instances],
+            provenance={
+                **base_provenance(dataset, config, self.settings.grader),
+                "pipeline": "aws",
+                # What the tests ran under, whatever the request asked for.
+                "isolation": self.settings.sandbox_isolation,
+                # Where (Presign's choice per row, docs/security-aws.md)
+                "task_network": {
+                    "closed": "isolated subnets, the VPC endpoints only",
+                    "open": "the internet, for rows whose tests need it",
+                    "installs": "offline, from each prepared workspace's wheelhouse",
+                },
+                # Tasks at once, as the account's Fargate quotas allow (quotas.py).
+                "capacity": capacity.model_dump(mode="json", exclude_none=True),
+            },
+        )
+        record = self.store.begin_run(record)
+        done = set(self.store.get_results(event.run_id))
+        sandbox_config = json.dumps(
+            config.model_dump(
+                mode="json",
+                include={
+                    "repo_url_template",
+                    "participant_repo_url_template",
+                    "eval_timeout",
+                    "max_attempts",
+                    "base_validation",
+                    "max_patch_bytes",
+                    "network_instances",
+                },
+            )
+        )
+        items, todo = [], []
+        writes: list[tuple[str, str]] = []
+        for inst in slowest_first(instances):  # the run's tail is short (schedule.py)
+            if inst.instance_id in done:
+                continue  # resuming a run: a stored row is final
+            writes.append(
+                (self._key(event.run_id, inst.instance_id, INSTANCE), inst.model_dump_json())
+            )
+            if inst.instance_id in predictions:  # Dispatch reads its row's, not the file
+                writes.append(
+                    (
+                        self._key(event.run_id, inst.instance_id, PREDICTION),
+                        json.dumps(dataclasses.asdict(predictions[inst.instance_id])),
+                    )
+                )
+            todo.append(inst)
+            items.append(
+                Item(
+                    run_id=event.run_id,
+                    instance_id=inst.instance_id,
+                    source=source,
+                    role=role,
+                    url=url,
+                    predictions_key=predictions_key,
+                    participant_timeout=config.participant_timeout,
+                    config_json=sandbox_config,
+                    wait_seconds=int(config.participant_timeout) + WAIT_MARGIN_SECONDS,
+                ).model_dump()
+            )
+        with ThreadPoolExecutor(RESOLVE_WRITERS) as pool:  # boto3's clients are thread-safe
+            list(pool.map(lambda kv: self._put(*kv), writes))
+        plan = self.plan(event.run_id, todo, rebuild=event.rebuild_envs)
+        prefix = f"{self.settings.runs_prefix}{event.run_id}/"
+        self._put(prefix + "items.json", json.dumps(items))
+        self._put(prefix + "builds.json", json.dumps([b.model_dump() for b in plan.builds]))
+        self._put(prefix + "prepares.json", json.dumps([p.model_dump() for p in plan.prepares]))
+        row_seconds = (
+            (config.participant_timeout if source == "a2a" else 0)
+            + (config.eval_timeout or 1800)
+            + ROW_OVERHEAD_SECONDS
+        )
+        waves = math.ceil(len(items) / capacity.rows)
+        return {
+            "run_id": event.run_id,
+            "count": len(items),
+            "total": len(instances),
+            "max_concurrency": capacity.rows,
+            "build_concurrency": capacity.builds,
+            "capacity_note": capacity.note,
+            "items_key": prefix + "items.json",
+            "builds_key": prefix + "builds.json",
+            "builds": len(plan.builds),
+            "prepares_key": prefix + "prepares.json",
+            "prepares": len(plan.prepares),
+            "bucket": self.settings.bucket,
+            "config_json": sandbox_config,  # the build phase's tasks get it too
+            # The rows phase's limit: every wave of rows at its slowest, and a row's wait
+            # for room in the account (task_retry), and no more.
+            "timeout_seconds": int(
+                min(MAX_EXECUTION_SECONDS, max(1, waves) * row_seconds + CAPACITY_WAIT_SECONDS)
+            ),
+        }
+
+    def plan(self, run_id: str, instances: list[Instance], *, rebuild: bool) -> prebuilt.Plan:
+        """The build phase's work for ``instances``: the prebuilt artifacts they need that
+        the bucket does not hold yet."""
+        existing: set[str] = set()
+        pages = self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.settings.bucket, Prefix=prebuilt.PREFIX
+        )
+        for page in pages:
+            existing.update(o["Key"] for o in page.get("Contents", []))
+        held: dict[str, set[str]] = {}
+        for repo in {i.repo for i in instances}:
+            pointer = self._mirror(repo)
+            if pointer is not None and pointer.key in existing:
+                held[repo] = set(pointer.commits)
+            else:
+                existing.discard(prebuilt.repo_commits_key(repo))  # no mirror behind it
+        return prebuilt.plan(
+            run_id,
+            instances,
+            builtin_recipes(),
+            existing,
+            held,
+            rebuild_failed=rebuild,
+            prepare_batch=self.settings.prepare_batch,
+        )
+
+    def _source(
+        self, event: StartEvent, dataset: Dataset
+    ) -> tuple[str, str | None, str | None, str, dict[str, Prediction]]:
+        if event.participants:
+            role, url = next(iter(event.participants.items()))
+            return "a2a", url, None, role, {}
+        if event.patches in ("gold", "empty"):
+            return event.patches, None, None, "agent", {}
+        assert event.patches is not None
+        text = self._get(event.patches)
+        if text is None:
+            raise ValueError(
+                f"predictions file s3://{self.settings.bucket}/{event.patches} does not exist"
+            )
+        predictions = parse_predictions(text, event.patches)
+        unknown = sorted(set(predictions) - set(dataset.by_id()))
+        if unknown:
+            raise ValueError(
+                f"{event.patches}: predictions for instance ids not in the dataset: "
+                f"{', '.join(unknown[:5])}"
+            )
+        return "predictions", None, event.patches, "agent", predictions
