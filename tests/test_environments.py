@@ -12,10 +12,11 @@ import pytest
 
 from swegreen.core.errors import EnvSetupFailed
 from swegreen.core.recipes import Recipe
-from swegreen.environments import manager as environments
+from swegreen.environments import build as environments
+from swegreen.environments.build import creation_stage, transient_failure
 from swegreen.environments.constraints import merge_requirements
 from swegreen.environments.interpreters import InterpreterSearch
-from swegreen.environments.manager import EnvManager, creation_stage, transient_failure
+from swegreen.environments.manager import EnvManager
 
 
 def manager(root: Path, host_env: dict[str, str]) -> EnvManager:

@@ -28,12 +28,14 @@ from swegreen.core.errors import EnvSetupFailed, EvaluationFailure, RepoUnavaila
 from swegreen.core.eval_script import eval_phases, test_command_seconds
 from swegreen.core.patches import inspect_patch
 from swegreen.core.recipes import Recipe, RecipeBook, prepared_name
+from swegreen.environments.build import transient_failure
 from swegreen.environments.build_sources import OfflineSources
 from swegreen.environments.compile_cache import CACHE_DIR as COMPILE_CACHE_DIR
 from swegreen.environments.compile_cache import CompileCache
 from swegreen.environments.dated_index import NO_CUTOFF
-from swegreen.environments.manager import COMPLETE as ENV_COMPLETE
-from swegreen.environments.manager import ENV_INFO, Environment, EnvManager, transient_failure
+from swegreen.environments.environment import COMPLETE as ENV_COMPLETE
+from swegreen.environments.environment import ENV_INFO, Environment
+from swegreen.environments.manager import EnvManager
 from swegreen.environments.services import SERVICES, start_script
 from swegreen.processes.locks import file_lock
 from swegreen.processes.procs import ProcResult, run_process

@@ -30,7 +30,7 @@ from pathlib import Path
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import DiskLimitExceeded, EnvSetupFailed, OutOfMemory, SandboxUnavailable
 from swegreen.core.ports import CommandRun
-from swegreen.environments.manager import ENV_INFO
+from swegreen.environments.environment import ENV_INFO
 from swegreen.evaluation.testbed import Testbed, Testbeds
 from swegreen.processes.procs import CommandFailed, run_checked, run_process
 from swegreen.sandbox.overlay import discard_later
