@@ -213,7 +213,7 @@ def known_network_instances() -> frozenset[str]:
 
 def verified_recipes() -> RecipeBook:
     """The recipes of SWE-bench Verified's repositories, shipped as data. (The package's
-    whole catalog, the sample's too, is ``recipe_catalog.builtin_recipes``.)"""
+    whole catalog, the sample's too, is ``environments.catalog.builtin_recipes``.)"""
     books = []
     data_dir = resources.files("swegreen") / "data"
     for name in ("swebench_recipes.json",):

@@ -61,7 +61,7 @@ class InstanceResult(BaseModel):
     # ran (by its patch, or by its code during the eval-time install): tamper.py.
     tampered: bool = False
     tampered_files: list[str] = Field(default_factory=list)
-    isolation: str | None = None  # the sandbox the participant's code ran in (sandbox.py)
+    isolation: str | None = None  # the sandbox the participant's code ran in (sandbox/local.py)
     test_exit_code: int | None = None  # the test command's, as the engine saw it
     attempts: int = 1
     durations: Durations = Field(default_factory=Durations)

@@ -37,7 +37,7 @@ RESULT = "result.json"
 RUN_INFO = "run.json"
 RESULTS = "results.json"
 RUN_REPORT = "run_report.json"  # the official harness's run-level report (publish.run_report)
-REPORT_HTML = "report.html"  # the run for people (report_html.py)
+REPORT_HTML = "report.html"  # the run for people (reports/html.py)
 INSTANCES = "instances.jsonl"
 
 
