@@ -534,7 +534,9 @@ def test_an_a2a_participant_is_waited_for_by_callback(cloud: Cloud) -> None:
             "reply": "artifact: data part 'patch'",
         }, row.get("conversation")
     assert cloud.leaderboard("a2a")["participant"] == "agent"
-    assert sum(w.get("done", 0) for w in cloud.watch_results) >= 2  # Watch handed them back
+    # Watch handed them back; a participant done before the dispatch's own request returned
+    # (a loaded machine) is handed back by the dispatch at once, so at least one by Watch
+    assert sum(w.get("done", 0) for w in cloud.watch_results) >= 1
 
 
 def test_a_participant_that_never_answers_times_out_and_is_cancelled(cloud: Cloud) -> None:
