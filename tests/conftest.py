@@ -37,6 +37,21 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_TEMP_ROOT] = root
 
 
+# The files that take longest (deployments and a 10,000-row store): first in any order,
+# so that two workers (make test) start them at once rather than end on them.
+SLOWEST_FILES = (
+    "tests/aws/test_pipeline_e2e.py",
+    "tests/aws/test_front_door.py",
+    "tests/aws/test_dynamo_store.py",
+)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle, which it keeps otherwise
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: n for n, name in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     root = config.stash.get(_TEMP_ROOT, None)
     if root is not None:

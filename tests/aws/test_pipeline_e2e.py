@@ -62,8 +62,8 @@ QUOTA = "quota"
 NEW_ACCOUNT_QUOTAS = {"L-3032A538": 6.0, "L-36FBB829": 6.0}
 HOSTILE = "hostile"
 HOSTILE_ROW = "sample__calculator-1"
-NETWORK = "network"  # a run that names a row whose tests need the internet
-NETWORK_ROW = "sample__textkit-1"
+# The Spot run also names its row as one whose tests need the internet: it runs open.
+NETWORK_ROW = "sample__calculator-1"
 MARK = "swegreen-poisoned"
 # Module-level code a hostile patch adds: when the tests import it, it reports (to a path on
 # this host) who it runs as and whether it holds AWS credentials; it tries to leave a file
@@ -335,7 +335,12 @@ def cloud(
             config=cloud.config(instance_ids=ids[:1], participant_timeout=8),
         )
         cloud.start(FAULTS, patches="gold", config=cloud.config(instance_ids=ids[:4]))
-        cloud.start(SPOT, patches="gold", config=cloud.config(instance_ids=ids[:1]))
+        assert ids[0] == NETWORK_ROW
+        cloud.start(
+            SPOT,
+            patches="gold",
+            config=cloud.config(instance_ids=ids[:1], network_instances=[NETWORK_ROW]),
+        )
         cloud.start(
             QUOTA, patches="gold", config=cloud.config(instance_ids=ids[:2], max_concurrent_rows=10)
         )
@@ -359,13 +364,6 @@ def cloud(
         key = f"predictions/{HOSTILE}.jsonl"
         s3.put_object(Bucket=cloud.bucket, Key=key, Body=json.dumps(prediction).encode())
         cloud.start(HOSTILE, patches=key, config=cloud.config(instance_ids=[HOSTILE_ROW]))
-        cloud.start(
-            NETWORK,
-            patches="gold",
-            config=cloud.config(
-                instance_ids=[HOSTILE_ROW, NETWORK_ROW], network_instances=[NETWORK_ROW]
-            ),
-        )
         cloud.wait()
         yield cloud
 
@@ -508,16 +506,15 @@ def test_rows_run_closed_off_unless_their_tests_need_the_internet(cloud: Cloud) 
     for task in cloud.emulator.tasks:
         if task["phase"] != "evaluate":
             assert task["network"] == "open", task["instance_id"]
-        elif (task["env"]["SWEGREEN_RUN_ID"], task["instance_id"]) == (NETWORK, NETWORK_ROW):
+        elif task["env"]["SWEGREEN_RUN_ID"] == SPOT:
             assert (task["network"], task["network_cut"]) == ("open", False)
             assert task["env"]["SWEGREEN_TASK_NETWORK"] == "open"
         else:
             assert (task["network"], task["network_cut"]) == ("closed", True), task
             assert task["env"]["SWEGREEN_TASK_NETWORK"] == "closed"
-    rows = cloud.rows(NETWORK)
-    gold = verdicts(cloud.rows("gold"))
-    assert verdicts(rows) == {iid: gold[iid] for iid in rows}, cloud.diagnosis(rows)
-    assert len(cloud.tasks(NETWORK, "evaluate")) == 2
+    (row,) = cloud.rows(SPOT).values()
+    assert verdicts({NETWORK_ROW: row}) == {NETWORK_ROW: verdicts(cloud.rows("gold"))[NETWORK_ROW]}
+    assert len(cloud.tasks(SPOT, "evaluate")) == 3  # two Spot reclaimed, then on demand
 
 
 def test_an_a2a_participant_is_waited_for_by_callback(cloud: Cloud) -> None:
