@@ -28,7 +28,8 @@ from swegreen.core.dataset import load_dataset, select_instances
 from swegreen.core.sources import GoldPatches
 from swegreen.evaluation.engine import LocalSettings, build_engine, host_environment
 from swegreen.sample import build_sample
-from swegreen.sandbox.local import Isolation, LocalSandbox, Mounts, SandboxPolicy
+from swegreen.sandbox.isolation import Isolation, Mounts, SandboxPolicy
+from swegreen.sandbox.local import LocalSandbox
 
 
 def median_time(fn: Callable[[], Awaitable[object]], rounds: int) -> float:

@@ -24,7 +24,7 @@ from swegreen.core.ports import PatchSource
 from swegreen.evaluation.engine import Engine, LocalSettings, build_engine, host_environment
 from swegreen.evaluation.runner import RunOutcome
 from swegreen.sample import SampleBenchmark, build_sample
-from swegreen.sandbox.local import Isolation
+from swegreen.sandbox.isolation import Isolation
 
 
 def pytest_configure(config: pytest.Config) -> None:

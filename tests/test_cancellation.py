@@ -46,7 +46,7 @@ from swegreen.core.dataset import Instance, load_dataset
 from swegreen.evaluation.engine import LocalSettings
 from swegreen.participants.server import Reply, participant_app
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox.local import Isolation
+from swegreen.sandbox.isolation import Isolation
 from tests.helpers import GIT_ID, read_jsonl, serving
 
 GUARD = 60  # seconds: a test that waits longer than this has hung (the bug it guards)

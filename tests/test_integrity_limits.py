@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox.local import Isolation
+from swegreen.sandbox.isolation import Isolation
 from tests.test_integrity import write
 from tests.test_integrity_install import green_agent, run_assessment
 

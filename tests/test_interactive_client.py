@@ -140,7 +140,7 @@ def test_in_process_isolation_the_green_agent_says_the_mode_is_not_offered(
     from swegreen.agent.server import green_card
     from swegreen.evaluation.engine import LocalSettings
     from swegreen.participants.server import participant_app
-    from swegreen.sandbox.local import Isolation
+    from swegreen.sandbox.isolation import Isolation
     from tests.test_cancellation import a2a_client
 
     solver = ScriptedShellSolver("explore", load_dataset(str(sample.dataset)))

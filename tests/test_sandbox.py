@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.sandbox.local import Isolation, LocalSandbox, Mounts, SandboxPolicy, sandbox_env
+from swegreen.sandbox.environ import sandbox_env
+from swegreen.sandbox.isolation import Isolation, Mounts, SandboxPolicy
+from swegreen.sandbox.local import LocalSandbox
 
 ISO = Isolation.probe()  # bubblewrap: the default, and what the suite's setup installs
 NEEDS_NETNS = pytest.mark.skipif(
@@ -153,7 +155,8 @@ def test_a_killed_engine_takes_its_sandbox_down(tmp_path: Path) -> None:
     driver = textwrap.dedent(f"""
         import asyncio
         from pathlib import Path
-        from swegreen.sandbox.local import Isolation, LocalSandbox, SandboxPolicy
+        from swegreen.sandbox.isolation import Isolation, SandboxPolicy
+        from swegreen.sandbox.local import LocalSandbox
         script = Path({str(tmp_path / "long.sh")!r})
         script.write_text("sleep 300 & echo $! > {pidfile}; wait")
         asyncio.run(LocalSandbox(Isolation()).run_script(
@@ -204,7 +207,7 @@ def test_temp_dirs_share_no_top_level_directory_with_the_checkout(tmp_path: Path
     """sphinx-11510 regression: docutils makes an included file's path relative to the CWD
     only when both share their first path component. Upstream's /testbed and /tmp never do;
     a TMPDIR beside the checkout turned docnames into '../tmp/...' and failed the gold patch."""
-    from swegreen.sandbox.local import scratch_dir
+    from swegreen.sandbox.environ import scratch_dir
 
     for checkout in (
         Path("/work/cache/work/x/repo"),
@@ -287,7 +290,8 @@ def test_a_killed_engine_takes_its_bubblewrap_sandbox_down(tmp_path: Path) -> No
     driver = textwrap.dedent(f"""
         import asyncio
         from pathlib import Path
-        from swegreen.sandbox.local import Isolation, LocalSandbox, Mounts, SandboxPolicy
+        from swegreen.sandbox.isolation import Isolation, Mounts, SandboxPolicy
+        from swegreen.sandbox.local import LocalSandbox
         work = Path({str(work)!r})
         script = Path({str(tmp_path / "long.sh")!r})
         script.write_text("sleep {marker} & echo started > {work / "started"}; wait")

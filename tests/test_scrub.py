@@ -18,7 +18,7 @@ from swegreen.core.results import InstanceResult
 from swegreen.core.scrub import Scrubber, is_secret_name
 from swegreen.evaluation.engine import LocalSettings, build_engine
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox.local import Isolation
+from swegreen.sandbox.isolation import Isolation
 from swegreen.stores import artifacts as art
 from swegreen.stores.artifacts import LocalArtifacts, ScrubbedArtifacts
 

@@ -11,7 +11,8 @@ from swegreen.core.eval_script import sandboxed
 from swegreen.core.recipes import Recipe
 from swegreen.evaluation.engine import LocalSettings, build_testbeds
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox.local import Isolation, Mounts, SandboxPolicy, sandbox_env
+from swegreen.sandbox.environ import sandbox_env
+from swegreen.sandbox.isolation import Isolation, Mounts, SandboxPolicy
 
 from .conftest import sample_config
 

@@ -14,7 +14,7 @@ from swegreen.core.errors import SandboxUnavailable
 from swegreen.evaluation.engine import Engine, LocalSettings, build_engine
 from swegreen.evaluation.workbench import CAPTURE_CAP, Workbenches
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox.local import Isolation
+from swegreen.sandbox.isolation import Isolation
 from tests.conftest import sample_config, sample_instance
 
 INSTANCE = "sample__calculator-1"

@@ -27,7 +27,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox.local import DEFAULT_SANDBOX_UID
+from swegreen.sandbox.isolation import DEFAULT_SANDBOX_UID
 from swegreen.stores.artifacts import TEST_OUTPUT
 from tests.aws.conftest import STACK
 from tests.aws.emulator import REGION, Emulator

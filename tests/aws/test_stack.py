@@ -24,7 +24,7 @@ from swegreen.aws.pipeline import (
     SandboxTicket,
 )
 from swegreen.core.classify import Status
-from swegreen.sandbox.local import DEFAULT_SANDBOX_UID
+from swegreen.sandbox.isolation import DEFAULT_SANDBOX_UID
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON = "application/json"

@@ -30,7 +30,7 @@ from swegreen.core.scrub import Scrubber
 from swegreen.evaluation.engine import Engine, LocalSettings, build_engine
 from swegreen.evaluation.workbench import Workbenches
 from swegreen.sample import resolve_sample
-from swegreen.sandbox.local import Isolation
+from swegreen.sandbox.isolation import Isolation
 from swegreen.stores import artifacts as art
 
 Notify = Callable[[str], Awaitable[None]]

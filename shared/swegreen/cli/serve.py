@@ -30,7 +30,7 @@ def serve_command(
     server_config = load_config(scenario, env, env_extra=LOCAL_ENV_KEYS)
     front_door = None
     if args.backend == "local":
-        from swegreen.sandbox.local import Isolation
+        from swegreen.sandbox.isolation import Isolation
 
         Isolation.probe(server_config.isolation)
     if args.backend == "aws":

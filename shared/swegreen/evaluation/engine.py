@@ -26,7 +26,8 @@ from swegreen.evaluation.evaluate import Evaluator
 from swegreen.evaluation.runner import Runner
 from swegreen.evaluation.testbed import TestbedOptions, Testbeds
 from swegreen.repositories.repo_cache import RepoCache
-from swegreen.sandbox.local import Isolation, LocalSandbox
+from swegreen.sandbox.isolation import Isolation
+from swegreen.sandbox.local import LocalSandbox
 from swegreen.stores.artifacts import LocalArtifacts, ScrubbedArtifacts
 from swegreen.stores.sqlite import SqliteStore
 

@@ -43,14 +43,9 @@ from swegreen.repositories import trusted_git
 from swegreen.repositories.repo_cache import RepoCache, git_env
 from swegreen.sandbox import overlay
 from swegreen.sandbox.env_guard import EnvGuard, project_names
-from swegreen.sandbox.local import (
-    LocalSandbox,
-    Mounts,
-    SandboxPolicy,
-    free_port,
-    sandbox_env,
-    scratch_dir,
-)
+from swegreen.sandbox.environ import free_port, sandbox_env, scratch_dir
+from swegreen.sandbox.isolation import Mounts, SandboxPolicy
+from swegreen.sandbox.local import LocalSandbox
 from swegreen.sandbox.recorder import (
     INSIDE_PATH,
     PLUGIN_DIR_INSIDE,

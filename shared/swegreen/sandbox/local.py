@@ -16,60 +16,36 @@ in a network namespace where the host allows one.
 
 Both modes: a time limit enforced twice (the engine, and an outer ``timeout`` that still
 ends the tree if the engine itself is killed), a clean environment built from scratch
-(no cloud keys or API tokens), an address-space limit per process, a process limit.
-"""
+(no cloud keys or API tokens), an address-space limit per process, a process limit."""
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import os
-import re
 import resource
 import shlex
-import shutil
 import signal
-import socket
-import subprocess
-import tempfile
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
-from swegreen.core.errors import DiskLimitExceeded, OutOfMemory, SandboxUnavailable
+from swegreen.core.errors import DiskLimitExceeded, OutOfMemory
 from swegreen.processes.procs import ProcResult, run_process
-from swegreen.sandbox import seccomp
-
-OUTER_GRACE = 30  # seconds the outer `timeout` waits beyond the engine's own limit
-_CREDENTIALS = re.compile(r"(://)[^/@\s]+@")
-# Host variables a test run may need to reach a package index at eval-time install.
-INDEX_PASSTHROUGH = (
-    "PIP_INDEX_URL",
-    "PIP_EXTRA_INDEX_URL",
-    "PIP_CERT",
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "HTTPS_PROXY",
-    "HTTP_PROXY",
-    "NO_PROXY",
-    "https_proxy",
-    "http_proxy",
-    "no_proxy",
+from swegreen.sandbox.isolation import (
+    CONTAINER_CAPS,
+    Isolation,
+    Mounts,
+    SandboxPolicy,
+    _drop_to,
+)
+from swegreen.sandbox.limits import (
+    DiskWatch,
+    _make_cgroup,
+    _oom_kills,
+    _remove_cgroup,
 )
 
-
-@dataclass(frozen=True)
-class SandboxPolicy:
-    timeout: float
-    network: bool = False
-    cpus: float | None = None  # a Docker-like CPU quota, as the tests see it
-    memory_mb: int | None = 16384  # per process (address space), and the whole sandbox
-    max_processes: int | None = 4096
-    disk_mb: int | None = 10240  # what the run may add to its writable trees
-    shm_mb: int = 64  # /dev/shm and /run (RAM): Docker's default shm size
+OUTER_GRACE = 30  # seconds the outer `timeout` waits beyond the engine's own limit
 
 
 # Inside the test's network namespace: loopback up (tests start local servers), and a
@@ -90,279 +66,6 @@ NETNS_INIT = (
 )
 
 
-IsolationMode = Literal["bwrap", "process"]
-# The host uid sandboxed processes run as when the engine is root (any unused uid will do:
-# it owns nothing on the host but the workspaces it is lent).
-DEFAULT_SANDBOX_UID = 2_000_000
-# Docker's default capabilities that mean something in a user namespace: they act only on
-# what the namespace owns (its own files, processes and network), never on the host's.
-CONTAINER_CAPS = (
-    "CAP_CHOWN",
-    "CAP_DAC_OVERRIDE",
-    "CAP_FOWNER",
-    "CAP_FSETID",
-    "CAP_KILL",
-    "CAP_SETGID",
-    "CAP_SETUID",
-    "CAP_SETPCAP",
-    "CAP_NET_BIND_SERVICE",
-    "CAP_NET_RAW",
-    "CAP_SYS_CHROOT",
-)
-# Host directories every sandbox sees, read-only (symlinks, as on merged-/usr systems, are
-# recreated as symlinks).
-SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-INSTALL_HINT = (
-    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; `make setup` does it) "
-    'on a host that allows unprivileged user namespaces, or set isolation = "process" '
-    "(scenario.toml [config], SWEGREEN_ISOLATION or --isolation) to run participant code "
-    "without namespaces, knowing that it can then read the host's files and processes"
-)
-
-
-@dataclass(frozen=True)
-class Isolation:
-    """What this host lets the sandbox do, found once at start-up."""
-
-    mode: IsolationMode = "process"
-    bwrap: str | None = None  # the bubblewrap binary (mode "bwrap")
-    sandbox_uid: int | None = None  # host uid to switch to before bwrap (the engine is root)
-    netns_cmd: tuple[str, ...] | None = None  # "process" mode: prefix that cuts the network
-    mountns: bool = False  # "process" mode: unshare --mount works (for the CPU quota view)
-    pids_cgroup: Path | None = None  # a writable pids cgroup hierarchy (v1) or v2 root
-    memory_cgroup: Path | None = None  # likewise for memory (the whole sandbox's use)
-    cgroup_v2: bool = False
-    is_root: bool = False
-    notes: tuple[str, ...] = field(default_factory=tuple)
-    seccomp: Path | None = None  # "bwrap" mode: the compiled filter (seccomp.py)
-
-    @classmethod
-    def probe(
-        cls, mode: IsolationMode = "bwrap", sandbox_uid: int = DEFAULT_SANDBOX_UID
-    ) -> Isolation:
-        """The isolation ``mode`` on this host. ``bwrap`` that cannot run raises
-        ``SandboxUnavailable``: the weaker mode is never chosen silently."""
-        is_root = os.geteuid() == 0
-        pids, memory = _find_cgroup("pids"), _find_cgroup("memory")
-        v2 = (CGROUP_ROOT / "cgroup.controllers").exists()
-        if mode == "bwrap":
-            bwrap = shutil.which("bwrap")
-            if bwrap is None:
-                raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed: {INSTALL_HINT}")
-            uid = sandbox_uid if is_root else None
-            iso = cls(
-                mode="bwrap",
-                bwrap=bwrap,
-                sandbox_uid=uid,
-                pids_cgroup=pids,
-                memory_cgroup=memory,
-                cgroup_v2=v2,
-                is_root=is_root,
-                seccomp=_seccomp_file() if seccomp.supported() else None,
-                notes=()
-                if seccomp.supported()
-                else ("no seccomp filter for this architecture: keyrings are shared",),
-            )
-            probe = subprocess.run(
-                [
-                    *iso._bwrap_prefix(Mounts(), Path("/"), network=False, caps=CONTAINER_CAPS),
-                    "true",
-                ],
-                capture_output=True,
-                timeout=60,
-                check=False,
-                env={"PATH": "/usr/bin:/bin"},
-            )
-            if probe.returncode != 0:
-                why = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
-                raise SandboxUnavailable(f"bubblewrap cannot run here ({why}): {INSTALL_HINT}")
-            return iso
-        notes = [
-            "isolation = process: participant code runs without namespaces (see docs/security.md)"
-        ]
-        # A root engine (a container's entry point) runs the tests as an unprivileged uid
-        # of their own: they cannot write what the engine made, nor read its /proc.
-        uid = sandbox_uid if is_root else None
-        drop = _drop_to(uid)
-        netns = None
-        for cmd in (("unshare", "--net"), ("unshare", "--net", "--map-current-user")):
-            if shutil.which(cmd[0]) is None:
-                break
-            ok = subprocess.run([*drop, *cmd, "true"], capture_output=True, timeout=30, check=False)
-            if ok.returncode == 0:
-                netns = cmd
-                break
-        if netns is None:
-            notes.append("network namespaces unavailable: tests run with the host's network")
-        mountns = (
-            netns is not None
-            and subprocess.run(
-                [*drop, netns[0], "--mount", *netns[2:], "true"],
-                capture_output=True,
-                timeout=30,
-                check=False,
-            ).returncode
-            == 0
-        )
-        if not mountns:
-            notes.append("mount namespaces unavailable: recipes' CPU limits are not shown to tests")
-        if uid is not None:
-            notes.append(f"the engine is root: tests run as host uid {uid}")
-        return cls(
-            mode="process",
-            sandbox_uid=uid,
-            netns_cmd=netns,
-            mountns=mountns,
-            pids_cgroup=pids,
-            memory_cgroup=memory,
-            cgroup_v2=v2,
-            is_root=is_root,
-            notes=tuple(notes),
-        )
-
-    def check_reachable(self, path: Path) -> None:
-        """The sandbox's uid works in ``path``: every directory above it must let that uid
-        pass (a root engine's default ~/.cache sits under a 0700 /root)."""
-        if self.sandbox_uid is None:
-            return
-        path = path.resolve()
-        for parent in [path, *path.parents]:
-            if not parent.exists():
-                continue
-            st = parent.stat()
-            if st.st_uid != self.sandbox_uid and not st.st_mode & 0o001:
-                raise SandboxUnavailable(
-                    f"the sandbox (host uid {self.sandbox_uid}) cannot reach {path}: "
-                    f"{parent} has mode {st.st_mode & 0o777:o}. Put the cache elsewhere "
-                    "(--cache-dir or SWEGREEN_CACHE_DIR, e.g. /var/cache/swegreen) or let "
-                    f"others pass through it (chmod o+x {parent})"
-                )
-
-    @property
-    def runs_as_root(self) -> bool:
-        """Whether sandboxed processes hold the host's root (never: a root engine drops
-        them to ``sandbox_uid``; kept for isolations made by hand)."""
-        return self.mode == "process" and self.is_root and self.sandbox_uid is None
-
-    def describe(self) -> dict[str, object]:
-        return {
-            "isolation": self.mode,
-            "namespaces": (
-                ["user", "pid", "mount", "ipc", "uts", "net (tests)"]
-                if self.mode == "bwrap"
-                else (["net (tests)"] if self.netns_cmd else [])
-            ),
-            "host_uid": (
-                self.sandbox_uid
-                if self.sandbox_uid is not None
-                else (os.geteuid() if self.mode == "bwrap" else "engine's")
-            ),
-            "network_isolation": self.mode == "bwrap" or self.netns_cmd is not None,
-            "seccomp": "keyring calls refused, as Docker's default" if self.seccomp else None,
-            "process_limit": self.pids_cgroup is not None or not self.runs_as_root,
-            "memory_limit": "whole sandbox" if self.memory_cgroup else "per process",
-            "notes": list(self.notes),
-        }
-
-    def _bwrap_prefix(
-        self,
-        mounts: Mounts,
-        cwd: Path,
-        *,
-        network: bool,
-        caps: tuple[str, ...],
-        shm_mb: int = SandboxPolicy.shm_mb,
-    ) -> list[str]:
-        assert self.bwrap is not None
-        argv: list[str] = []
-        if self.seccomp is not None:
-            # bubblewrap reads the filter from an fd: opened afresh for every sandbox
-            argv += ["sh", "-c", f'exec "$@" {SECCOMP_FD}<"$0"', str(self.seccomp)]
-        argv += _drop_to(self.sandbox_uid)
-        argv += [
-            self.bwrap,
-            "--unshare-user",
-            "--uid",
-            "0",
-            "--gid",
-            "0",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--die-with-parent",
-            "--new-session",
-        ]
-        if not network:
-            argv.append("--unshare-net")
-        if self.seccomp is not None:
-            argv += ["--seccomp", str(SECCOMP_FD)]
-        for cap in caps:
-            argv += ["--cap-add", cap]
-        for name in SYSTEM_DIRS:
-            path = Path(name)
-            if path.is_symlink():
-                argv += ["--symlink", os.readlink(path), name]
-            elif path.is_dir():
-                argv += ["--ro-bind", name, name]
-        argv += ["--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev"]
-        # /tmp and /var/tmp on disk, as in a container (bounded by the disk limit); what is
-        # in RAM (/run, /dev/shm) has a size
-        for name in ("/tmp", "/var/tmp"):
-            if mounts.tmp is not None:
-                argv += ["--bind", str(mounts.tmp / name.strip("/").replace("/", "-")), name]
-            else:
-                argv += ["--size", str(shm_mb * 1024 * 1024), "--tmpfs", name]
-        for name in ("/run", "/dev/shm"):
-            argv += ["--size", str(shm_mb * 1024 * 1024), "--tmpfs", name]
-        for src, dest in sorted(mounts.binds(), key=lambda b: len(Path(b[1]).parts)):
-            argv += [src[0], src[1], dest]
-        argv += ["--chdir", str(cwd)]
-        return argv
-
-
-@dataclass(frozen=True)
-class Mounts:
-    """What a sandboxed run sees besides the system directories: ``writable`` and
-    ``readonly`` host paths at the same place, and ``files``: host paths shown read-only at
-    another place (the eval script, the record channel, the CPU quota view)."""
-
-    writable: tuple[Path, ...] = ()
-    readonly: tuple[Path, ...] = ()
-    files: tuple[tuple[Path, str], ...] = ()
-    tmp: Path | None = None  # a writable host directory that holds /tmp and /var/tmp
-
-    def with_files(self, *files: tuple[Path, str]) -> Mounts:
-        return Mounts(self.writable, self.readonly, (*self.files, *files), self.tmp)
-
-    def binds(self) -> list[tuple[tuple[str, str], str]]:
-        out = [(("--ro-bind", str(p)), str(p)) for p in dict.fromkeys(self.readonly)]
-        out += [(("--bind", str(p)), str(p)) for p in dict.fromkeys(self.writable)]
-        out += [(("--ro-bind", str(src)), dest) for src, dest in self.files]
-        return out
-
-
-SECCOMP_FD = 9
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-
-
-def _drop_to(uid: int | None) -> list[str]:
-    """The prefix that runs a command as ``uid`` (its own group, no others), or nothing."""
-    if uid is None:
-        return []
-    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
-
-
-def _seccomp_file() -> Path:
-    """This process's copy of the compiled filter (a private temporary file)."""
-    fd, name = tempfile.mkstemp(prefix="swegreen-seccomp-", suffix=".bpf")
-    os.close(fd)
-    path = seccomp.write_filter(Path(name))
-    path.chmod(0o644)  # setpriv has switched to the sandbox's uid when the shell opens it
-    atexit.register(lambda: path.unlink(missing_ok=True))
-    return path
-
-
 def cpu_quota_view(cpus: float) -> str:
     """``process`` mode: shell that makes /sys/fs/cgroup show a CFS quota of ``cpus``, as
     Docker's --cpus does. Runs inside a private mount namespace, so nothing outside sees it."""
@@ -373,71 +76,6 @@ def cpu_quota_view(cpus: float) -> str:
         " && echo 100000 > /sys/fs/cgroup/cpu/cpu.cfs_period_us"
         " && echo 1024 > /sys/fs/cgroup/cpu/cpu.shares; true"
     )
-
-
-SCRATCH_ROOTS = (Path("/tmp"), Path("/var/tmp"))
-
-
-def scratch_dir(checkout: Path, name: str) -> Path:
-    """A directory for a test run's HOME and TMPDIR under a different top-level directory
-    than the checkout, as in the official images (/testbed beside /tmp). Tools that make
-    paths relative only within a shared root (docutils' relative_path) then see the same
-    absolute temp paths as upstream, not ``../tmp/...``."""
-    top = checkout.resolve().parts[:2]
-    for root in SCRATCH_ROOTS:
-        if root.resolve().parts[:2] != top and os.access(root, os.W_OK):
-            return root / name
-    return checkout.parent / name
-
-
-def free_port() -> int:
-    """A free port on the host's loopback (services outside a namespace need their own)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def without_credentials(value: str) -> str:
-    return _CREDENTIALS.sub(r"\1", value)
-
-
-def sandbox_env(
-    *,
-    bin_dirs: list[Path],
-    virtual_env: Path | None,
-    scratch: Path,
-    host_env: Mapping[str, str],
-    pip_cache: Path | None = None,
-    extra: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """The whole environment of a test run. Nothing of the host's is inherited except the
-    package-index settings an eval-time install needs, stripped of embedded credentials.
-    HOME and TMPDIR are ``scratch``/home and ``scratch``/tmp (see ``scratch_dir``)."""
-    home, tmp = scratch / "home", scratch / "tmp"
-    home.mkdir(parents=True, exist_ok=True)
-    tmp.mkdir(parents=True, exist_ok=True)
-    system_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    env = {
-        "PATH": ":".join([*(str(b) for b in bin_dirs), system_path]),
-        "HOME": str(home),
-        "TMPDIR": str(tmp),
-        "TEMP": str(tmp),
-        "TMP": str(tmp),
-        "TZ": "Etc/UTC",
-        "PYTHONHASHSEED": "0",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_TERMINAL_PROMPT": "0",
-        "PIP_CONFIG_FILE": "/dev/null",
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "PIP_NO_INPUT": "1",
-    }
-    if virtual_env is not None:
-        env["VIRTUAL_ENV"] = str(virtual_env)
-    if pip_cache is not None:
-        env["PIP_CACHE_DIR"] = str(pip_cache)
-    env.update({k: without_credentials(host_env[k]) for k in INDEX_PASSTHROUGH if k in host_env})
-    env.update(extra or {})
-    return env
 
 
 SCRIPT_INSIDE = "/run/swegreen/eval.sh"
@@ -684,98 +322,3 @@ class LocalSandbox:
             path.mkdir(parents=True, exist_ok=True)
             path.chmod(0o1777)
         self.lend([root])
-
-
-class DiskWatch:
-    """How much a sandboxed run has added to its writable trees, looked at every few
-    seconds (a thread walks them; no symlink is followed, a file counted once)."""
-
-    def __init__(self, roots: list[Path], limit_mb: int, interval: float = 2.0) -> None:
-        self.roots = roots
-        self.limit = limit_mb * 1024 * 1024
-        self.interval = interval
-        self._baseline: asyncio.Future[int] | None = None
-
-    async def start(self) -> None:
-        """Take the trees' size as the run starts, in a thread beside it (a short run is
-        never held up by the walk)."""
-        self._baseline = asyncio.ensure_future(asyncio.to_thread(self.used))
-
-    def used(self) -> int:
-        seen: set[tuple[int, int]] = set()
-        total = 0
-        for root in self.roots:
-            for dirpath, dirnames, filenames in os.walk(root):
-                for name in (*dirnames, *filenames):
-                    with contextlib.suppress(OSError):
-                        st = os.lstat(os.path.join(dirpath, name))
-                        if (st.st_dev, st.st_ino) not in seen:
-                            seen.add((st.st_dev, st.st_ino))
-                            total += st.st_blocks * 512
-        return total
-
-    async def exceeded(self) -> bool:
-        """Returns True once the run has written more than the limit (never otherwise)."""
-        assert self._baseline is not None
-        try:
-            while True:
-                await asyncio.sleep(self.interval)
-                baseline = await self._baseline
-                if await asyncio.to_thread(self.used) - baseline > self.limit:
-                    return True
-        finally:
-            self._baseline.cancel()
-
-
-def _find_cgroup(controller: str) -> Path | None:
-    """A cgroup hierarchy where this process may make children limiting ``controller``."""
-    v2 = CGROUP_ROOT
-    if (v2 / "cgroup.controllers").exists():
-        ok = controller in (v2 / "cgroup.controllers").read_text().split()
-        return v2 if ok and os.access(v2, os.W_OK) else None
-    v1 = v2 / controller
-    if (v1 / "cgroup.procs").exists() and os.access(v1, os.W_OK):
-        return v1
-    return None
-
-
-def _make_cgroup(root: Path, settings: dict[str, str]) -> Path | None:
-    path = root / f"swegreen-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        path.mkdir()
-        if (root / "cgroup.subtree_control").exists():  # v2: enable what is limited
-            wanted = {key.split(".")[0] for key in settings}
-            (root / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
-        for key, value in settings.items():
-            (path / key).write_text(value)
-        if (path / "memory.swap.max").exists():  # v2: the limit holds for swap too
-            (path / "memory.swap.max").write_text("0")
-        return path
-    except OSError:
-        with contextlib.suppress(OSError):
-            path.rmdir()
-        return None
-
-
-def _oom_kills(cgroup: Path, v2: bool) -> int:
-    """Processes the kernel killed for the cgroup's memory limit."""
-    name = "memory.events" if v2 else "memory.oom_control"
-    with contextlib.suppress(OSError, ValueError):
-        for line in (cgroup / name).read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-    return 0
-
-
-async def _remove_cgroup(path: Path) -> None:
-    for _ in range(50):
-        with contextlib.suppress(OSError):
-            for pid in (path / "cgroup.procs").read_text().split():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
-        try:
-            path.rmdir()
-            return
-        except OSError:
-            await asyncio.sleep(0.1)

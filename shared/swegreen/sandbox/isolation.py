@@ -1,0 +1,311 @@
+"""What this host lets the sandbox do (found once at start-up: bubblewrap, or process mode
+with a uid of its own under a root engine, network and mount namespaces, cgroups), the
+policy a run is held to, and what it sees (mounts)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from swegreen.core.errors import SandboxUnavailable
+from swegreen.sandbox import seccomp
+from swegreen.sandbox.limits import (
+    CGROUP_ROOT,
+    _find_cgroup,
+)
+
+IsolationMode = Literal["bwrap", "process"]
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    timeout: float
+    network: bool = False
+    cpus: float | None = None  # a Docker-like CPU quota, as the tests see it
+    memory_mb: int | None = 16384  # per process (address space), and the whole sandbox
+    max_processes: int | None = 4096
+    disk_mb: int | None = 10240  # what the run may add to its writable trees
+    shm_mb: int = 64  # /dev/shm and /run (RAM): Docker's default shm size
+
+
+# The host uid sandboxed processes run as when the engine is root (any unused uid will do:
+# it owns nothing on the host but the workspaces it is lent).
+DEFAULT_SANDBOX_UID = 2_000_000
+
+
+# Docker's default capabilities that mean something in a user namespace: they act only on
+# what the namespace owns (its own files, processes and network), never on the host's.
+CONTAINER_CAPS = (
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_NET_RAW",
+    "CAP_SYS_CHROOT",
+)
+
+
+# Host directories every sandbox sees, read-only (symlinks, as on merged-/usr systems, are
+# recreated as symlinks).
+SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; `make setup` does it) "
+    'on a host that allows unprivileged user namespaces, or set isolation = "process" '
+    "(scenario.toml [config], SWEGREEN_ISOLATION or --isolation) to run participant code "
+    "without namespaces, knowing that it can then read the host's files and processes"
+)
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What this host lets the sandbox do, found once at start-up."""
+
+    mode: IsolationMode = "process"
+    bwrap: str | None = None  # the bubblewrap binary (mode "bwrap")
+    sandbox_uid: int | None = None  # host uid to switch to before bwrap (the engine is root)
+    netns_cmd: tuple[str, ...] | None = None  # "process" mode: prefix that cuts the network
+    mountns: bool = False  # "process" mode: unshare --mount works (for the CPU quota view)
+    pids_cgroup: Path | None = None  # a writable pids cgroup hierarchy (v1) or v2 root
+    memory_cgroup: Path | None = None  # likewise for memory (the whole sandbox's use)
+    cgroup_v2: bool = False
+    is_root: bool = False
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    seccomp: Path | None = None  # "bwrap" mode: the compiled filter (seccomp.py)
+
+    @classmethod
+    def probe(
+        cls, mode: IsolationMode = "bwrap", sandbox_uid: int = DEFAULT_SANDBOX_UID
+    ) -> Isolation:
+        """The isolation ``mode`` on this host. ``bwrap`` that cannot run raises
+        ``SandboxUnavailable``: the weaker mode is never chosen silently."""
+        is_root = os.geteuid() == 0
+        pids, memory = _find_cgroup("pids"), _find_cgroup("memory")
+        v2 = (CGROUP_ROOT / "cgroup.controllers").exists()
+        if mode == "bwrap":
+            bwrap = shutil.which("bwrap")
+            if bwrap is None:
+                raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed: {INSTALL_HINT}")
+            uid = sandbox_uid if is_root else None
+            iso = cls(
+                mode="bwrap",
+                bwrap=bwrap,
+                sandbox_uid=uid,
+                pids_cgroup=pids,
+                memory_cgroup=memory,
+                cgroup_v2=v2,
+                is_root=is_root,
+                seccomp=_seccomp_file() if seccomp.supported() else None,
+                notes=()
+                if seccomp.supported()
+                else ("no seccomp filter for this architecture: keyrings are shared",),
+            )
+            probe = subprocess.run(
+                [
+                    *iso._bwrap_prefix(Mounts(), Path("/"), network=False, caps=CONTAINER_CAPS),
+                    "true",
+                ],
+                capture_output=True,
+                timeout=60,
+                check=False,
+                env={"PATH": "/usr/bin:/bin"},
+            )
+            if probe.returncode != 0:
+                why = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
+                raise SandboxUnavailable(f"bubblewrap cannot run here ({why}): {INSTALL_HINT}")
+            return iso
+        notes = [
+            "isolation = process: participant code runs without namespaces (see docs/security.md)"
+        ]
+        # A root engine (a container's entry point) runs the tests as an unprivileged uid
+        # of their own: they cannot write what the engine made, nor read its /proc.
+        uid = sandbox_uid if is_root else None
+        drop = _drop_to(uid)
+        netns = None
+        for cmd in (("unshare", "--net"), ("unshare", "--net", "--map-current-user")):
+            if shutil.which(cmd[0]) is None:
+                break
+            ok = subprocess.run([*drop, *cmd, "true"], capture_output=True, timeout=30, check=False)
+            if ok.returncode == 0:
+                netns = cmd
+                break
+        if netns is None:
+            notes.append("network namespaces unavailable: tests run with the host's network")
+        mountns = (
+            netns is not None
+            and subprocess.run(
+                [*drop, netns[0], "--mount", *netns[2:], "true"],
+                capture_output=True,
+                timeout=30,
+                check=False,
+            ).returncode
+            == 0
+        )
+        if not mountns:
+            notes.append("mount namespaces unavailable: recipes' CPU limits are not shown to tests")
+        if uid is not None:
+            notes.append(f"the engine is root: tests run as host uid {uid}")
+        return cls(
+            mode="process",
+            sandbox_uid=uid,
+            netns_cmd=netns,
+            mountns=mountns,
+            pids_cgroup=pids,
+            memory_cgroup=memory,
+            cgroup_v2=v2,
+            is_root=is_root,
+            notes=tuple(notes),
+        )
+
+    def check_reachable(self, path: Path) -> None:
+        """The sandbox's uid works in ``path``: every directory above it must let that uid
+        pass (a root engine's default ~/.cache sits under a 0700 /root)."""
+        if self.sandbox_uid is None:
+            return
+        path = path.resolve()
+        for parent in [path, *path.parents]:
+            if not parent.exists():
+                continue
+            st = parent.stat()
+            if st.st_uid != self.sandbox_uid and not st.st_mode & 0o001:
+                raise SandboxUnavailable(
+                    f"the sandbox (host uid {self.sandbox_uid}) cannot reach {path}: "
+                    f"{parent} has mode {st.st_mode & 0o777:o}. Put the cache elsewhere "
+                    "(--cache-dir or SWEGREEN_CACHE_DIR, e.g. /var/cache/swegreen) or let "
+                    f"others pass through it (chmod o+x {parent})"
+                )
+
+    @property
+    def runs_as_root(self) -> bool:
+        """Whether sandboxed processes hold the host's root (never: a root engine drops
+        them to ``sandbox_uid``; kept for isolations made by hand)."""
+        return self.mode == "process" and self.is_root and self.sandbox_uid is None
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "isolation": self.mode,
+            "namespaces": (
+                ["user", "pid", "mount", "ipc", "uts", "net (tests)"]
+                if self.mode == "bwrap"
+                else (["net (tests)"] if self.netns_cmd else [])
+            ),
+            "host_uid": (
+                self.sandbox_uid
+                if self.sandbox_uid is not None
+                else (os.geteuid() if self.mode == "bwrap" else "engine's")
+            ),
+            "network_isolation": self.mode == "bwrap" or self.netns_cmd is not None,
+            "seccomp": "keyring calls refused, as Docker's default" if self.seccomp else None,
+            "process_limit": self.pids_cgroup is not None or not self.runs_as_root,
+            "memory_limit": "whole sandbox" if self.memory_cgroup else "per process",
+            "notes": list(self.notes),
+        }
+
+    def _bwrap_prefix(
+        self,
+        mounts: Mounts,
+        cwd: Path,
+        *,
+        network: bool,
+        caps: tuple[str, ...],
+        shm_mb: int = SandboxPolicy.shm_mb,
+    ) -> list[str]:
+        assert self.bwrap is not None
+        argv: list[str] = []
+        if self.seccomp is not None:
+            # bubblewrap reads the filter from an fd: opened afresh for every sandbox
+            argv += ["sh", "-c", f'exec "$@" {SECCOMP_FD}<"$0"', str(self.seccomp)]
+        argv += _drop_to(self.sandbox_uid)
+        argv += [
+            self.bwrap,
+            "--unshare-user",
+            "--uid",
+            "0",
+            "--gid",
+            "0",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+        ]
+        if not network:
+            argv.append("--unshare-net")
+        if self.seccomp is not None:
+            argv += ["--seccomp", str(SECCOMP_FD)]
+        for cap in caps:
+            argv += ["--cap-add", cap]
+        for name in SYSTEM_DIRS:
+            path = Path(name)
+            if path.is_symlink():
+                argv += ["--symlink", os.readlink(path), name]
+            elif path.is_dir():
+                argv += ["--ro-bind", name, name]
+        argv += ["--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev"]
+        # /tmp and /var/tmp on disk, as in a container (bounded by the disk limit); what is
+        # in RAM (/run, /dev/shm) has a size
+        for name in ("/tmp", "/var/tmp"):
+            if mounts.tmp is not None:
+                argv += ["--bind", str(mounts.tmp / name.strip("/").replace("/", "-")), name]
+            else:
+                argv += ["--size", str(shm_mb * 1024 * 1024), "--tmpfs", name]
+        for name in ("/run", "/dev/shm"):
+            argv += ["--size", str(shm_mb * 1024 * 1024), "--tmpfs", name]
+        for src, dest in sorted(mounts.binds(), key=lambda b: len(Path(b[1]).parts)):
+            argv += [src[0], src[1], dest]
+        argv += ["--chdir", str(cwd)]
+        return argv
+
+
+@dataclass(frozen=True)
+class Mounts:
+    """What a sandboxed run sees besides the system directories: ``writable`` and
+    ``readonly`` host paths at the same place, and ``files``: host paths shown read-only at
+    another place (the eval script, the record channel, the CPU quota view)."""
+
+    writable: tuple[Path, ...] = ()
+    readonly: tuple[Path, ...] = ()
+    files: tuple[tuple[Path, str], ...] = ()
+    tmp: Path | None = None  # a writable host directory that holds /tmp and /var/tmp
+
+    def with_files(self, *files: tuple[Path, str]) -> Mounts:
+        return Mounts(self.writable, self.readonly, (*self.files, *files), self.tmp)
+
+    def binds(self) -> list[tuple[tuple[str, str], str]]:
+        out = [(("--ro-bind", str(p)), str(p)) for p in dict.fromkeys(self.readonly)]
+        out += [(("--bind", str(p)), str(p)) for p in dict.fromkeys(self.writable)]
+        out += [(("--ro-bind", str(src)), dest) for src, dest in self.files]
+        return out
+
+
+SECCOMP_FD = 9
+
+
+def _drop_to(uid: int | None) -> list[str]:
+    """The prefix that runs a command as ``uid`` (its own group, no others), or nothing."""
+    if uid is None:
+        return []
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+
+
+def _seccomp_file() -> Path:
+    """This process's copy of the compiled filter (a private temporary file)."""
+    fd, name = tempfile.mkstemp(prefix="swegreen-seccomp-", suffix=".bpf")
+    os.close(fd)
+    path = seccomp.write_filter(Path(name))
+    path.chmod(0o644)  # setpriv has switched to the sandbox's uid when the shell opens it
+    atexit.register(lambda: path.unlink(missing_ok=True))
+    return path
