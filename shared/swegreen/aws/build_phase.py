@@ -33,7 +33,8 @@ from swegreen.core.dataset import Instance
 from swegreen.core.errors import EvaluationFailure
 from swegreen.environments.services import SERVICES
 from swegreen.evaluation.base_validation import BaseValidator
-from swegreen.evaluation.testbed import Testbeds, history_stores
+from swegreen.evaluation.prepared import history_stores
+from swegreen.evaluation.testbeds import Testbeds
 
 
 class ArtifactBucket:

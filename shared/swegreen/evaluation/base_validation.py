@@ -17,7 +17,7 @@ from typing import Any
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import EvaluationFailure
 from swegreen.core.grading import grade_log, grader_version
-from swegreen.evaluation.testbed import Testbeds
+from swegreen.evaluation.testbeds import Testbeds
 from swegreen.processes.locks import file_lock
 
 SCHEMA = 1

@@ -24,7 +24,8 @@ from swegreen.environments.manager import EnvManager
 from swegreen.evaluation.base_validation import BaseValidator
 from swegreen.evaluation.evaluate import Evaluator
 from swegreen.evaluation.runner import Runner
-from swegreen.evaluation.testbed import TestbedOptions, Testbeds
+from swegreen.evaluation.testbed import TestbedOptions
+from swegreen.evaluation.testbeds import Testbeds
 from swegreen.repositories.repo_cache import RepoCache
 from swegreen.sandbox.isolation import Isolation
 from swegreen.sandbox.local import LocalSandbox

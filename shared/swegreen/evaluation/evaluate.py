@@ -38,7 +38,7 @@ from swegreen.core.rows import RowBuilder
 from swegreen.core.scrub import NO_SCRUBBING, Scrub
 from swegreen.evaluation.apply import apply_patch
 from swegreen.evaluation.base_validation import BaseValidator
-from swegreen.evaluation.testbed import Testbeds
+from swegreen.evaluation.testbeds import Testbeds
 from swegreen.sandbox.recorder import Recorded, contradictions
 from swegreen.stores import artifacts as art
 

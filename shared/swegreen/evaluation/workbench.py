@@ -31,7 +31,8 @@ from swegreen.core.dataset import Instance
 from swegreen.core.errors import DiskLimitExceeded, EnvSetupFailed, OutOfMemory, SandboxUnavailable
 from swegreen.core.ports import CommandRun
 from swegreen.environments.environment import ENV_INFO
-from swegreen.evaluation.testbed import Testbed, Testbeds
+from swegreen.evaluation.testbed import Testbed
+from swegreen.evaluation.testbeds import Testbeds
 from swegreen.processes.procs import CommandFailed, run_checked, run_process
 from swegreen.sandbox.overlay import discard_later
 

@@ -1,0 +1,308 @@
+"""Running the eval script in a testbed: its two phases, each in a sandbox of its own, the
+benchmark's files and the environment put back between them, pytest's own record."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from pathlib import Path
+
+from swegreen.core.eval_script import eval_phases
+from swegreen.core.patches import inspect_patch
+from swegreen.core.recipes import Recipe
+from swegreen.environments.compile_cache import CACHE_DIR as COMPILE_CACHE_DIR
+from swegreen.environments.environment import ENV_INFO
+from swegreen.environments.services import SERVICES, start_script
+from swegreen.evaluation.prepared import history_stores
+from swegreen.evaluation.testbed import (
+    CONFIG_FILES,
+    PIP_CACHE,
+    WHEELHOUSE,
+    Testbed,
+    TestbedsBase,
+    TestRun,
+)
+from swegreen.processes.procs import ProcResult, run_process
+from swegreen.repositories import trusted_git
+from swegreen.sandbox.env_guard import EnvGuard, project_names
+from swegreen.sandbox.environ import free_port, sandbox_env
+from swegreen.sandbox.isolation import Mounts, SandboxPolicy
+from swegreen.sandbox.recorder import (
+    INSIDE_PATH,
+    PLUGIN_DIR_INSIDE,
+    RecordChannel,
+    Recorded,
+    covers,
+    install_plugin,
+    new_key,
+    pytest_addopts,
+    python_path,
+)
+from swegreen.sandbox.tamper import Guard, runner_files
+from swegreen.stores import artifacts as art
+
+# What the install step may have left in the sandbox's HOME that the test phase would run:
+# a global git configuration (the eval script's own `git checkout` of the test files reads
+# it) and Python's user site-packages (its .pth files run at every interpreter start).
+HOME_STARTUP_FILES = (".gitconfig", ".config/git", ".local")
+
+
+class EvalRuns(TestbedsBase):
+    """The eval script's run in a testbed, and the environment and limits it gets."""
+
+    def policy_for(self, testbed: Testbed) -> SandboxPolicy:
+        """The test command's limits: the recipe's, the network on only where the recipe
+        or the instance needs it."""
+        recipe = testbed.recipe
+        return SandboxPolicy(
+            timeout=self.timeout_for(recipe),
+            network=recipe.network
+            or testbed.instance.instance_id in self.options.network_instances,
+            cpus=recipe.cpus,
+            memory_mb=self.options.memory_mb,
+            max_processes=self.options.max_processes,
+            disk_mb=self.options.disk_mb,
+        )
+
+    def guard(self, testbed: Testbed) -> Guard:
+        """The keeper of the testbed's test files and test configuration (tamper.py)."""
+        return Guard(
+            testbed.repo,
+            self.git_env(testbed),
+            runner_files(testbed.recipe.test_cmd, testbed.repo),
+        )
+
+    def env_guard(self, testbed: Testbed) -> EnvGuard:
+        """The keeper of the environment view (env_guard.py), its snapshot taken: only the
+        project's own distributions may change in it during the install step."""
+        source = testbed.prepared / "env" if testbed.prepared is not None else None
+        projects = (
+            project_names(source, testbed.env.root / "py") if source is not None else frozenset()
+        )
+        guard = EnvGuard(testbed.env.prefix, testbed.host_dir / "env-backup", source, projects)
+        guard.snapshot()
+        return guard
+
+    def mounts(self, testbed: Testbed) -> Mounts:
+        """What a sandboxed phase sees besides the system: the workspace and its temp dirs
+        (writable), the environment cache, the prepared workspace and the history stores
+        its checkout borrows objects from (read-only: no later history, no other
+        instance's stores), and the interpreter a virtualenv-layout environment is based
+        on."""
+        readonly = [self.envs.root]
+        if testbed.prepared is not None:  # the view's links lead through the prepared one
+            readonly.append(testbed.prepared)
+            readonly += history_stores(testbed.prepared / "repo")
+        info = testbed.env.root / ENV_INFO
+        if info.exists():
+            data = json.loads(info.read_text())
+            if data.get("layout") == "virtualenv" and data.get("interpreter"):
+                readonly.append(Path(data["interpreter"]).resolve().parents[1])
+        return Mounts(
+            writable=(testbed.workspace, testbed.scratch),
+            readonly=tuple(readonly),
+            tmp=testbed.scratch / "sys-tmp",  # the sandbox's /tmp and /var/tmp, on disk
+        )
+
+    async def run_eval(self, testbed: Testbed, guard: Guard | None = None) -> TestRun:
+        """Run the eval script's two phases, each in a fresh sandbox. Between them,
+        ``guard`` puts back what the install step changed of the tests."""
+        recipe = testbed.recipe
+        policy = self.policy_for(testbed)
+        services = await self._services(recipe, policy)
+        wrapper = self.sandbox.test_wrapper(policy, services, await self._readonly(testbed))
+        phases = eval_phases(testbed.instance, recipe, str(testbed.repo), wrapper)
+        host = testbed.host_dir
+        log_path = host / art.TEST_OUTPUT
+        log_path.unlink(missing_ok=True)
+        env = self.test_env(testbed)
+        mounts = self.mounts(testbed)
+        deadline = time.monotonic() + policy.timeout
+        prepare = host / "prepare.sh"
+        prepare.write_text(phases.prepare)
+        guard = guard or self.guard(testbed)
+        await guard.snapshot()
+        env_guard = await asyncio.to_thread(self.env_guard, testbed)
+        install_env = self._with_compile_cache(testbed, env, writable=False)
+        self.sandbox.lend([testbed.workspace, testbed.scratch])
+        # The install may need the package index (as in upstream's containers), unless it
+        # installs offline from the prepared wheelhouse; the tests never get the network
+        # unless the recipe or the instance needs it.
+        result = await self.sandbox.run_script(
+            prepare,
+            cwd=testbed.repo,
+            env=install_env,
+            policy=policy,
+            log_path=log_path,
+            mounts=mounts,
+            network=policy.network or (bool(recipe.install) and not self.options.offline_installs),
+        )
+        reverted: list[str] = []
+        recorded = None
+        if not result.timed_out:
+            # Nothing the install step left in .git (configuration that names programs,
+            # hooks, an index that lies) is read by the engine or by the test phase.
+            trusted_git.real_dir(testbed.repo, "the checkout")
+            if testbed.prepared is not None:
+                await trusted_git.reseat(testbed.repo, testbed.prepared / "repo" / ".git")
+            await asyncio.to_thread(forget_startup_files, testbed.scratch / "home")
+            reverted = await guard.revert_after_run()
+            trusted_git.real_dir(testbed.env.prefix, "the environment")
+            reverted += await asyncio.to_thread(env_guard.put_back)
+            self.sandbox.lend([testbed.repo / ".git", *(testbed.repo / p for p in reverted)])
+            result, recorded = await self._run_tests(
+                testbed, phases.test, env, mounts, policy, log_path, deadline
+            )
+        if result.timed_out:
+            with log_path.open("a") as fh:  # the official harness's timeout line
+                fh.write(f"\n\nTimeout error: {policy.timeout:g} seconds exceeded.")
+        return TestRun(
+            phases.script,
+            log_path,
+            result,
+            policy.timeout,
+            reverted=reverted,
+            recorded=recorded,
+            exit_code=None if result.timed_out else result.returncode,
+        )
+
+    async def _run_tests(
+        self,
+        testbed: Testbed,
+        script: str,
+        env: dict[str, str],
+        mounts: Mounts,
+        policy: SandboxPolicy,
+        log_path: Path,
+        deadline: float,
+    ) -> tuple[ProcResult, Recorded | None]:
+        recipe, host = testbed.recipe, testbed.host_dir
+        path = host / "test.sh"
+        path.write_text(script)
+        files = list(self.sandbox.cpu_view(policy, host))
+        env = dict(env)
+        record = covers(recipe.log_parser, recipe.test_cmd)
+        channel = RecordChannel(host / "record")
+        key = new_key()
+        if record:
+            env["SWEGREEN_RECORD_KEY"] = key  # the recorder takes it out of the environment
+            plugins = host / "plugins"
+            module = install_plugin(plugins)
+            env["PYTEST_ADDOPTS"] = pytest_addopts(env.get("PYTEST_ADDOPTS"), module)
+            if self.sandbox.bwrap:
+                env["SWEGREEN_RECORD"] = INSIDE_PATH
+                env["PYTHONPATH"] = python_path(env.get("PYTHONPATH"), PLUGIN_DIR_INSIDE)
+                files += [(channel.path, INSIDE_PATH), (plugins, PLUGIN_DIR_INSIDE)]
+            else:
+                env["SWEGREEN_RECORD"] = str(channel.path)
+                env["PYTHONPATH"] = python_path(env.get("PYTHONPATH"), str(plugins))
+            await channel.open()
+        try:
+            result = await self.sandbox.run_script(
+                path,
+                cwd=testbed.repo,
+                env=env,
+                policy=policy,
+                log_path=log_path,
+                mounts=mounts.with_files(*files),
+                append=True,
+                timeout=max(1.0, deadline - time.monotonic()),
+                admin=self.sandbox.bwrap,
+            )
+        finally:
+            recorded = await channel.close(key.encode()) if record else None
+        return result, recorded
+
+    async def _readonly(self, testbed: Testbed) -> tuple[str, ...]:
+        """What the test phase shows read-only once the test patch is applied: every file
+        the test patch touches, the tracked conftest.py files and the test configuration
+        files, as absolute paths (read from the prepared checkout, the engine's)."""
+        repo = testbed.repo
+        files = {
+            f for change in inspect_patch(testbed.instance.test_patch).files for f in change.paths
+        }
+        source = testbed.prepared / "repo" if testbed.prepared is not None else repo
+        listed = await run_process(
+            trusted_git.argv(source, "ls-files", "-z", "--", "*conftest.py", *CONFIG_FILES),
+            env=self.git_env(testbed),
+            timeout=300,
+        )
+        if listed.ok:
+            files |= {p for p in listed.output.split("\0") if p}
+        files |= runner_files(testbed.recipe.test_cmd, source)
+        return tuple(str(repo / f) for f in sorted(files))
+
+    def test_env(self, testbed: Testbed) -> dict[str, str]:
+        env = testbed.env
+        extra = {
+            **env.runtime_env,
+            "SWEGREEN_REPO": str(testbed.repo),
+            **dict(testbed.recipe.env_vars),
+        }
+        if testbed.index_url:  # installs (and their build isolation) see the recipe's date
+            extra["PIP_INDEX_URL"] = testbed.index_url
+        if self.options.offline_installs and testbed.prepared is not None:
+            # every pip (build isolation included): the prepared wheelhouse, no index
+            extra.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(testbed.prepared / WHEELHOUSE))
+        venv = env.prefix if (env.prefix / "pyvenv.cfg").exists() else None
+        environ = sandbox_env(
+            bin_dirs=env.bin_dirs,
+            virtual_env=venv,
+            scratch=testbed.scratch,
+            host_env=self.host_env,
+            pip_cache=testbed.scratch / PIP_CACHE,  # private: a shared one could be poisoned
+            extra=extra,
+        )
+        if "PIP_NO_INDEX" in extra:
+            environ.pop("PIP_INDEX_URL", None)
+            environ.pop("PIP_EXTRA_INDEX_URL", None)
+        return environ
+
+    def _with_compile_cache(
+        self, testbed: Testbed, env: dict[str, str], *, writable: bool
+    ) -> dict[str, str]:
+        """``env`` for an install step, compiling through the prepared workspace's
+        compiler cache (compile_cache.py): written while the prepared workspace is built,
+        read by evaluations. Unchanged where the host has no ccache."""
+        prepared = testbed.workspace if writable else testbed.prepared
+        if self.compile_cache is None or prepared is None:
+            return env
+        cache = prepared / COMPILE_CACHE_DIR
+        if not writable and not cache.is_dir():
+            return env  # prepared before the cache existed, or nothing was compiled
+        shims, extra = self.compile_cache.environment(
+            testbed.workspace, cache, Path(env["TMPDIR"]), writable=writable
+        )
+        return {**env, **extra, "PATH": f"{shims}:{env['PATH']}"}
+
+    async def _services(self, recipe: Recipe, policy: SandboxPolicy) -> tuple[str, ...]:
+        """Start snippets for the local services the recipe's tests call."""
+        snippets = []
+        for name in recipe.services:
+            service = SERVICES[name]
+            env = await self.envs.ensure(service.recipe(), f"service {name}")
+            port = None if self.sandbox.isolates(policy) else free_port()
+            snippets.append(start_script(service, env.python, port))
+        return tuple(snippets)
+
+
+def forget_startup_files(home: Path) -> None:
+    """Remove ``HOME_STARTUP_FILES`` from the sandbox's HOME, following no symlink (a
+    symlink on the way is removed itself)."""
+    trusted_git.real_dir(home.parent, "the test run's scratch directory")
+    for name in HOME_STARTUP_FILES:
+        path = home
+        for part in Path(name).parts:
+            if path.is_symlink() or (path.exists() and not path.is_dir()):
+                path.unlink()  # what HOME, or a directory on the way, was made into
+                break
+            if not path.exists():
+                break
+            path = path / part
+        else:
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+            elif path.is_dir():
+                shutil.rmtree(path)

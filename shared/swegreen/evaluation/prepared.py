@@ -1,0 +1,286 @@
+"""Prepared workspaces: an instance's checkout at its base commit, its environment view,
+its setup (pre-install, install) run once and committed, as the official instance
+images are; evaluations copy them."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from swegreen.core.dataset import Instance
+from swegreen.core.errors import EnvSetupFailed, EvaluationFailure, RepoUnavailable
+from swegreen.core.recipes import Recipe, prepared_name
+from swegreen.environments.build import transient_failure
+from swegreen.environments.dated_index import NO_CUTOFF
+from swegreen.environments.environment import COMPLETE as ENV_COMPLETE
+from swegreen.evaluation.testbed import (
+    PIP_CACHE,
+    PREPARED_COMPLETE,
+    PREPARED_INFO,
+    PREPARED_LAYOUT,
+    SETUP_TIMEOUT,
+    WHEELHOUSE,
+    Testbed,
+    TestbedsBase,
+)
+from swegreen.processes.locks import file_lock
+from swegreen.processes.procs import run_process
+from swegreen.sandbox import overlay
+
+
+class PreparedWorkspaces(TestbedsBase):
+    """Making and finding prepared workspaces (the install step through the eval-run half's
+    environment)."""
+
+    async def prepared(self, instance: Instance, recipe: Recipe, notes: list[str]) -> Testbed:
+        """The instance's workspace as the official instance image holds it: the
+        repository at the base commit, its environment view, pre-install and install done
+        and committed. Built once (under a lock), then only copied: the eval script's own
+        install is the only one an evaluation runs. Its ``env_build_seconds`` are what this
+        call spent building (the environment included)."""
+        root = self._existing(instance, recipe)
+        if root is None:
+            setup_commit, provenance = await self.setup_source(instance, recipe)
+            elsewhere = setup_commit != instance.environment_setup_commit
+            root = self.options.prepared_root / prepared_name(
+                instance,
+                recipe,
+                setup_commit if elsewhere else None,
+                offline_installs=self.options.offline_installs,
+            )
+            if (known := self._failed.get(root.name)) is not None:
+                raise known
+            async with file_lock(self.options.prepared_root / ".locks" / f"{root.name}.lock"):
+                if (known := self._failed.get(root.name)) is not None:
+                    raise known
+                if not self._usable(root):
+                    try:
+                        return await self._prepare(
+                            instance, recipe, root, notes, setup_commit, provenance
+                        )
+                    except EvaluationFailure as exc:
+                        if exc.permanent:
+                            self._failed[root.name] = exc
+                        raise
+        info = json.loads((root / PREPARED_INFO).read_text())
+        env = self.envs.loaded(info["env_key"], root / "env")
+        notes.append(f"environment {env.key} and prepared workspace {root.name} (reused)")
+        index_url = await self.envs.index_url(recipe)
+        return Testbed(
+            instance,
+            recipe,
+            root,
+            env,
+            [],
+            index_url=index_url,
+            provenance=info.get("provenance") or {},
+        )
+
+    def _copy_on_write(self, prepared_repo: Path) -> bool:
+        """Whether an evaluation may mount its checkout over ``prepared_repo`` (overlay.py):
+        the setting allows it, the workspace is not kept, and the prepared checkout is
+        already the sandbox's (lending it would copy every file up). Prepared checkouts
+        made before this was possible are copied, never changed while in use."""
+        if not self.options.copy_on_write or self.options.keep_workspaces:
+            return False
+        if not overlay.can_mount():
+            return False
+        uid = self.sandbox.isolation.sandbox_uid
+        return uid is None or prepared_repo.stat().st_uid == uid
+
+    def _existing(self, instance: Instance, recipe: Recipe) -> Path | None:
+        """A usable prepared workspace, found without the repository: the one made at the
+        environment_setup_commit, else (when allowed) the one made at the base commit."""
+        offline = self.options.offline_installs
+        names = [prepared_name(instance, recipe, offline_installs=offline)]
+        if self.options.env_files_at_base and recipe.requirements:
+            names.append(
+                prepared_name(instance, recipe, instance.base_commit, offline_installs=offline)
+            )
+        for name in names:
+            if self._usable(root := self.options.prepared_root / name):
+                return root
+        return None
+
+    async def setup_source(
+        self, instance: Instance, recipe: Recipe
+    ) -> tuple[str, dict[str, object]]:
+        """The commit the environment build reads the repository at, and (when that is
+        not the row's environment_setup_commit) the provenance that says why.
+
+        Only a recipe that reads files there needs the commit at all. Its requirements
+        files are read at the base commit instead only when ``env_files_at_base`` allows
+        it; the project's own dependencies (which only the engine locks: upstream's
+        install resolves them at the base commit) are then read at the base commit."""
+        wanted = instance.environment_setup_commit
+        if not recipe.reads_setup_commit or wanted == instance.base_commit:
+            return wanted, {}
+        try:
+            await self.repos.ensure_commit(instance.repo, wanted)
+            return wanted, {}
+        except RepoUnavailable as exc:
+            if recipe.requirements and not self.options.env_files_at_base:
+                raise RepoUnavailable(
+                    f"{exc}. Its recipe reads {', '.join(recipe.requirements)} there; to read "
+                    "them at the base commit instead, pass --env-files-at-base (config "
+                    "env_files_at_base = true; recorded in each such row)",
+                    permanent=True,
+                ) from exc
+        what = list(recipe.requirements) or ["the project's own dependencies"]
+        return instance.base_commit, {
+            "environment_setup_commit": wanted,
+            "files_read_at": instance.base_commit,
+            "files": what,
+            "why": "environment_setup_commit missing from the repository source",
+        }
+
+    def _usable(self, root: Path) -> bool:
+        """Complete, made from the environment build that exists now (one rebuilt since,
+        e.g. after the cache was cleared, prepares it again), its history stores there."""
+        if not (root / PREPARED_COMPLETE).exists():
+            return False
+        try:
+            info = json.loads((root / PREPARED_INFO).read_text())
+            built = (self.envs.root / info["env_key"] / ENV_COMPLETE).read_text()
+        except (OSError, ValueError, KeyError):
+            return False
+        if built != info.get("env_built") or info.get("layout") != PREPARED_LAYOUT:
+            return False
+        # the history stores its checkout borrows from (a cleared cache lost them)
+        return all(store.is_dir() for store in history_stores(root / "repo"))
+
+    async def _prepare(
+        self,
+        instance: Instance,
+        recipe: Recipe,
+        root: Path,
+        notes: list[str],
+        setup_commit: str,
+        provenance: dict[str, object],
+    ) -> Testbed:
+        start = time.monotonic()
+        await asyncio.to_thread(shutil.rmtree, root, True)  # an interrupted earlier one
+        root.mkdir(parents=True)
+        try:
+            # The checkout first: an unreachable repository should not cost an env build.
+            await self.repos.checkout_isolated(instance.repo, instance.base_commit, root / "repo")
+            if provenance:
+                notes.append(
+                    f"environment files ({', '.join(map(str, provenance['files']))}) read at "
+                    f"the base commit {setup_commit}: environment_setup_commit "
+                    f"{instance.environment_setup_commit} is missing from the source"
+                )
+            if self.envs.search.given_for(recipe.python) is not None:
+                provenance["interpreter"] = {"python": recipe.python, "given_by_user": True}
+            read = functools.partial(self.repos.read_file, instance.repo, setup_commit)
+            checkout = functools.partial(self.repos.checkout, instance.repo, setup_commit)
+            built = await self.envs.ensure(
+                recipe, f"{instance.repo} {instance.version}", setup_commit, read, checkout
+            )
+            how = "reused" if built.reused else f"built in {built.build_seconds:.1f}s"
+            notes.append(f"environment {built.key} ({how})")
+            env = await self.envs.view(built, root / "env")
+            index_url = await self.envs.index_url(recipe)
+            testbed = Testbed(
+                instance, recipe, root, env, notes, index_url=index_url, provenance=provenance
+            )
+            await self._setup_repo(testbed)
+            scratch = testbed.scratch
+            if (scratch / PIP_CACHE).is_dir():  # kept for the evaluations (open)
+                await asyncio.to_thread(shutil.move, scratch / PIP_CACHE, root / PIP_CACHE)
+            await asyncio.to_thread(shutil.rmtree, scratch, True)
+            (root / PREPARED_INFO).write_text(
+                json.dumps(
+                    {
+                        "env_key": built.key,
+                        "env_built": (built.root / ENV_COMPLETE).read_text(),
+                        "layout": PREPARED_LAYOUT,
+                        "instance_id": instance.instance_id,
+                        "provenance": provenance,
+                    }
+                )
+            )
+            # the sandbox's already, so that evaluations mounted on it change no file
+            await asyncio.to_thread(self.sandbox.lend, [root / "repo"])
+            (root / PREPARED_COMPLETE).write_text(str(time.time()))
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, root, True)
+            raise
+        seconds = time.monotonic() - start
+        notes.append(f"prepared workspace {root.name} built in {seconds:.1f}s")
+        return Testbed(
+            instance,
+            recipe,
+            root,
+            env,
+            [],
+            env_build_seconds=seconds,
+            index_url=index_url,
+            provenance=provenance,
+        )
+
+    async def _setup_repo(self, testbed: Testbed) -> None:
+        """What the official instance image does after cloning: pre-install, install, and
+        one commit of the result, so that ``git diff`` shows only the patch."""
+        recipe = testbed.recipe
+        steps = [*recipe.pre_install, *([recipe.install] if recipe.install else [])]
+        environ = self._with_compile_cache(testbed, self.test_env(testbed), writable=True)
+        environ.update({k: v for k, v in self.git_env(testbed).items() if k.startswith("GIT_")})
+        # downloads during the build (matplotlib's qhull, FreeType) from the offline sources
+        shim = testbed.scratch / "sources-shim"
+        staged = await asyncio.to_thread(self.sources.stage, Path(environ["HOME"]), shim)
+        environ.update(staged.env, PATH=f"{shim}:{environ['PATH']}")
+        script = "\n".join(
+            ["set -euxo pipefail", *steps, "git commit --quiet --allow-empty -am SWE-bench"]
+        )
+        recorder = None
+        if self.options.offline_installs:
+            # what this install downloads is what the evaluations' installs get (offline)
+            recorder = self.envs.recording_index(testbed.workspace / WHEELHOUSE)
+            environ["PIP_INDEX_URL"] = await recorder.url(
+                recipe.exclude_newer or NO_CUTOFF, recipe.exclude_newer_exempt
+            )
+            environ.pop("PIP_EXTRA_INDEX_URL", None)
+        try:
+            result = await run_process(
+                ["bash", "-c", script], cwd=testbed.repo, env=environ, timeout=SETUP_TIMEOUT
+            )
+        finally:
+            if recorder is not None:
+                await asyncio.to_thread(recorder.close)
+        testbed.notes.append(f"repository setup ({len(steps)} step(s)) took {result.duration:.1f}s")
+        if not result.ok:
+            if missing := self.sources.missing_in(result.output):
+                raise EnvSetupFailed(
+                    f"repository setup: {self.sources.advice(missing)}",
+                    log_tail=result.tail(),
+                    permanent=True,
+                )
+            raise EnvSetupFailed(
+                f"repository setup (pre_install/install) failed: {recipe.install or 'commit'}",
+                log_tail=result.tail(),
+                permanent=not result.timed_out and not transient_failure(result.output),
+            )
+        if used := staged.used():
+            testbed.provenance["build_sources"] = used
+
+
+def history_stores(repo: Path) -> list[Path]:
+    """The history stores a (trusted) checkout borrows objects from: its alternates."""
+    alternates = repo / ".git" / "objects" / "info" / "alternates"
+    if not alternates.is_file():
+        return []
+    return [Path(line).parent for line in alternates.read_text().split() if line]
+
+
+def _copy_tree(source: Path, dest: Path) -> None:
+    """A real copy (reflinked where the filesystem can): the evaluation may write anywhere
+    in its checkout, and nothing it writes may reach the prepared one."""
+    subprocess.run(
+        ["cp", "-a", "--reflink=auto", str(source), str(dest)], check=True, capture_output=True
+    )
