@@ -11,8 +11,7 @@ stream does not stop it. The conversation runs as its own asyncio task so that a
 cancellation that arrives before the participant has named its task (its first event) does
 not tear down the request in flight: the stream is read on, for at most ``cancel_grace``
 seconds, until the task id arrives, and that task is then cancelled. A participant that
-names nothing in time is looked up by the context id the client chose for the message.
-"""
+names nothing in time is looked up by the context id the client chose for the message."""
 
 from __future__ import annotations
 
@@ -22,9 +21,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Coroutine
+from typing import Any
 
 import httpx
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
@@ -32,20 +30,26 @@ from a2a.client.client import Client
 from a2a.client.errors import A2AClientTimeoutError
 from a2a.types import (
     AgentCard,
-    Artifact,
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
-    Part,
     SendMessageRequest,
-    StreamResponse,
     SubscribeToTaskRequest,
-    Task,
     TaskState,
 )
-from google.protobuf.json_format import MessageToDict
 
+from swegreen.a2a.exchange import (
+    FINISHED,
+    T,
+    _describe,
+    _Exchange,
+    card_facts,
+    outcome_of,
+)
 from swegreen.a2a.parts import reply_parts, text_of, user_message
+from swegreen.a2a.session import (
+    _Session,
+)
 from swegreen.core import agentswe
 from swegreen.core.classify import Reason
 from swegreen.core.dataset import Instance
@@ -53,196 +57,32 @@ from swegreen.core.errors import EvaluationFailure, ProtocolUnavailable
 from swegreen.core.interaction import (
     Budget,
     BudgetExhausted,
-    CommandOutcome,
     CommandRequest,
     Meter,
     parse_command,
 )
-from swegreen.core.patch_extraction import extract_patch
-from swegreen.core.ports import PatchResult, Workbench, Workbenches
-from swegreen.core.task_dialects import AUTO, CardFacts, choose, render
+from swegreen.core.ports import PatchResult, Workbenches
+from swegreen.core.task_dialects import AUTO, choose, render
 from swegreen.core.task_message import task_data, task_text
 
-TERMINAL = {
-    TaskState.TASK_STATE_COMPLETED,
-    TaskState.TASK_STATE_FAILED,
-    TaskState.TASK_STATE_CANCELED,
-    TaskState.TASK_STATE_REJECTED,
-    TaskState.TASK_STATE_INPUT_REQUIRED,
-    TaskState.TASK_STATE_AUTH_REQUIRED,
-}
-FAILED = {TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED, TaskState.TASK_STATE_REJECTED}
-# States after which the participant's task is over (input-required is over only for us).
-FINISHED = FAILED | {TaskState.TASK_STATE_COMPLETED}
 POLL_INTERVAL = 5.0
+
+
 CANCEL_GRACE = 10.0  # seconds a cancelled call still waits for the participant to name its task
+
+
 CANCEL_TIMEOUT = 10.0  # seconds for the cancel request itself
+
+
 # Logged when a cancelled call waits for the task id (tests wait on it).
 WAITING_FOR_TASK = "%s: cancelled before its task was named; waiting up to %g s for it"
+
+
 # A stream that dies mid-way: the task goes on remotely, so re-attach instead of failing.
 STREAM_DROPPED = (httpx.ReadTimeout, httpx.RemoteProtocolError, A2AClientTimeoutError)
 
 
-WORKBENCH_SCOPE = "workbench"  # under the engine's work root, apart from graded testbeds
 log = logging.getLogger("swegreen.agent.participant")
-T = TypeVar("T")
-
-
-@dataclass
-class _Exchange:
-    """One call for one instance: what the participant has said so far, and what it takes
-    to cancel the call."""
-
-    task_id: str = ""
-    context_id: str = ""
-    client: Client | None = None  # set once the request may have reached the participant
-    # Set once the task id is known, the reply is complete, or the conversation is over.
-    named: asyncio.Event = field(default_factory=asyncio.Event)
-    state: int = TaskState.TASK_STATE_UNSPECIFIED
-    artifacts: dict[str, list[Part]] = field(default_factory=dict)
-    artifact_names: dict[str, str] = field(default_factory=dict)
-    status_parts: list[Part] = field(default_factory=list)
-    message_parts: list[Part] | None = None
-    usage: dict[str, Any] | None = None
-    # The task dialect and what chose it; where the patch was found (outcome_of).
-    conversation: dict[str, Any] = field(default_factory=dict)
-    # Input requests already answered (by their message id): a poll that still shows one
-    # means the participant has not taken up our answer yet, not that it asks again.
-    answered: set[str] = field(default_factory=set)
-    _status_id: str = ""
-
-    @property
-    def done(self) -> bool:
-        return self.message_parts is not None or self.state in TERMINAL
-
-    def take_task(self, task: Task) -> None:
-        self.task_id = task.id or self.task_id
-        self._status(task.status)
-        for artifact in task.artifacts:
-            self.take_artifact(artifact, append=False)
-        self._usage(task.metadata)
-        self._check_named()
-
-    def take_artifact(self, artifact: Artifact, append: bool) -> None:
-        key = artifact.artifact_id or str(len(self.artifacts))
-        parts = self.artifacts.setdefault(key, []) if append else []
-        parts.extend(artifact.parts)
-        self.artifacts[key] = parts
-        self.artifact_names[key] = artifact.name or self.artifact_names.get(key, "")
-        self._usage(artifact.metadata)
-
-    def take(self, event: StreamResponse) -> None:
-        kind = event.WhichOneof("payload")
-        if kind == "task":
-            self.take_task(event.task)
-        elif kind == "message":
-            self.message_parts = list(event.message.parts)
-            self._usage(event.message.metadata)
-        elif kind == "status_update":
-            update = event.status_update
-            self.task_id = update.task_id or self.task_id
-            self._status(update.status)
-        elif kind == "artifact_update":
-            self.take_artifact(event.artifact_update.artifact, event.artifact_update.append)
-        self._check_named()
-
-    def _status(self, status: Any) -> None:
-        message = status.message if status.HasField("message") else None
-        if (
-            status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-            and message is not None
-            and message.message_id in self.answered
-        ):
-            self.state = TaskState.TASK_STATE_WORKING
-            return
-        self.state = status.state
-        if message is not None:
-            self.status_parts = list(message.parts)
-            self._status_id = message.message_id
-
-    def turn(self) -> list[Part] | None:
-        """What the participant said in a turn that waits for us (input-required, or a plain
-        message without a patch): where the interactive mode looks for a command."""
-        if self.message_parts is not None:
-            if extract_patch(reply_parts(self.reply())).patch is not None:
-                return None  # a final answer, whatever else it says
-            return self.message_parts
-        if self.state == TaskState.TASK_STATE_INPUT_REQUIRED:
-            return self.status_parts
-        return None
-
-    def next_turn(self) -> None:
-        if self.state == TaskState.TASK_STATE_INPUT_REQUIRED and self._status_id:
-            self.answered.add(self._status_id)
-        self.state = TaskState.TASK_STATE_UNSPECIFIED
-        self.status_parts = []
-        self.message_parts = None
-
-    def next_task(self) -> None:
-        """The participant's task is over and the conversation goes on in a new task of
-        the same context (the AgentSWE protocol): nothing of this one is kept."""
-        self.next_turn()
-        self.task_id = ""
-        self.artifacts.clear()
-        self.artifact_names.clear()
-
-    def reply(self) -> list[Part]:
-        parts = [p for chunk in self.artifacts.values() for p in chunk]
-        return parts + (self.message_parts or []) + self.status_parts
-
-    def _usage(self, metadata: Any) -> None:
-        if metadata is not None and "usage" in metadata:
-            self.usage = MessageToDict(metadata).get("usage")
-
-    def _check_named(self) -> None:
-        if self.task_id or self.done:
-            self.named.set()
-
-
-@dataclass
-class _Session:
-    """One instance's interactive mode: its meter, and its workbench, opened at the first
-    command (so a participant that never sends one costs nothing). The time spent opening
-    it (copying the prepared workspace, or building it first) is not the participant's:
-    ``extend`` pushes its deadline back by as much."""
-
-    workbenches: Workbenches
-    instance: Instance
-    meter: Meter
-    extend: Callable[[float], None] = lambda _seconds: None
-    stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
-    bench: Workbench | None = None
-
-    async def open(self) -> Workbench:
-        if self.bench is None:
-            t0 = time.monotonic()
-            self.bench = await self.stack.enter_async_context(
-                self.workbenches.open(WORKBENCH_SCOPE, self.instance)
-            )
-            self.meter.usage.setup_seconds = time.monotonic() - t0
-            self.extend(self.meter.usage.setup_seconds)
-        return self.bench
-
-    async def run(self, request: CommandRequest, *, discard: bool = False) -> CommandOutcome:
-        """One command in the workbench; ``discard``: nothing it writes stays."""
-        timeout = self.meter.admit(request)
-        bench = await self.open()
-        if discard:
-            ran = await bench.run_discarded(request.command, timeout)
-        else:
-            ran = await bench.run(request.command, timeout)
-        return self.meter.charge(request, ran.exit_code, ran.output, ran.duration)
-
-    @property
-    def python_version(self) -> str:
-        """The workbench environment's Python (major.minor)."""
-        assert self.bench is not None, "open() first"
-        return self.bench.python_version
-
-    @property
-    def used(self) -> dict[str, Any] | None:
-        usage = self.meter.usage
-        return usage.as_row() if usage.steps or usage.ended else None
 
 
 class A2AParticipant:
@@ -536,96 +376,3 @@ async def _to_the_end(cleanup: Coroutine[Any, Any, T]) -> T:
     if interrupted:
         raise asyncio.CancelledError
     return task.result()
-
-
-def _where(exchange: _Exchange, patch: str | None) -> str:
-    """Which part of the reply held ``patch``: "artifact: ", "message: ", "status message: "."""
-    if patch is None:
-        return ""
-    places = [("artifact", p) for p in exchange.artifacts.values()]
-    places += [("message", exchange.message_parts or []), ("status message", exchange.status_parts)]
-    for name, parts in places:
-        if extract_patch(reply_parts(parts)).patch == patch:
-            return f"{name}: "
-    return ""
-
-
-def card_facts(card: AgentCard | None) -> CardFacts | None:
-    if card is None:
-        return None
-    extensions = [
-        (ext.uri, MessageToDict(ext.params) if ext.HasField("params") else {})
-        for ext in card.capabilities.extensions
-    ]
-    return CardFacts(extensions, list(card.default_input_modes))
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, httpx.HTTPStatusError):
-        return f"HTTP {exc.response.status_code} from {exc.request.url}"
-    text = str(exc).strip() or type(exc).__name__
-    return f"{type(exc).__name__}: {text[:400]}"
-
-
-# What a caller that sends one message and polls can serve (not AgentSWE's turns).
-POLLED_DIALECTS = ("standard", "json", "xml")
-
-
-class PolledParticipant:
-    """The participant protocol split in steps, for callers that cannot hold a stream open
-    (a Lambda runs for minutes; a participant may take half an hour): send the task and
-    return at once, then ask again until it is done, or cancel it at the deadline."""
-
-    def __init__(self, url: str, http: httpx.AsyncClient) -> None:
-        self.url = url
-        self.http = http
-
-    async def _client(self) -> Client:
-        card = await A2ACardResolver(self.http, self.url).get_agent_card()
-        config = ClientConfig(httpx_client=self.http, streaming=False, polling=True)
-        return ClientFactory(config).create(card)
-
-    async def send(
-        self, instance: Instance, url_template: str, dialect: str = AUTO
-    ) -> tuple[str | None, _Exchange]:
-        """Start the work; returns the remote task id (None if the reply was final) and
-        what was said so far."""
-        card = await A2ACardResolver(self.http, self.url).get_agent_card()
-        config = ClientConfig(httpx_client=self.http, streaming=False, polling=True)
-        client = ClientFactory(config).create(card)
-        chosen, chosen_by = choose(dialect, card_facts(card), POLLED_DIALECTS)
-        data = task_data(instance, url_template)
-        rendered = render(chosen, data, task_text(data))
-        message = user_message(rendered.text, rendered.data, uuid.uuid4().hex)
-        exchange = _Exchange()
-        exchange.conversation.update(dialect=chosen, dialect_chosen_by=chosen_by)
-        async for event in client.send_message(SendMessageRequest(message=message)):
-            exchange.take(event)
-        return (None if exchange.done else exchange.task_id), exchange
-
-    async def poll(self, task_id: str) -> _Exchange:
-        client = await self._client()
-        exchange = _Exchange(task_id=task_id)
-        exchange.take_task(await client.get_task(GetTaskRequest(id=task_id)))
-        return exchange
-
-    async def cancel(self, task_id: str) -> None:
-        client = await self._client()
-        with contextlib.suppress(Exception):
-            await client.cancel_task(CancelTaskRequest(id=task_id))
-
-
-def outcome_of(exchange: _Exchange, role: str) -> tuple[str | None, str | None, str]:
-    """(patch, failure reason, detail) of a finished exchange, as ``get_patch`` decides them."""
-    extraction = extract_patch(reply_parts(exchange.reply()))
-    exchange.conversation["reply"] = f"{_where(exchange, extraction.patch)}{extraction.source}"
-    if extraction.patch is not None:
-        return extraction.patch, None, f"patch from {extraction.source}"
-    if exchange.state in FAILED:
-        state = TaskState.Name(exchange.state).removeprefix("TASK_STATE_").lower()
-        return (
-            None,
-            Reason.PARTICIPANT_ERROR,
-            f"{role}'s task ended {state}: {text_of(exchange.status_parts)[:500]}",
-        )
-    return None, Reason.NO_PATCH, f"{role}'s reply held no diff"

@@ -55,7 +55,8 @@ class DispatchStep(PipelineBase):
                     detail=f"{item.predictions_key} has no prediction for {item.instance_id}",
                 )
             return self._arrived(item, pred.model_patch, pred.model_name_or_path, now)
-        from swegreen.a2a.participant_client import PolledParticipant, outcome_of
+        from swegreen.a2a.exchange import outcome_of
+        from swegreen.a2a.polled import PolledParticipant
         from swegreen.core.task_dialects import AUTO
 
         assert item.url is not None
@@ -133,7 +134,8 @@ class DispatchStep(PipelineBase):
 
     async def poll(self, item: Item, state: PatchState, now: float | None = None) -> PatchState:
         """Ask again; give up (and cancel the remote task) at the deadline."""
-        from swegreen.a2a.participant_client import PolledParticipant, outcome_of
+        from swegreen.a2a.exchange import outcome_of
+        from swegreen.a2a.polled import PolledParticipant
 
         now = time.time() if now is None else now
         assert item.url is not None and state.remote_task_id is not None
