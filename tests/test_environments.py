@@ -13,7 +13,8 @@ import pytest
 from swegreen.core.errors import EnvSetupFailed
 from swegreen.core.recipes import Recipe
 from swegreen.environments import build as environments
-from swegreen.environments.build import creation_stage, transient_failure
+from swegreen.environments.build import transient_failure
+from swegreen.environments.lock import creation_stage
 from swegreen.environments.constraints import merge_requirements
 from swegreen.environments.interpreters import InterpreterSearch
 from swegreen.environments.manager import EnvManager

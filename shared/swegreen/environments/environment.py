@@ -16,6 +16,7 @@ BUILD_LOG = "build.log"
 LOCK_LIST = "lock.txt"
 
 
+BUILD_TIMEOUT = 3600.0
 ENV_INFO = "env.json"
 
 
