@@ -14,9 +14,9 @@ from swegreen.core.errors import EnvSetupFailed
 from swegreen.core.recipes import Recipe
 from swegreen.environments import build as environments
 from swegreen.environments.build import transient_failure
-from swegreen.environments.lock import creation_stage
 from swegreen.environments.constraints import merge_requirements
 from swegreen.environments.interpreters import InterpreterSearch
+from swegreen.environments.lock import creation_stage
 from swegreen.environments.manager import EnvManager
 
 
