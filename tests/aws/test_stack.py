@@ -14,7 +14,7 @@ from aws_cdk.assertions import Match, Template
 from infra.front_door import RUN_REQUEST_SCHEMA
 from infra.sandbox import CACHE_MOUNT, GRADER_USER, SANDBOX_UID
 from infra.settings import StackSettings
-from infra.workflow import MAP_RESULTS
+from infra.states import MAP_RESULTS
 from swegreen.aws.pipeline import (
     SANDBOX_URL_SECONDS,
     Attempt,

@@ -1,0 +1,115 @@
+"""The Rows state machine (one child execution per run): a distributed Map over the run's
+items, at most max_concurrent_rows at once; per row Dispatch or DispatchWait, Presign,
+the Evaluate task, Classify, or RecordError. A row never fails the run."""
+
+from __future__ import annotations
+
+from aws_cdk import ArnFormat, Stack
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+
+from infra.states import (
+    MAP_RESULTS,
+    StateParts,
+    _env,
+    _lambda_retry,
+)
+
+
+class RowsMachine(StateParts):
+    """The Rows machine; mixed into the workflow construct (its resources keep their ids)."""
+
+    def _rows_machine(self, bucket: s3.IBucket) -> tuple[str, str]:
+        """Builds ``self.rows_machine``; returns its name and ARN (known by name, not by
+        reference: Dispatch and Watch, which it invokes, are granted it)."""
+        rows_map = sfn.DistributedMap(
+            self,
+            "RowsMap",
+            state_name="Rows",
+            item_reader=sfn.S3JsonItemReader(
+                bucket=bucket, key=sfn.JsonPath.string_at("$.resolved.items_key")
+            ),
+            max_concurrency_path="$.resolved.max_concurrency",
+            item_selector={"item.$": "$$.Map.Item.Value"},
+            result_writer=sfn.ResultWriter(bucket=bucket, prefix=f"{MAP_RESULTS}rows"),
+            tolerated_failure_percentage=100,
+            map_execution_type=sfn.StateMachineType.STANDARD,
+        )
+        rows_map.item_processor(self._row())
+        # Named, so that the functions that hand patches back to it (Dispatch, Watch) can
+        # be granted it by ARN: a reference to it would be a cycle (it invokes them).
+        rows_name = f"{Stack.of(self).stack_name}-Rows"
+        self.rows_machine = self._machine("Rows", rows_map, name=rows_name)
+        rows_arn = Stack.of(self).format_arn(
+            service="states",
+            resource="stateMachine",
+            resource_name=rows_name,
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+
+        return rows_name, rows_arn
+
+    def _row(self) -> sfn.IChainable:
+        """One row: get the patch, evaluate it, write the verdict. Never fails."""
+        record_error = self._invoke(
+            "RecordError", self.classify, {"item.$": "$.item", "error.$": "$.error"}, "$.row"
+        )
+        # If even the error row cannot be written, the iteration still succeeds; Aggregate
+        # then writes the missing row as an error.
+        record_error.add_catch(
+            sfn.Pass(self, "RowLost"), errors=["States.ALL"], result_path="$.lost"
+        )
+        dispatch = self._invoke("Dispatch", self.dispatch, {"item.$": "$.item"}, "$.patch")
+        # A participant may work for half an hour: the row waits on a callback token, at no
+        # cost in state transitions, until Watch hands the patch back (or the deadline).
+        dispatch_wait = tasks.LambdaInvoke(
+            self,
+            "DispatchWaitStep",
+            state_name="DispatchWait",
+            lambda_function=self.dispatch,
+            integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
+            payload=sfn.TaskInput.from_object(
+                {"item.$": "$.item", "token": sfn.JsonPath.task_token}
+            ),
+            result_path="$.patch",
+            task_timeout=sfn.Timeout.at("$.item.wait_seconds"),
+            retry_on_service_exceptions=False,
+        )
+        _lambda_retry(dispatch_wait)
+        presign = self._invoke(
+            "Presign", self.presign, {"item.$": "$.item", "patch.$": "$.patch"}, "$.sandbox"
+        )
+        classify = self._invoke(
+            "Classify", self.classify, {"item.$": "$.item", "patch.$": "$.patch"}, "$.row"
+        )
+        evaluate, evaluated = self._fargate(
+            "Evaluate",
+            self.sandbox.task_definition,
+            self.sandbox.container.container_name,
+            "evaluate",
+            [
+                _env("SWEGREEN_RUN_ID", "$.item.run_id"),
+                _env("SWEGREEN_INSTANCE_ID", "$.item.instance_id"),
+                _env("SWEGREEN_CONFIG", "$.item.config_json"),
+                _env("SWEGREEN_MODEL", "$.patch.model"),
+                _env("SWEGREEN_INPUT_URL", "$.sandbox.input_url"),
+                _env("SWEGREEN_TASK_NETWORK", "$.sandbox.network"),
+            ],
+            # the row's, as Presign chose it: closed unless its tests need the internet
+            {"AwsvpcConfiguration.$": "$.sandbox.awsvpc"},
+            record_error,
+        )
+        for step in (dispatch, dispatch_wait, presign, classify):
+            step.add_catch(record_error, result_path="$.error")
+        has_patch = sfn.Choice(self, "HasPatch")
+        has_patch.when(sfn.Condition.is_string("$.patch.patch_key"), presign.next(evaluate))
+        has_patch.otherwise(classify)
+        evaluated.next(classify)
+        dispatch.next(has_patch)
+        dispatch_wait.next(has_patch)
+        return (
+            sfn.Choice(self, "Participant?")
+            .when(sfn.Condition.string_equals("$.item.source", "a2a"), dispatch_wait)
+            .otherwise(dispatch)
+        )
