@@ -28,7 +28,7 @@ def test_the_mounts_of_a_dead_engine_are_swept_and_a_live_ones_kept(tmp_path: Pa
     dead, live = work / "dead" / "repo", work / "live" / "repo"
     # an engine that mounts and dies without unmounting (as under SIGKILL)
     code = (
-        "import sys; from pathlib import Path; from swegreen import overlay; "
+        "import sys; from pathlib import Path; from swegreen.sandbox import overlay; "
         "sys.exit(0 if overlay.mount(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])) "
         "else 1)"
     )
