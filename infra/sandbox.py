@@ -44,7 +44,7 @@ ISOLATION = "process"
 # a recipe's ``network``, the request's ``network_instances``).
 CLOSED, OPEN = "closed", "open"
 # The evaluate task starts as root, which only the engine stays: the tests run as this uid
-# (swegreen.sandbox.local.DEFAULT_SANDBOX_UID, by setpriv), which owns nothing the engine made.
+# (swegreen.sandbox.isolation.DEFAULT_SANDBOX_UID, by setpriv), which owns nothing the engine made.
 GRADER_USER = "0:0"
 IMAGE_EXCLUDES = [
     ".venv",
