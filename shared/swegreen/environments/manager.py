@@ -46,22 +46,10 @@ from swegreen.environments.views import (
     make_view,
 )
 from swegreen.processes.locks import file_lock
+from swegreen.sandbox.environ import INDEX_PASSTHROUGH
 
-# Passed from the host to environment builds (never to test runs): reaching the index.
-BUILD_PASSTHROUGH = (
-    "PIP_INDEX_URL",
-    "PIP_EXTRA_INDEX_URL",
-    "PIP_CERT",
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "HTTPS_PROXY",
-    "HTTP_PROXY",
-    "NO_PROXY",
-    "https_proxy",
-    "http_proxy",
-    "no_proxy",
-    "UV_INDEX_URL",
-)
+# Passed from the host to environment builds: what a test run's install gets, and uv's.
+BUILD_PASSTHROUGH = (*INDEX_PASSTHROUGH, "UV_INDEX_URL")
 
 
 class EnvManager:
