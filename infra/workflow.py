@@ -22,8 +22,6 @@ Stopped: an execution stopped, timed out or failed (EventBridge, with a DLQ) -> 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from aws_cdk import aws_dynamodb as ddb
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -34,8 +32,6 @@ from infra.pipeline_machine import PipelineMachine
 from infra.rows_machine import RowsMachine
 from infra.sandbox import Sandbox
 from infra.settings import StackSettings
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class Workflow(Construct, FunctionParts, RowsMachine, PipelineMachine, MonitoringParts):
