@@ -211,6 +211,13 @@ def known_network_instances() -> frozenset[str]:
     return frozenset(k for k in json.loads(entry.read_text()) if not k.startswith("_"))
 
 
+def tests_need_network(recipe: Recipe, instance_id: str, named: Iterable[str] = ()) -> bool:
+    """Whether an instance's tests keep the network: its recipe says so, the instance is a
+    known one (data/network_instances.json), or the config ``named`` it. The one rule the
+    engine's sandbox and the AWS pipeline's choice of task network both follow."""
+    return recipe.network or instance_id in known_network_instances() or instance_id in set(named)
+
+
 def verified_recipes() -> RecipeBook:
     """The recipes of SWE-bench Verified's repositories, shipped as data. (The package's
     whole catalog, the sample's too, is ``environments.catalog.builtin_recipes``.)"""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from swegreen.core.eval_script import eval_phases
 from swegreen.core.patches import inspect_patch
-from swegreen.core.recipes import Recipe
+from swegreen.core.recipes import Recipe, tests_need_network
 from swegreen.environments.compile_cache import CACHE_DIR as COMPILE_CACHE_DIR
 from swegreen.environments.environment import ENV_INFO
 from swegreen.environments.services import SERVICES, start_script
@@ -58,8 +58,9 @@ class EvalRuns(TestbedsBase):
         recipe = testbed.recipe
         return SandboxPolicy(
             timeout=self.timeout_for(recipe),
-            network=recipe.network
-            or testbed.instance.instance_id in self.options.network_instances,
+            network=tests_need_network(
+                recipe, testbed.instance.instance_id, self.options.network_instances
+            ),
             cpus=recipe.cpus,
             memory_mb=self.options.memory_mb,
             max_processes=self.options.max_processes,

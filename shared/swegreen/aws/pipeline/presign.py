@@ -18,7 +18,7 @@ from swegreen.aws.pipeline.models import (
 from swegreen.core import errors
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import EvaluationFailure
-from swegreen.core.recipes import RecipeBook, known_network_instances
+from swegreen.core.recipes import RecipeBook, tests_need_network
 from swegreen.environments.catalog import builtin_recipes
 from swegreen.stores import artifacts as art
 
@@ -86,14 +86,9 @@ class PresignStep(PipelineBase):
 
     @staticmethod
     def _needs_internet(inst: Instance, recipes: RecipeBook, item: Item) -> bool:
-        """The rows whose tests reach real hosts upstream (as the engine decides where the
-        tests get the network: testbed.policy_for)."""
+        """The rows whose tests reach real hosts upstream, by the engine's own rule."""
         asked = json.loads(item.config_json).get("network_instances") or ()
-        return (
-            recipes.for_instance(inst).network
-            or inst.instance_id in known_network_instances()
-            or inst.instance_id in set(asked)
-        )
+        return tests_need_network(recipes.for_instance(inst), inst.instance_id, asked)
 
     def _mirror(self, repo: str) -> prebuilt.MirrorPointer | None:
         return prebuilt.MirrorPointer.read(repo, self._get)
