@@ -1,26 +1,16 @@
-"""Participants that already exist, unchanged: doubles written here from their contracts
-(docs/agentbeats.md, "Task dialects"), served over A2A on 127.0.0.1, each given a sample
-task by the real green agent and each resolving it with the gold patch.
+"""Participants that already exist, unchanged: doubles of the contracts in
+tests/a2a/contracts.py (written here from docs/agentbeats.md, "Task dialects"), served over
+A2A on 127.0.0.1 by a2a-sdk 1.x and by 0.3, each given a sample task by the real green agent
+and each resolving it with the gold patch.
 
-- ``mini``: a mini-swe-agent wrapper. It reads only text parts, parses them as one JSON
-  object, needs ``instance_id``, ``problem_statement`` and ``docker_image`` (named as
-  SWE-bench names its images) and replies with the raw diff as the completed task's status
-  message. It gets the JSON dialect because the request asks for it.
-- ``tagged``: reads XML-tagged text, clones ``repo_url`` at ``base_commit`` itself, and
-  answers with ``<patch>`` tags in an artifact. Its card declares the XML dialect.
-- ``json-reply``: takes the standard task, answers with a text part holding
-  ``{"model_patch": "<diff>"}``.
-- ``agentswe``: speaks the AgentSWE protocol: a JSON task with ``cwd``, each turn a
-  completed task whose artifact is named ``bash``, ``debug`` or ``patch`` (or says so as
-  JSON), the command's output in the next message of the same context. It checks that
-  what its commands wrote did not stay.
+The dialect is chosen each way the docs name: the request (``task_dialect``, per role), the
+card's extension, a skill's ``task-dialect:`` tag, or the default.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,137 +27,54 @@ from swegreen.agent.server import agent_card, build_app, open_task
 from swegreen.core.dataset import load_dataset
 from swegreen.core.task_dialects import EXTENSION_URI
 from swegreen.sample import SampleBenchmark
+from tests.a2a.contracts import CONTRACTS, Contract
 from tests.helpers import Server, free_port, serving, start, stop, wait_for_card
 from tests.test_agent import assess
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTANCE = "sample__calculator-2"
-IMAGE = "docker.io/swebench/sweb.eval.x86_64.sample_1776_calculator-2:latest"
 
 
 class Double(AgentExecutor):
-    """Answers each task by ``answer(text parts) -> (how, reply text)``; a complaint about
-    the task fails it, with the complaint as its reason."""
+    """A contract served by a2a-sdk 1.x."""
 
-    def __init__(self, gold: dict[str, str], workdir: Path) -> None:
-        self.gold = gold
-        self.workdir = workdir
-        self.complaints: list[str] = []
+    def __init__(self, contract: Contract) -> None:
+        self.contract = contract
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         _task, updater = await open_task(context, event_queue)
         texts = [p.text for p in context.message.parts if p.WhichOneof("content") == "text"]
         try:
-            how, reply = await asyncio.to_thread(self.answer, texts)
-        except (AssertionError, ValueError) as exc:  # a task it cannot read
-            self.complaints.append(str(exc))
+            reply = await asyncio.to_thread(self.contract.answer, context.context_id, texts)
+        except ValueError as exc:  # a task it cannot read
             await updater.failed(updater.new_agent_message([new_text_part(str(exc))]))
             return
-        if how == "status":
-            await updater.complete(updater.new_agent_message([new_text_part(reply)]))
+        if reply.how == "status":
+            await updater.complete(updater.new_agent_message([new_text_part(reply.text)]))
         else:
-            await updater.add_artifact([new_text_part(reply)], name="response")
+            await updater.add_artifact([new_text_part(reply.text)], name=reply.name)
             await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         return None
 
-    def answer(self, texts: list[str]) -> tuple[str, str]:
-        raise NotImplementedError
+
+def gold_patches(sample: SampleBenchmark) -> dict[str, str]:
+    return {i.instance_id: i.patch for i in load_dataset(str(sample.dataset)).instances}
 
 
-class MiniSweDouble(Double):
-    def answer(self, texts: list[str]) -> tuple[str, str]:
-        assert len(texts) == 1, f"expected one text part, got {len(texts)}"
-        task = json.loads(texts[0])
-        for key in ("instance_id", "problem_statement", "docker_image", "base_commit", "repo"):
-            assert task.get(key), f"the task has no {key}"
-        assert "hints" in task, "the task has no hints"
-        assert task["docker_image"] == IMAGE, task["docker_image"]
-        return "status", self.gold[task["instance_id"]]
-
-
-class TaggedDouble(Double):
-    def answer(self, texts: list[str]) -> tuple[str, str]:
-        text = "\n".join(texts)
-
-        def tag(name: str) -> str:
-            found = re.search(rf"<{name}>(.*?)</{name}>", text, re.DOTALL)
-            assert found, f"no <{name}> in the task"
-            return found.group(1).strip()
-
-        task_id, url, commit = tag("task_id"), tag("repo_url"), tag("base_commit")
-        assert tag("problem_statement") and tag("repository") == "sample/calculator"
-        checkout = self.workdir / task_id
-        subprocess.run(["git", "clone", "-q", url, str(checkout)], check=True)
-        subprocess.run(["git", "checkout", "-q", commit], cwd=checkout, check=True)
-        applied = subprocess.run(
-            ["git", "apply", "--check", "-"],
-            input=self.gold[task_id],
-            text=True,
-            cwd=checkout,
-            capture_output=True,
-        )
-        assert applied.returncode == 0, f"the gold patch does not apply: {applied.stderr}"
-        return "artifact", f"Here is the fix.\n<patch>\n{self.gold[task_id]}</patch>\n"
-
-
-class JsonReplyDouble(Double):
-    def answer(self, texts: list[str]) -> tuple[str, str]:
-        found = re.search(r"Instance: (\S+)", "\n".join(texts))
-        assert found, "the standard task names its instance"
-        return "artifact", json.dumps({"model_patch": self.gold[found.group(1)]})
-
-
-class AgentSweDouble(AgentExecutor):
-    """Four turns per context: look (writing a file), try the gold patch in ``debug``,
-    check that neither stayed, submit the gold patch."""
-
-    def __init__(self, gold: dict[str, str]) -> None:
-        self.gold = gold
-        self.state: dict[str, dict[str, Any]] = {}
-        self.complaints: list[str] = []
-
-    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        _task, updater = await open_task(context, event_queue)
-        [text] = [p.text for p in context.message.parts if p.WhichOneof("content") == "text"]
-        state = self.state.setdefault(context.context_id, {"turn": 0})
-        try:
-            name, body = self.step(state, json.loads(text))
-        except (AssertionError, ValueError, KeyError) as exc:
-            self.complaints.append(f"turn {state['turn']}: {exc!r}")
-            await updater.failed(updater.new_agent_message([new_text_part(str(exc))]))
-            return
-        state["turn"] += 1
-        await updater.add_artifact([new_text_part(body)], name=name)
-        await updater.complete()
-
-    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        return None
-
-    def step(self, state: dict[str, Any], said: dict[str, Any]) -> tuple[str, str]:
-        turn = state["turn"]
-        if turn == 0:
-            for key in ("cwd", "problem_statement", "hints_text", "python_version"):
-                assert key in said, f"the task has no {key}"
-            assert re.fullmatch(r"\d+\.\d+", said["python_version"]), said["python_version"]
-            assert "fail_to_pass" not in said and "FAIL_TO_PASS" not in json.dumps(said)
-            state.update(cwd=said["cwd"], gold=self.gold[said["instance_id"]])
-            return "bash", f"cd {state['cwd']} && touch LEFT_BEHIND && git status --short"
-        assert said.get("cwd") == state["cwd"], said
-        if turn == 1:
-            assert "LEFT_BEHIND" in said["stdout"], said
-            command = f"cd {state['cwd']} && git apply - <<'EOF'\n{state['gold']}EOF\n"
-            command += "git diff --stat"
-            # the action as JSON text in an artifact of another name, as AgentSWE also reads it
-            return "response", json.dumps({"action": "debug", "content": command})
-        if turn == 2:
-            assert said["debug_result"] is True and said["success"] is True, said
-            assert "1 file changed" in said["stdout"], said
-            check = "test ! -e LEFT_BEHIND && git status --short | wc -l"
-            return "bash", f"cd {state['cwd']} && {check}"
-        assert said["exit_code"] == 0 and said["stdout"].strip() == "0", said  # nothing stayed
-        return "patch", state["gold"]
+def check_rows(rows: dict[str, Any], expected: dict[str, tuple[str, str, str]]) -> None:
+    """Each role's one row resolved, with its dialect, what chose it and the reply's shape."""
+    for role, (dialect, chosen_by, reply) in expected.items():
+        [row] = rows[role]["instances"]
+        assert row["status"] == "resolved", (role, row)
+        conversation = row["conversation"]
+        assert conversation["dialect"] == dialect, (role, conversation)
+        assert conversation["dialect_chosen_by"] == chosen_by, (role, conversation)
+        assert conversation["reply"] == reply, (role, conversation)
+    turns = rows["agentswe"]["instances"][0]
+    assert turns["conversation"]["turns"] == 4
+    assert turns["interaction"]["steps"] == 3  # bash, debug, bash: under the budget
 
 
 @pytest.fixture(scope="module")
@@ -182,13 +89,9 @@ def green(session_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
 def test_existing_participants_work_unchanged(
     green: Server, sample: SampleBenchmark, tmp_path: Path
 ) -> None:
-    gold = {i.instance_id: i.patch for i in load_dataset(str(sample.dataset)).instances}
-    doubles = {
-        "mini": MiniSweDouble(gold, tmp_path),
-        "tagged": TaggedDouble(gold, tmp_path),
-        "jsonreply": JsonReplyDouble(gold, tmp_path),
-        "agentswe": AgentSweDouble(gold),
-    }
+    """a2a-sdk 1.x: the tag reader's card declares its dialect with the extension; the
+    request names the others' that are not the default."""
+    contracts = {name: cls(gold_patches(sample), tmp_path) for name, cls in CONTRACTS.items()}
 
     def app(role: str, url: str) -> Any:
         skill = AgentSkill(id="fix", name="fix", description="fixes issues", tags=["swe-bench"])
@@ -197,7 +100,7 @@ def test_existing_participants_work_unchanged(
             params = Struct()
             params.update({"dialect": "xml"})
             card.capabilities.extensions.append(AgentExtension(uri=EXTENSION_URI, params=params))
-        return build_app(doubles[role], card)
+        return build_app(Double(contracts[role]), card)
 
     async def run() -> dict[str, Any]:
         async with (
@@ -225,62 +128,66 @@ def test_existing_participants_work_unchanged(
             return (await assess(green.url, request)).rows
 
     rows = asyncio.run(run())
-    assert not any(d.complaints for d in doubles.values()), {
-        k: d.complaints for k, d in doubles.items()
+    assert not any(c.complaints for c in contracts.values()), {
+        k: c.complaints for k, c in contracts.items()
     }
-    expected = {
-        "mini": ("json", "request", "status message: bare diff"),
-        "tagged": ("xml", "agent card extension", "artifact: <patch> tag"),
-        "jsonreply": ("standard", "default", "artifact: JSON text part 'model_patch'"),
-        "agentswe": ("agentswe", "request", "artifact: bare diff"),
-    }
-    for role, (dialect, chosen_by, reply) in expected.items():
-        [row] = rows[role]["instances"]
-        assert row["status"] == "resolved", (role, row)
-        conversation = row["conversation"]
-        assert conversation["dialect"] == dialect and conversation["dialect_chosen_by"] == chosen_by
-        assert conversation["reply"] == reply, (role, conversation)
-    agentswe = rows["agentswe"]["instances"][0]
-    assert agentswe["conversation"]["turns"] == 4
-    assert agentswe["interaction"]["steps"] == 3  # bash, debug, bash: under the budget
+    check_rows(
+        rows,
+        {
+            "mini": ("json", "request", "status message: bare diff"),
+            "tagged": ("xml", "agent card extension", "artifact: <patch> tag"),
+            "jsonreply": ("standard", "default", "artifact: JSON text part 'model_patch'"),
+            "agentswe": ("agentswe", "request", "artifact: bare diff"),
+        },
+    )
 
 
-def test_a_mini_swe_agent_wrapper_on_a2a_0_3_resolves_its_task_unchanged(
+def test_the_same_participants_served_by_a2a_0_3_work_unchanged(
     green: Server, sample: SampleBenchmark, a2a03_python: Path, tmp_path: Path
 ) -> None:
-    """The same contract served by a2a-sdk 0.3, which public wrappers use: its card says
-    nothing of dialects, so the request asks for json."""
-    gold = {i.instance_id: i.patch for i in load_dataset(str(sample.dataset)).instances}
-    (tmp_path / "gold.json").write_text(json.dumps(gold))
-    port = free_port()
-    log = (tmp_path / "mini03.log").open("wb")
+    """a2a-sdk 0.3, which public wrappers use. The mini-swe-agent wrapper's card says
+    nothing of dialects, so the request asks for json; the tag reader and the AgentSWE
+    agent declare theirs with a skill's ``task-dialect:`` tag."""
+    (tmp_path / "gold.json").write_text(json.dumps(gold_patches(sample)))
     script = ROOT / "tests" / "a2a" / "participant_v03.py"
-    proc = subprocess.Popen(
-        [str(a2a03_python), str(script), str(port), str(tmp_path / "gold.json")],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}/"
+    running: dict[str, tuple[str, subprocess.Popen[bytes], Path]] = {}
     try:
-        wait_for_card(url, proc, tmp_path / "mini03.log")
+        for name in CONTRACTS:
+            port, log = free_port(), tmp_path / f"{name}.log"
+            with log.open("wb") as out:
+                proc = subprocess.Popen(
+                    [str(a2a03_python), str(script), str(port), name, str(tmp_path / "gold.json"),
+                     str(tmp_path)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            running[name] = (f"http://127.0.0.1:{port}/", proc, log)
+        for url, proc, log in running.values():
+            wait_for_card(url, proc, log)
         request = {
-            "participants": {"mini": url},
+            "participants": {name: url for name, (url, _, _) in running.items()},
             "config": {
                 "dataset": "swegreen:sample",
                 "instance_ids": [INSTANCE],
-                "task_dialect": "json",
+                "task_dialect": {"mini": "json"},
+                "max_concurrent_rows": 4,
                 "participant_timeout": 120,
             },
         }
         rows = asyncio.run(assess(green.url, request)).rows
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
-    [row] = rows["mini"]["instances"]
-    assert row["status"] == "resolved", (row, (tmp_path / "mini03.log").read_text()[-2000:])
-    assert row["conversation"] == {
-        "dialect": "json",
-        "dialect_chosen_by": "request",
-        "reply": "status message: bare diff",
-    }
+        for _, proc, _ in running.values():
+            proc.terminate()
+        for _, proc, _ in running.values():
+            proc.wait(timeout=30)
+    logs = {name: log.read_text()[-2000:] for name, (_, _, log) in running.items()}
+    assert not any("bad task" in text for text in logs.values()), logs
+    check_rows(
+        rows,
+        {
+            "mini": ("json", "request", "status message: bare diff"),
+            "tagged": ("xml", "agent card skill", "artifact: <patch> tag"),
+            "jsonreply": ("standard", "default", "artifact: JSON text part 'model_patch'"),
+            "agentswe": ("agentswe", "agent card skill", "artifact: bare diff"),
+        },
+    )

@@ -10,6 +10,7 @@ from swegreen.core.task_dialects import (
     DIALECTS,
     EXTENSION_URI,
     CardFacts,
+    Skill,
     choose,
     docker_image,
     render,
@@ -136,3 +137,32 @@ def test_the_dialect_is_the_requests_else_the_cards_else_standard() -> None:
         "standard",
         "default (the card's agentswe is not served here)",
     )
+
+
+def test_a_cards_skills_can_choose_the_dialect() -> None:
+    tagged = CardFacts(skills=[Skill(tags=["swe-bench"]), Skill(tags=["Task-Dialect:XML"])])
+    assert choose("auto", tagged) == ("xml", "agent card skill")
+    # the extension is more explicit than a skill's tag
+    both = CardFacts([(EXTENSION_URI, {"dialect": "json"})], skills=tagged.skills)
+    assert choose("auto", both) == ("json", "agent card extension")
+    assert choose("auto", CardFacts(skills=[Skill(tags=["task-dialect:klingon"])])) == (
+        "standard",
+        "default",
+    )
+    turns = CardFacts(skills=[Skill(tags=["task-dialect:agentswe"])])
+    assert choose("auto", turns, ("standard", "json", "xml"))[0] == "standard"
+    # input modes: JSON alone for every skill; a skill without its own has the card's
+    json_skills = [Skill(input_modes=["application/json"]), Skill(input_modes=["application/json"])]
+    assert choose("auto", CardFacts(input_modes=["text/plain"], skills=json_skills)) == (
+        "json",
+        "agent card input modes",
+    )
+    mixed = [Skill(input_modes=["application/json"]), Skill()]
+    assert choose("auto", CardFacts(input_modes=["text/plain"], skills=mixed))[0] == "standard"
+    texty = [Skill(input_modes=["text/plain"])]
+    assert choose("auto", CardFacts(input_modes=["application/json"], skills=texty)) == (
+        "standard",
+        "default",
+    )
+    inherit = CardFacts(input_modes=["application/json"], skills=[Skill(tags=["swe"])])
+    assert choose("auto", inherit) == ("json", "agent card input modes")

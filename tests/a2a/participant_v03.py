@@ -1,15 +1,17 @@
-"""A mini-swe-agent wrapper's A2A contract, served with a2a-sdk 0.3 (as those wrappers are).
+"""Participants people already run, served with a2a-sdk 0.3 (as their public wrappers are).
 
 Run with an interpreter that has a2a-sdk[http-server] 0.3.x and uvicorn:
-    python participant_v03.py <port> <gold.json>
-It reads only the text parts of a message and parses them as one JSON object; without
-``instance_id``, ``problem_statement`` or ``docker_image`` (named as SWE-bench names its
-images) the task fails with the reason. Otherwise it replies with the raw diff (the
-instance's patch in ``gold.json``) as the completed task's status message.
+    python participant_v03.py <port> <contract> <gold.json> <workdir>
+``contract`` is one of contracts.py's (mini, tagged, jsonreply, agentswe): the same
+contracts the a2a-sdk 1.x doubles speak. A task the contract cannot read fails with its
+reason. The card says nothing of dialects, except the tag reader's and the AgentSWE
+agent's skills, which carry a ``task-dialect:`` tag (docs/agentbeats.md).
 """
 
+import asyncio
 import json
 import sys
+from pathlib import Path
 
 import uvicorn
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -17,15 +19,18 @@ from a2a.server.apps import A2AStarletteApplication
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import AgentCapabilities, AgentCard, AgentSkill, TextPart
+from a2a.types import AgentCapabilities, AgentCard, AgentSkill, Part, TextPart
 from a2a.utils import new_agent_text_message, new_task
 
-IMAGE = "docker.io/swebench/sweb.eval.x86_64.{}:latest"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from contracts import CONTRACTS, Contract
+
+SKILL_TAGS = {"tagged": ["task-dialect:xml"], "agentswe": ["task-dialect:agentswe"]}
 
 
-class MiniSwe(AgentExecutor):
-    def __init__(self, gold):
-        self.gold = gold
+class Served(AgentExecutor):
+    def __init__(self, contract: Contract) -> None:
+        self.contract = contract
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task = context.current_task or new_task(context.message)
@@ -33,41 +38,46 @@ class MiniSwe(AgentExecutor):
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         texts = [p.root.text for p in context.message.parts if isinstance(p.root, TextPart)]
         try:
-            payload = json.loads("".join(texts))
-            for key in ("instance_id", "problem_statement", "docker_image"):
-                if not payload.get(key):
-                    raise ValueError(f"missing {key}")
-            iid = payload["instance_id"]
-            wanted = IMAGE.format(iid.replace("__", "_1776_").lower())
-            if payload["docker_image"] != wanted:
-                raise ValueError(f"image {payload['docker_image']} is not {wanted}")
-            diff = self.gold[iid]
-        except (ValueError, KeyError) as exc:
+            reply = await asyncio.to_thread(self.contract.answer, task.context_id, texts)
+        except ValueError as exc:
+            print(f"bad task: {exc}", file=sys.stderr, flush=True)  # the test reads the log
             said = new_agent_text_message(f"bad task: {exc}", task.context_id, task.id)
             await updater.failed(said)
             return
-        await updater.complete(new_agent_text_message(diff, task.context_id, task.id))
+        if reply.how == "status":
+            message = new_agent_text_message(reply.text, task.context_id, task.id)
+            await updater.complete(message)
+            return
+        await updater.add_artifact([Part(root=TextPart(text=reply.text))], name=reply.name)
+        await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         return None
 
 
 def main() -> None:
-    port, gold_path = int(sys.argv[1]), sys.argv[2]
+    port, name, gold_path, workdir = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     with open(gold_path) as fh:
         gold = json.load(fh)
+    contract = CONTRACTS[name](gold, Path(workdir))
     url = f"http://127.0.0.1:{port}/"
+    skill = AgentSkill(
+        id="swe",
+        name="swe",
+        description="fixes issues",
+        tags=["swe-bench", *SKILL_TAGS.get(name, [])],
+    )
     card = AgentCard(
-        name="mini-swe-agent (double)",
-        description="mini-swe-agent wrapped in A2A, as its public wrappers are",
+        name=f"{name} (double, a2a-sdk 0.3)",
+        description="a participant written elsewhere, as its public wrappers serve it",
         url=url,
         version="0.1.0",
         default_input_modes=["text"],
         default_output_modes=["text"],
         capabilities=AgentCapabilities(streaming=True),
-        skills=[AgentSkill(id="swe", name="swe", description="fixes issues", tags=["swe"])],
+        skills=[skill],
     )
-    handler = DefaultRequestHandler(agent_executor=MiniSwe(gold), task_store=InMemoryTaskStore())
+    handler = DefaultRequestHandler(agent_executor=Served(contract), task_store=InMemoryTaskStore())
     app = A2AStarletteApplication(agent_card=card, http_handler=handler).build()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 

@@ -22,7 +22,7 @@ from google.protobuf.json_format import MessageToDict
 from swegreen.a2a.parts import reply_parts, text_of
 from swegreen.core.classify import Reason
 from swegreen.core.patch_extraction import extract_patch
-from swegreen.core.task_dialects import CardFacts
+from swegreen.core.task_dialects import CardFacts, Skill
 
 TERMINAL = {
     TaskState.TASK_STATE_COMPLETED,
@@ -197,4 +197,5 @@ def card_facts(card: AgentCard | None) -> CardFacts | None:
         (ext.uri, MessageToDict(ext.params) if ext.HasField("params") else {})
         for ext in card.capabilities.extensions
     ]
-    return CardFacts(extensions, list(card.default_input_modes))
+    skills = [Skill(list(s.tags), list(s.input_modes)) for s in card.skills]
+    return CardFacts(extensions, list(card.default_input_modes), skills)

@@ -19,7 +19,7 @@ Which one a participant gets is the request's choice, else what its agent card d
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,8 +29,10 @@ Dialect = Literal["standard", "json", "xml", "agentswe"]
 DIALECTS: tuple[Dialect, ...] = ("standard", "json", "xml", "agentswe")
 AUTO = "auto"
 # An agent card declares its dialect with this extension: {"uri": EXTENSION_URI,
-# "params": {"dialect": "json"}} in capabilities.extensions (docs/agentbeats.md).
+# "params": {"dialect": "json"}} in capabilities.extensions, or with a skill tagged
+# SKILL_TAG_PREFIX + dialect, e.g. "task-dialect:xml" (docs/agentbeats.md).
 EXTENSION_URI = "urn:swegreen:task-dialect:v1"
+SKILL_TAG_PREFIX = "task-dialect:"
 IMAGE_PREFIX = "docker.io/swebench/sweb.eval.x86_64."
 
 REPLY = (
@@ -90,32 +92,62 @@ def render(dialect: Dialect, data: Mapping[str, Any], prose: str) -> Rendered:
 
 
 @dataclass(frozen=True)
+class Skill:
+    """What the dialect choice reads of one of the card's skills."""
+
+    tags: Sequence[str] = ()
+    input_modes: Sequence[str] = ()  # empty: the card's defaults
+
+
+@dataclass(frozen=True)
 class CardFacts:
     """What the dialect choice reads of an agent card (kept free of a2a types)."""
 
     extensions: Sequence[tuple[str, Mapping[str, Any]]] = ()
     input_modes: Sequence[str] = ()
+    skills: Sequence[Skill] = ()
 
 
 def choose(
     requested: str, card: CardFacts | None, served: Sequence[str] = DIALECTS
 ) -> tuple[Dialect, str]:
     """The dialect for one participant and what chose it (recorded in each row).
+
+    The card is read most explicit first: the extension, then a skill's dialect tag, then
+    input modes (JSON alone for every skill; a skill without modes of its own has the
+    card's).
     ``served``: the dialects this caller can hold (the AWS pipeline's polled calls cannot
     hold AgentSWE's turns); a card's wish outside them falls back to the default."""
     if requested != AUTO:
         return _known(requested), "request"
-    if card is not None:
-        for uri, params in card.extensions:
-            wanted = params.get("dialect")
-            if uri == EXTENSION_URI and isinstance(wanted, str) and wanted in DIALECTS:
-                if wanted not in served:
-                    return "standard", f"default (the card's {wanted} is not served here)"
-                return _known(wanted), "agent card extension"
-        modes = {m.split(";")[0].strip().lower() for m in card.input_modes}
-        if modes == {"application/json"}:  # takes JSON and nothing else
-            return "json", "agent card input modes"
-    return "standard", "default"
+    wish = next(_card_wishes(card), None) if card is not None else None
+    if wish is None:
+        return "standard", "default"
+    wanted, chosen_by = wish
+    if wanted not in served:
+        return "standard", f"default (the card's {wanted} is not served here)"
+    return wanted, chosen_by
+
+
+def _card_wishes(card: CardFacts) -> Iterator[tuple[Dialect, str]]:
+    for uri, params in card.extensions:
+        wanted = params.get("dialect")
+        if uri == EXTENSION_URI and isinstance(wanted, str) and wanted in DIALECTS:
+            yield _known(wanted), "agent card extension"
+    for skill in card.skills:
+        for tag in (t.strip().lower() for t in skill.tags):
+            wanted = tag.removeprefix(SKILL_TAG_PREFIX)
+            if tag.startswith(SKILL_TAG_PREFIX) and wanted in DIALECTS:
+                yield _known(wanted), "agent card skill"
+    # a skill without input modes of its own takes the card's
+    modes = [s.input_modes or card.input_modes for s in card.skills] or [card.input_modes]
+    if all(_json_only(m) for m in modes):
+        yield "json", "agent card input modes"
+
+
+def _json_only(modes: Sequence[str]) -> bool:
+    """Takes JSON and nothing else."""
+    return {m.split(";")[0].strip().lower() for m in modes} == {"application/json"}
 
 
 def _known(name: str) -> Dialect:
