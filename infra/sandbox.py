@@ -46,6 +46,9 @@ CLOSED, OPEN = "closed", "open"
 # The evaluate task starts as root, which only the engine stays: the tests run as this uid
 # (swegreen.sandbox.isolation.DEFAULT_SANDBOX_UID, by setpriv), which owns nothing the engine made.
 GRADER_USER = "0:0"
+# Nothing the image does not COPY (container/Dockerfile: pyproject.toml, README.md,
+# shared/): a smaller context, and no tree another process may be writing while it is
+# copied (a test's in-tree wheel build under tests/ once raced the copy).
 IMAGE_EXCLUDES = [
     ".venv",
     ".venv-*",
@@ -53,8 +56,13 @@ IMAGE_EXCLUDES = [
     "node_modules",
     "cdk.out",
     ".git",
-    "build",
+    "**/build",
     "**/__pycache__",
+    "tests",
+    "docs",
+    "benchmarks",
+    ".pytest_cache",
+    ".ruff_cache",
 ]
 
 

@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -60,12 +61,20 @@ def localstack_python() -> Path:
     if uv is None:
         raise FileNotFoundError("uv is needed to build the LocalStack virtualenv (make setup)")
     base = find_interpreter("3.13", InterpreterSearch.from_environ(os.environ, allow_install=True))
-    subprocess.run([uv, "venv", "--quiet", "--python", str(base), str(VENV)], check=True)
-    subprocess.run(
-        [uv, "pip", "install", "--quiet", "--python", str(python), "--reinstall-package",
-         "swegreen-localstack-offline", str(PLUGIN)],
-        check=True,
-    )  # fmt: skip
+    subprocess.run([uv, "venv", "--clear", "--quiet", "--python", str(base), str(VENV)], check=True)
+    # built from a copy: an in-tree build/ would appear under tests/ while other workers
+    # copy the repository (the CDK assets)
+    with tempfile.TemporaryDirectory() as scratch:
+        source = shutil.copytree(
+            PLUGIN,
+            Path(scratch) / PLUGIN.name,
+            ignore=shutil.ignore_patterns("build", "*.egg-info"),
+        )
+        subprocess.run(
+            [uv, "pip", "install", "--quiet", "--python", str(python), "--reinstall-package",
+             "swegreen-localstack-offline", str(source)],
+            check=True,
+        )  # fmt: skip
     stamp.write_text(digest)
     return python
 
