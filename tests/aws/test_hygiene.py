@@ -139,6 +139,37 @@ def test_the_pipeline_refuses_an_oversized_patch_before_storing_it(
         store.close()
 
 
+def test_an_empty_patch_is_decided_without_storing_it_or_starting_a_task(
+    s3: Any, sample: SampleBenchmark, tmp_path: Path
+) -> None:
+    """As a local run decides it (no_op, empty_patch, no tests run): Dispatch stores no
+    patch, so the Rows machine's HasPatch goes straight to Classify."""
+    s3.put_object(Bucket=BUCKET, Key="datasets/sample.jsonl", Body=sample.dataset.read_bytes())
+    store = SqliteStore(tmp_path / "store.sqlite")
+    pipeline = Pipeline(PipelineSettings(table="unused", bucket=BUCKET), s3, store)
+    try:
+        config = {
+            "dataset": f"s3://{BUCKET}/datasets/sample.jsonl",
+            "instance_ids": ["sample__calculator-1"],
+        }
+        resolved = pipeline.resolve(StartEvent(run_id="aws-empty", patches="empty", config=config))
+        [raw] = json.loads(s3.get_object(Bucket=BUCKET, Key=resolved["items_key"])["Body"].read())
+        item = Item.model_validate(raw)
+        state = asyncio.run(pipeline.dispatch(item))
+        assert state.done and state.patch_key is None and state.failure == Reason.EMPTY_PATCH
+        assert objects(s3, f"runs/aws-empty/instances/sample__calculator-1/{art.PATCH}") == {}
+        pipeline.classify_row(ClassifyEvent(item=item, patch=state))
+        row = store.get_results("aws-empty")["sample__calculator-1"]
+        assert (row.status, row.reason, row.detail) == (
+            Status.NO_OP,
+            Reason.EMPTY_PATCH,
+            "the patch is empty",
+        )
+        assert not row.tests_ran and not row.patch_applied and row.patch_bytes == 0
+    finally:
+        store.close()
+
+
 def test_the_pipeline_refuses_the_local_env_files_fallback(s3: Any, tmp_path: Path) -> None:
     """env_files_at_base is for local runs from forks: the build phase names artifacts by
     the environment_setup_commit, so the pipeline says so instead of building others."""

@@ -398,6 +398,8 @@ def test_an_execution_gives_the_local_verdicts_and_leaderboard(
     assert verdicts(aws_rows) == verdicts(
         {r.instance_id: r.model_dump(mode="json") for r in local.results}
     ), cloud.diagnosis(aws_rows)
+    if source == "empty":  # decided without a sandbox task, as a local run decides it
+        assert not cloud.tasks(source)
     if source == "crafted":  # the sample's crafted predictions reach every status
         assert {iid: r["status"] for iid, r in aws_rows.items()} == {
             iid: e["status"] for iid, e in cloud.sample.expected.items()

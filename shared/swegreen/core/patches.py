@@ -114,6 +114,9 @@ def oversized_patch(text: str | None, limit: int, head: int = 2000) -> Oversized
     return OversizedPatch(PatchInfo(files=(), size=size, sha256=digest), detail, stub)
 
 
+EMPTY_PATCH_DETAIL = "the patch is empty"
+
+
 def is_blank(patch: str | None) -> bool:
     return patch is None or not patch.strip()
 

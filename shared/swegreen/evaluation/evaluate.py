@@ -22,6 +22,7 @@ from swegreen.core.dataset import Instance
 from swegreen.core.errors import EnvironmentFault, EvaluationFailure, TestTimeout
 from swegreen.core.grading import FULL, PARTIAL, Grade, grade_log, unapplied_report
 from swegreen.core.patches import (
+    EMPTY_PATCH_DETAIL,
     OversizedPatch,
     PatchRejected,
     check_against_tree,
@@ -87,7 +88,7 @@ class Evaluator:
         if is_blank(text):
             return self._finish(
                 key,
-                row.unapplied(Reason.EMPTY_PATCH, "the patch is empty"),
+                row.unapplied(Reason.EMPTY_PATCH, EMPTY_PATCH_DETAIL),
                 unapplied_report(instance, text),
             )
         row.info = inspect_patch(text)

@@ -19,7 +19,7 @@ from swegreen.aws.pipeline.models import (
     PatchState,
 )
 from swegreen.core.classify import Reason
-from swegreen.core.patches import oversized_patch
+from swegreen.core.patches import EMPTY_PATCH_DETAIL, oversized_patch
 from swegreen.core.sources import Prediction, parse_predictions
 from swegreen.stores import artifacts as art
 
@@ -188,6 +188,18 @@ class DispatchStep(PipelineBase):
                 done=True,
                 failure=failure or Reason.NO_PATCH,
                 detail=detail,
+                model=model,
+                started=started,
+                duration=now - started,
+                usage=usage,
+            )
+        if patch == "":
+            # No change to test: the row is no_op (empty_patch) as the local engine decides
+            # it (evaluation/evaluate.py), without a sandbox task to start and pay for.
+            return PatchState(
+                done=True,
+                failure=Reason.EMPTY_PATCH,
+                detail=EMPTY_PATCH_DETAIL,
                 model=model,
                 started=started,
                 duration=now - started,
