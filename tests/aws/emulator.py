@@ -524,18 +524,20 @@ class Emulator:
 
     def _own_disk(self, task_dir: Path, *, closed: bool) -> list[str]:
         """The bubblewrap prefix that gives the task a disk of its own at ``cache_path``
-        and, ``closed``, a network namespace of its own (endpoint_relay.py)."""
-        own = task_dir / "disk"
-        own.mkdir()
+        and, ``closed``, a network namespace of its own (endpoint_relay.py).
+
+        The disk is a tmpfs, gone with the task as Fargate's ephemeral storage is: a task
+        unpacks an environment of about 300 MB, which took 7 s of system time on this
+        machine's disk and takes 0.5 s in memory (the artifacts' sizes are not changed)."""
         if self.bwrap is None:  # no mount namespaces here: every task shares cache_path
+            (task_dir / "disk").mkdir()
             return []
         return [
             self.bwrap,
             "--dev-bind",
             "/",
             "/",
-            "--bind",
-            str(own),
+            "--tmpfs",
             str(self.cache_path),
             *(["--unshare-net"] if closed else []),
             "--die-with-parent",
