@@ -54,6 +54,7 @@ import select
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -118,6 +119,9 @@ class Emulator:
         self._started = 0
         self.bwrap = bwrap_usable()
         self._lock = threading.Lock()
+        # moto's ECS backend is not thread-safe (see __enter__): every change to its tasks,
+        # the request threads' and the task threads' own, holds this lock
+        self._ecs_lock = threading.RLock()
         self._stack = ExitStack()
 
     # ------------------------------------------------------------------ lifecycle
@@ -140,8 +144,9 @@ class Emulator:
         # moto's ECS backend is not thread-safe: DescribeTasks (the .sync integration's
         # poll) iterates the task table while RunTask or StopTask from another request
         # thread changes it ("dictionary changed size during iteration", a 500 that the
-        # state machine turned into an error row under load). One lock serializes them.
-        ecs_lock = threading.RLock()
+        # state machine turned into an error row under load). One lock serializes them,
+        # and the task threads' changes to a task (attributes moto's describe iterates).
+        ecs_lock = self._ecs_lock
 
         def serialized(name: str) -> Any:
             method = getattr(EC2ContainerServiceBackend, name)
@@ -459,7 +464,9 @@ class Emulator:
         relay = None
         if closed and self.bwrap is not None:
             # its own network namespace: the endpoints (the emulated AWS) and nothing else
-            sock = task_dir / "endpoints.sock"
+            # a short path: a Unix socket's may not pass 107 bytes, which a deep temp dir
+            # and a long instance id together do
+            sock = Path(tempfile.mkdtemp(prefix="relay-", dir="/tmp")) / "s"
             relay = unix_to_tcp(str(sock), self.port)
             command = [sys.executable, str(RELAY), str(sock), str(self.port), "--", *command]
         row = (env.get("SWEGREEN_RUN_ID", ""), instance_id)
@@ -489,12 +496,13 @@ class Emulator:
                 self.spot_faults[row] -= 1
         if reclaim:  # Spot took the capacity back before the container ran
             record["exit_code"] = None
-            for c in task.containers:
-                c.exitCode = None  # moto's default is 0; a reclaimed container has none
-                c.last_status = "STOPPED"
-            task.stopped_reason = "Your Spot Task was interrupted."
-            task.stop_code = "SpotInterruption"
-            task.desired_status = task.last_status = "STOPPED"
+            with self._ecs_lock:
+                for c in task.containers:
+                    c.exitCode = None  # moto's default is 0; a reclaimed container has none
+                    c.last_status = "STOPPED"
+                task.stopped_reason = "Your Spot Task was interrupted."
+                task.stop_code = "SpotInterruption"
+                task.desired_status = task.last_status = "STOPPED"
             return
 
         def run() -> None:
@@ -510,15 +518,17 @@ class Emulator:
             record["exit_code"] = proc.returncode
             if relay is not None:
                 relay.close()
+                shutil.rmtree(sock.parent, ignore_errors=True)
             # Fargate's ephemeral storage goes with the task (and the suite's disk with it).
             shutil.rmtree(task_dir / "disk", ignore_errors=True)
-            for c in task.containers:
-                c.exitCode = proc.returncode
-                c.last_status = "STOPPED"
-            task.stopped_reason = "Essential container in task exited"
-            task.stop_code = "EssentialContainerExited"
-            task.desired_status = "STOPPED"
-            task.last_status = "STOPPED"
+            with self._ecs_lock:
+                for c in task.containers:
+                    c.exitCode = proc.returncode
+                    c.last_status = "STOPPED"
+                task.stopped_reason = "Essential container in task exited"
+                task.stop_code = "EssentialContainerExited"
+                task.desired_status = "STOPPED"
+                task.last_status = "STOPPED"
 
         threading.Thread(target=run, daemon=True, name=f"task-{instance_id}").start()
 
