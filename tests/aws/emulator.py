@@ -519,7 +519,8 @@ class Emulator:
             if relay is not None:
                 relay.close()
                 shutil.rmtree(sock.parent, ignore_errors=True)
-            # Fargate's ephemeral storage goes with the task (and the suite's disk with it).
+            # Fargate's ephemeral storage goes with the task (a tmpfs by itself; the shared
+            # cache's stand-in without bubblewrap here)
             shutil.rmtree(task_dir / "disk", ignore_errors=True)
             with self._ecs_lock:
                 for c in task.containers:
