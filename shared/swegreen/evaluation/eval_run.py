@@ -12,14 +12,11 @@ from pathlib import Path
 from swegreen.core.eval_script import eval_phases
 from swegreen.core.patches import inspect_patch
 from swegreen.core.recipes import Recipe, tests_need_network
-from swegreen.environments.compile_cache import CACHE_DIR as COMPILE_CACHE_DIR
 from swegreen.environments.environment import ENV_INFO
 from swegreen.environments.services import SERVICES, start_script
 from swegreen.evaluation.prepared import history_stores
 from swegreen.evaluation.testbed import (
     CONFIG_FILES,
-    PIP_CACHE,
-    WHEELHOUSE,
     Testbed,
     TestbedsBase,
     TestRun,
@@ -27,7 +24,7 @@ from swegreen.evaluation.testbed import (
 from swegreen.processes.procs import ProcResult, run_process
 from swegreen.repositories import trusted_git
 from swegreen.sandbox.env_guard import EnvGuard, project_names
-from swegreen.sandbox.environ import free_port, sandbox_env
+from swegreen.sandbox.environ import free_port
 from swegreen.sandbox.isolation import Mounts, SandboxPolicy
 from swegreen.sandbox.recorder import (
     INSIDE_PATH,
@@ -234,49 +231,6 @@ class EvalRuns(TestbedsBase):
             files |= {p for p in listed.output.split("\0") if p}
         files |= runner_files(testbed.recipe.test_cmd, source)
         return tuple(str(repo / f) for f in sorted(files))
-
-    def test_env(self, testbed: Testbed) -> dict[str, str]:
-        env = testbed.env
-        extra = {
-            **env.runtime_env,
-            "SWEGREEN_REPO": str(testbed.repo),
-            **dict(testbed.recipe.env_vars),
-        }
-        if testbed.index_url:  # installs (and their build isolation) see the recipe's date
-            extra["PIP_INDEX_URL"] = testbed.index_url
-        if self.options.offline_installs and testbed.prepared is not None:
-            # every pip (build isolation included): the prepared wheelhouse, no index
-            extra.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(testbed.prepared / WHEELHOUSE))
-        venv = env.prefix if (env.prefix / "pyvenv.cfg").exists() else None
-        environ = sandbox_env(
-            bin_dirs=env.bin_dirs,
-            virtual_env=venv,
-            scratch=testbed.scratch,
-            host_env=self.host_env,
-            pip_cache=testbed.scratch / PIP_CACHE,  # private: a shared one could be poisoned
-            extra=extra,
-        )
-        if "PIP_NO_INDEX" in extra:
-            environ.pop("PIP_INDEX_URL", None)
-            environ.pop("PIP_EXTRA_INDEX_URL", None)
-        return environ
-
-    def _with_compile_cache(
-        self, testbed: Testbed, env: dict[str, str], *, writable: bool
-    ) -> dict[str, str]:
-        """``env`` for an install step, compiling through the prepared workspace's
-        compiler cache (compile_cache.py): written while the prepared workspace is built,
-        read by evaluations. Unchanged where the host has no ccache."""
-        prepared = testbed.workspace if writable else testbed.prepared
-        if self.compile_cache is None or prepared is None:
-            return env
-        cache = prepared / COMPILE_CACHE_DIR
-        if not writable and not cache.is_dir():
-            return env  # prepared before the cache existed, or nothing was compiled
-        shims, extra = self.compile_cache.environment(
-            testbed.workspace, cache, Path(env["TMPDIR"]), writable=writable
-        )
-        return {**env, **extra, "PATH": f"{shims}:{env['PATH']}"}
 
     async def _services(self, recipe: Recipe, policy: SandboxPolicy) -> tuple[str, ...]:
         """Start snippets for the local services the recipe's tests call."""

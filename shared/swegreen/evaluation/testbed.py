@@ -19,6 +19,7 @@ from swegreen.core.errors import EvaluationFailure
 from swegreen.core.eval_script import test_command_seconds
 from swegreen.core.recipes import Recipe, RecipeBook
 from swegreen.environments.build_sources import OfflineSources
+from swegreen.environments.compile_cache import CACHE_DIR as COMPILE_CACHE_DIR
 from swegreen.environments.compile_cache import CompileCache
 from swegreen.environments.environment import Environment
 from swegreen.environments.manager import EnvManager
@@ -26,7 +27,7 @@ from swegreen.processes.procs import ProcResult
 from swegreen.repositories import trusted_git
 from swegreen.repositories.repo_cache import RepoCache, git_env
 from swegreen.sandbox import overlay
-from swegreen.sandbox.environ import scratch_dir
+from swegreen.sandbox.environ import sandbox_env, scratch_dir
 from swegreen.sandbox.local import LocalSandbox
 from swegreen.sandbox.recorder import (
     Recorded,
@@ -152,7 +153,9 @@ class TestRun:
 
 
 class TestbedsBase:
-    """What every part of the testbeds shares: the caches, the sandbox, the options."""
+    """What every part of the testbeds shares: the caches, the sandbox, the options, and
+    the environment their installs and tests run with (the prepared workspace's setup and
+    every evaluation use the same one)."""
 
     def __init__(
         self,
@@ -186,6 +189,51 @@ class TestbedsBase:
 
     def timeout_for(self, recipe: Recipe) -> float:
         return self.options.eval_timeout or recipe.eval_timeout or DEFAULT_EVAL_TIMEOUT
+
+    def test_env(self, testbed: Testbed) -> dict[str, str]:
+        """The sandbox environment of the testbed's install and tests (the prepared
+        workspace's setup runs with it too: prepared.py)."""
+        env = testbed.env
+        extra = {
+            **env.runtime_env,
+            "SWEGREEN_REPO": str(testbed.repo),
+            **dict(testbed.recipe.env_vars),
+        }
+        if testbed.index_url:  # installs (and their build isolation) see the recipe's date
+            extra["PIP_INDEX_URL"] = testbed.index_url
+        if self.options.offline_installs and testbed.prepared is not None:
+            # every pip (build isolation included): the prepared wheelhouse, no index
+            extra.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(testbed.prepared / WHEELHOUSE))
+        venv = env.prefix if (env.prefix / "pyvenv.cfg").exists() else None
+        environ = sandbox_env(
+            bin_dirs=env.bin_dirs,
+            virtual_env=venv,
+            scratch=testbed.scratch,
+            host_env=self.host_env,
+            pip_cache=testbed.scratch / PIP_CACHE,  # private: a shared one could be poisoned
+            extra=extra,
+        )
+        if "PIP_NO_INDEX" in extra:
+            environ.pop("PIP_INDEX_URL", None)
+            environ.pop("PIP_EXTRA_INDEX_URL", None)
+        return environ
+
+    def _with_compile_cache(
+        self, testbed: Testbed, env: dict[str, str], *, writable: bool
+    ) -> dict[str, str]:
+        """``env`` for an install step, compiling through the prepared workspace's
+        compiler cache (compile_cache.py): written while the prepared workspace is built,
+        read by evaluations. Unchanged where the host has no ccache."""
+        prepared = testbed.workspace if writable else testbed.prepared
+        if self.compile_cache is None or prepared is None:
+            return env
+        cache = prepared / COMPILE_CACHE_DIR
+        if not writable and not cache.is_dir():
+            return env  # prepared before the cache existed, or nothing was compiled
+        shims, extra = self.compile_cache.environment(
+            testbed.workspace, cache, Path(env["TMPDIR"]), writable=writable
+        )
+        return {**env, **extra, "PATH": f"{shims}:{env['PATH']}"}
 
     def git_env(self, testbed: Testbed) -> dict[str, str]:
         """The engine's git over ``testbed``: HOME beside the workspace, never in it (the
