@@ -458,7 +458,7 @@ class Emulator:
         task_dir = self.workdir / "tasks" / f"{instance_id}-{task.id[:8]}"
         task_dir.mkdir(parents=True)
         closed = _assign_public_ip(network) == "DISABLED"
-        view = self._own_disk(task_dir, closed=closed)
+        view = self._own_disk(closed=closed)
         env = {k: str(self.cache_path) if v == CACHE_MOUNT else v for k, v in env.items()}
         command = [*SANDBOX_COMMAND, *command]
         relay = None
@@ -519,9 +519,6 @@ class Emulator:
             if relay is not None:
                 relay.close()
                 shutil.rmtree(sock.parent, ignore_errors=True)
-            # Fargate's ephemeral storage goes with the task (a tmpfs by itself; the shared
-            # cache's stand-in without bubblewrap here)
-            shutil.rmtree(task_dir / "disk", ignore_errors=True)
             with self._ecs_lock:
                 for c in task.containers:
                     c.exitCode = proc.returncode
@@ -533,7 +530,7 @@ class Emulator:
 
         threading.Thread(target=run, daemon=True, name=f"task-{instance_id}").start()
 
-    def _own_disk(self, task_dir: Path, *, closed: bool) -> list[str]:
+    def _own_disk(self, *, closed: bool) -> list[str]:
         """The bubblewrap prefix that gives the task a disk of its own at ``cache_path``
         and, ``closed``, a network namespace of its own (endpoint_relay.py).
 
@@ -541,7 +538,6 @@ class Emulator:
         unpacks an environment of about 300 MB, which took 7 s of system time on this
         machine's disk and takes 0.5 s in memory (the artifacts' sizes are not changed)."""
         if self.bwrap is None:  # no mount namespaces here: every task shares cache_path
-            (task_dir / "disk").mkdir()
             return []
         return [
             self.bwrap,

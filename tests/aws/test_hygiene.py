@@ -64,6 +64,29 @@ def objects(s3: Any, prefix: str) -> dict[str, bytes]:
     return {o["Key"]: s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in listed}
 
 
+@pytest.fixture
+def pipeline(s3: Any, sample: SampleBenchmark, tmp_path: Path) -> Iterator[Pipeline]:
+    """The pipeline's steps over the sample in S3, writing rows to a SQLite store."""
+    s3.put_object(Bucket=BUCKET, Key="datasets/sample.jsonl", Body=sample.dataset.read_bytes())
+    store = SqliteStore(tmp_path / "store.sqlite")
+    try:
+        yield Pipeline(PipelineSettings(table="unused", bucket=BUCKET), s3, store)
+    finally:
+        store.close()
+
+
+def one_item(s3: Any, pipeline: Pipeline, run_id: str, patches: str, **config: Any) -> Item:
+    """Resolve a run of sample__calculator-1 alone; its one item."""
+    config = {
+        "dataset": f"s3://{BUCKET}/datasets/sample.jsonl",
+        "instance_ids": ["sample__calculator-1"],
+        **config,
+    }
+    resolved = pipeline.resolve(StartEvent(run_id=run_id, patches=patches, config=config))
+    [raw] = json.loads(s3.get_object(Bucket=BUCKET, Key=resolved["items_key"])["Body"].read())
+    return Item.model_validate(raw)
+
+
 def test_the_sandbox_task_writes_no_secret_of_its_environment_to_s3(
     s3: Any, sample: SampleBenchmark, session_cache: Path, host_env: dict[str, str]
 ) -> None:
@@ -107,67 +130,41 @@ def test_the_sandbox_task_writes_no_secret_of_its_environment_to_s3(
 
 
 def test_the_pipeline_refuses_an_oversized_patch_before_storing_it(
-    s3: Any, sample: SampleBenchmark, tmp_path: Path
+    s3: Any, pipeline: Pipeline
 ) -> None:
-    s3.put_object(Bucket=BUCKET, Key="datasets/sample.jsonl", Body=sample.dataset.read_bytes())
-    store = SqliteStore(tmp_path / "store.sqlite")
-    pipeline = Pipeline(PipelineSettings(table="unused", bucket=BUCKET), s3, store)
-    try:
-        config = {
-            "dataset": f"s3://{BUCKET}/datasets/sample.jsonl",
-            "instance_ids": ["sample__calculator-1"],
-            "max_patch_bytes": 100,
-        }
-        resolved = pipeline.resolve(StartEvent(run_id="aws-big", patches="gold", config=config))
-        items = s3.get_object(Bucket=BUCKET, Key=resolved["items_key"])["Body"].read()
-        [raw] = json.loads(items)
-        item = Item.model_validate(raw)
-        assert json.loads(item.config_json)["max_patch_bytes"] == 100
-        state = asyncio.run(pipeline.dispatch(item))
-        assert state.done and state.patch_key is None
-        assert state.failure == Reason.PATCH_TOO_LARGE
-        assert "; the limit is 100 (config key max_patch_bytes)" in state.detail
-        assert objects(s3, f"runs/aws-big/instances/sample__calculator-1/{art.PATCH}") == {}
-        pipeline.classify_row(ClassifyEvent(item=item, patch=state))
-        row = store.get_results("aws-big")["sample__calculator-1"]
-        assert (row.status, row.reason) == (Status.NO_OP, Reason.PATCH_TOO_LARGE)
-        record = store.get_run("aws-big")
-        assert record is not None
-        assert record.provenance["dataset"] == f"s3://{BUCKET}/datasets/sample.jsonl"
-        assert record.provenance["config"]["repo_url_template"] == "https://github.com/{repo}.git"
-    finally:
-        store.close()
+    item = one_item(s3, pipeline, "aws-big", "gold", max_patch_bytes=100)
+    assert json.loads(item.config_json)["max_patch_bytes"] == 100
+    state = asyncio.run(pipeline.dispatch(item))
+    assert state.done and state.patch_key is None
+    assert state.failure == Reason.PATCH_TOO_LARGE
+    assert "; the limit is 100 (config key max_patch_bytes)" in state.detail
+    assert objects(s3, f"runs/aws-big/instances/sample__calculator-1/{art.PATCH}") == {}
+    pipeline.classify_row(ClassifyEvent(item=item, patch=state))
+    row = pipeline.store.get_results("aws-big")["sample__calculator-1"]
+    assert (row.status, row.reason) == (Status.NO_OP, Reason.PATCH_TOO_LARGE)
+    record = pipeline.store.get_run("aws-big")
+    assert record is not None
+    assert record.provenance["dataset"] == f"s3://{BUCKET}/datasets/sample.jsonl"
+    assert record.provenance["config"]["repo_url_template"] == "https://github.com/{repo}.git"
 
 
 def test_an_empty_patch_is_decided_without_storing_it_or_starting_a_task(
-    s3: Any, sample: SampleBenchmark, tmp_path: Path
+    s3: Any, pipeline: Pipeline
 ) -> None:
     """As a local run decides it (no_op, empty_patch, no tests run): Dispatch stores no
     patch, so the Rows machine's HasPatch goes straight to Classify."""
-    s3.put_object(Bucket=BUCKET, Key="datasets/sample.jsonl", Body=sample.dataset.read_bytes())
-    store = SqliteStore(tmp_path / "store.sqlite")
-    pipeline = Pipeline(PipelineSettings(table="unused", bucket=BUCKET), s3, store)
-    try:
-        config = {
-            "dataset": f"s3://{BUCKET}/datasets/sample.jsonl",
-            "instance_ids": ["sample__calculator-1"],
-        }
-        resolved = pipeline.resolve(StartEvent(run_id="aws-empty", patches="empty", config=config))
-        [raw] = json.loads(s3.get_object(Bucket=BUCKET, Key=resolved["items_key"])["Body"].read())
-        item = Item.model_validate(raw)
-        state = asyncio.run(pipeline.dispatch(item))
-        assert state.done and state.patch_key is None and state.failure == Reason.EMPTY_PATCH
-        assert objects(s3, f"runs/aws-empty/instances/sample__calculator-1/{art.PATCH}") == {}
-        pipeline.classify_row(ClassifyEvent(item=item, patch=state))
-        row = store.get_results("aws-empty")["sample__calculator-1"]
-        assert (row.status, row.reason, row.detail) == (
-            Status.NO_OP,
-            Reason.EMPTY_PATCH,
-            "the patch is empty",
-        )
-        assert not row.tests_ran and not row.patch_applied and row.patch_bytes == 0
-    finally:
-        store.close()
+    item = one_item(s3, pipeline, "aws-empty", "empty")
+    state = asyncio.run(pipeline.dispatch(item))
+    assert state.done and state.patch_key is None and state.failure == Reason.EMPTY_PATCH
+    assert objects(s3, f"runs/aws-empty/instances/sample__calculator-1/{art.PATCH}") == {}
+    pipeline.classify_row(ClassifyEvent(item=item, patch=state))
+    row = pipeline.store.get_results("aws-empty")["sample__calculator-1"]
+    assert (row.status, row.reason, row.detail) == (
+        Status.NO_OP,
+        Reason.EMPTY_PATCH,
+        "the patch is empty",
+    )
+    assert not row.tests_ran and not row.patch_applied and row.patch_bytes == 0
 
 
 def test_the_pipeline_refuses_the_local_env_files_fallback(s3: Any, tmp_path: Path) -> None:
