@@ -1,15 +1,16 @@
-"""Participants that already exist, unchanged: doubles of the contracts in
-tests/a2a/contracts.py (written here from docs/agentbeats.md, "Task dialects"), served over
-A2A on 127.0.0.1 by a2a-sdk 1.x and by 0.3, each given a sample task by the real green agent
-and each resolving it with the gold patch.
+"""Participants that already exist, unchanged: doubles of five public SWE-bench
+participants (tests/a2a/contracts.py, written from reading their code), served over A2A on
+127.0.0.1 by a2a-sdk 1.x and by 0.3, given sample tasks by the real green agent with its
+shipped defaults, and each resolving them with the gold patch.
 
-The dialect is chosen each way the docs name: the request (``task_dialect``, per role), the
-card's extension, a skill's ``task-dialect:`` tag, or the default.
+A dialect the request asks for or a card declares is still served; a participant given a
+shape it cannot read is an ``error`` in its own words.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ from tests.test_agent import assess
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTANCE = "sample__calculator-2"
+ONE_PER_REPO = ["sample__calculator-1", "sample__ledger-1", "sample__textkit-1"]
 
 
 class Double(AgentExecutor):
@@ -44,12 +46,10 @@ class Double(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         _task, updater = await open_task(context, event_queue)
         texts = [p.text for p in context.message.parts if p.WhichOneof("content") == "text"]
-        try:
-            reply = await asyncio.to_thread(self.contract.answer, context.context_id, texts)
-        except ValueError as exc:  # a task it cannot read
-            await updater.failed(updater.new_agent_message([new_text_part(str(exc))]))
-            return
-        if reply.how == "status":
+        reply = await asyncio.to_thread(self.contract.answer, context.context_id, texts)
+        if reply.how == "failed":
+            await updater.failed(updater.new_agent_message([new_text_part(reply.text)]))
+        elif reply.how == "status":
             await updater.complete(updater.new_agent_message([new_text_part(reply.text)]))
         else:
             await updater.add_artifact([new_text_part(reply.text)], name=reply.name)
@@ -66,24 +66,27 @@ def gold_patches(sample: SampleBenchmark) -> dict[str, str]:
 # where each contract's reply puts its patch, as the row records it
 REPLIES = {
     "mini": "status message: bare diff",
+    "purple": "artifact: JSON text part 'patch'",
     "tagged": "artifact: <patch> tag",
-    "jsonreply": "artifact: JSON text part 'model_patch'",
     "agentswe": "artifact: bare diff",
+    "pro": "artifact: JSON text part 'patch'",
 }
 
 
-def check_rows(rows: dict[str, Any], expected: dict[str, tuple[str, str]]) -> None:
-    """Each role's one row resolved, with its dialect, what chose it and the reply's shape."""
+def check_rows(rows: dict[str, Any], expected: dict[str, tuple[str, str]], count: int) -> None:
+    """Each role's rows resolved, with its dialect, what chose it and the reply's shape."""
     for role, (dialect, chosen_by) in expected.items():
-        [row] = rows[role]["instances"]
-        assert row["status"] == "resolved", (role, row)
-        conversation = row["conversation"]
-        assert conversation["dialect"] == dialect, (role, conversation)
-        assert conversation["dialect_chosen_by"] == chosen_by, (role, conversation)
-        assert conversation["reply"] == REPLIES[role], (role, conversation)
-    turns = rows["agentswe"]["instances"][0]
-    assert turns["conversation"]["turns"] == 4
-    assert turns["interaction"]["steps"] == 3  # bash, debug, bash: under the budget
+        instances = rows[role]["instances"]
+        assert len(instances) == count, (role, instances)
+        for row in instances:
+            assert (row["status"], row["reason"]) == ("resolved", "all_tests_pass"), (role, row)
+            conversation = row["conversation"]
+            assert conversation["dialect"] == dialect, (role, conversation)
+            assert conversation["dialect_chosen_by"] == chosen_by, (role, conversation)
+            assert conversation["reply"] == REPLIES[role], (role, conversation)
+    for turns in rows["agentswe"]["instances"]:
+        assert turns["conversation"]["turns"] == 4
+        assert turns["interaction"]["steps"] == 3  # bash, debug, bash: under the budget
 
 
 @pytest.fixture(scope="module")
@@ -95,69 +98,107 @@ def green(session_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         stop([server])
 
 
-def test_existing_participants_work_unchanged(
+def double(contract: Contract, role: str, url: str, dialect: str | None = None) -> Any:
+    """A text-only card, as the public participants publish; ``dialect``: declared with
+    the extension."""
+    skill = AgentSkill(id="fix", name="fix", description="fixes issues", tags=["swe-bench"])
+    card = agent_card(role, "a participant written elsewhere", url, [skill])
+    del card.default_input_modes[:]
+    card.default_input_modes.append("text")
+    if dialect is not None:
+        params = Struct()
+        params.update({"dialect": dialect})
+        card.capabilities.extensions.append(AgentExtension(uri=EXTENSION_URI, params=params))
+    return build_app(Double(contract), card)
+
+
+async def assess_doubles(
+    green: Server, contracts: dict[str, Contract], config: dict[str, Any], declared: dict[str, str]
+) -> dict[str, Any]:
+    """The contracts served by a2a-sdk 1.x, assessed by the real green agent on the sample."""
+    async with contextlib.AsyncExitStack() as stack:
+        participants = {
+            role: await stack.enter_async_context(
+                serving(lambda url, c=contract, r=role: double(c, r, url, declared.get(r)))
+            )
+            for role, contract in contracts.items()
+        }
+        request = {
+            "participants": participants,
+            "config": {
+                "dataset": "swegreen:sample",
+                "instance_ids": [INSTANCE],
+                "max_concurrent_rows": len(contracts),
+                "participant_timeout": 120,
+                **config,
+            },
+        }
+        return (await assess(green.url, request)).rows
+
+
+def test_public_participants_work_with_the_shipped_defaults(
     green: Server, sample: SampleBenchmark, tmp_path: Path
 ) -> None:
-    """a2a-sdk 1.x: the tag reader's card declares its dialect with the extension; the
-    request names the others' that are not the default."""
+    """a2a-sdk 1.x, text-only cards, no dialect asked for: each contract reads the one
+    message it gets, and resolves its row."""
     contracts = {name: cls(gold_patches(sample), tmp_path) for name, cls in CONTRACTS.items()}
-
-    def app(role: str, url: str) -> Any:
-        skill = AgentSkill(id="fix", name="fix", description="fixes issues", tags=["swe-bench"])
-        card = agent_card(role, "a participant written elsewhere", url, [skill])
-        if role == "tagged":
-            params = Struct()
-            params.update({"dialect": "xml"})
-            card.capabilities.extensions.append(AgentExtension(uri=EXTENSION_URI, params=params))
-        return build_app(Double(contracts[role]), card)
-
-    async def run() -> dict[str, Any]:
-        async with (
-            serving(lambda url: app("mini", url)) as mini,
-            serving(lambda url: app("tagged", url)) as tagged,
-            serving(lambda url: app("jsonreply", url)) as jsonreply,
-            serving(lambda url: app("agentswe", url)) as agentswe,
-        ):
-            participants = {
-                "mini": mini,
-                "tagged": tagged,
-                "jsonreply": jsonreply,
-                "agentswe": agentswe,
-            }
-            request = {
-                "participants": participants,
-                "config": {
-                    "dataset": "swegreen:sample",
-                    "instance_ids": [INSTANCE],
-                    "task_dialect": {"mini": "json", "agentswe": "agentswe"},
-                    "max_concurrent_rows": 4,
-                    "participant_timeout": 120,
-                },
-            }
-            return (await assess(green.url, request)).rows
-
-    rows = asyncio.run(run())
+    rows = asyncio.run(assess_doubles(green, contracts, {}, {}))
     assert not any(c.complaints for c in contracts.values()), {
         k: c.complaints for k, c in contracts.items()
     }
+    check_rows(rows, {role: ("universal", "default") for role in CONTRACTS}, 1)
+
+
+def test_a_dialect_asked_for_or_declared_is_still_served(
+    green: Server, sample: SampleBenchmark, tmp_path: Path
+) -> None:
+    """The request's ``task_dialect`` (per role) and a card's extension still choose."""
+    roles = ("mini", "tagged", "agentswe")
+    contracts = {name: CONTRACTS[name](gold_patches(sample), tmp_path) for name in roles}
+    config = {"task_dialect": {"mini": "json", "agentswe": "agentswe"}}
+    rows = asyncio.run(assess_doubles(green, contracts, config, {"tagged": "xml"}))
+    assert not any(c.complaints for c in contracts.values())
     check_rows(
         rows,
         {
             "mini": ("json", "request"),
             "tagged": ("xml", "agent card extension"),
-            "jsonreply": ("standard", "default"),
             "agentswe": ("agentswe", "request"),
         },
+        1,
     )
 
 
-def test_the_same_participants_served_by_a2a_0_3_work_unchanged(
+def test_a_participant_that_cannot_read_its_task_is_an_error_in_its_own_words(
+    green: Server, sample: SampleBenchmark, tmp_path: Path
+) -> None:
+    """Given a shape it does not read, each says so its own way: a failed task, an
+    ``Error`` artifact, prose. Never a ``no_op`` for a task it could not read, and the
+    row keeps what it said."""
+    roles = ("mini", "pro", "tagged")
+    contracts = {name: CONTRACTS[name](gold_patches(sample), tmp_path) for name in roles}
+    config = {"task_dialect": {"mini": "xml", "pro": "standard", "tagged": "json"}}
+    rows = asyncio.run(assess_doubles(green, contracts, config, {}))
+    assert all(c.complaints for c in contracts.values())
+    [mini], [pro], [tagged] = (rows[role]["instances"] for role in roles)
+    assert (mini["status"], mini["reason"]) == ("error", "participant_protocol"), mini
+    assert "Invalid instance payload: Expected JSON" in mini["detail"], mini
+    assert (pro["status"], pro["reason"]) == ("error", "participant_protocol"), pro
+    assert "Error: could not parse problem payload" in pro["detail"], pro
+    # a reply it made without the repository: its own words, not a protocol failure
+    assert (tagged["status"], tagged["reason"]) == ("no_op", "no_patch"), tagged
+    assert "I could not find the repository." in tagged["detail"], tagged
+    assert rows["mini"]["counts"]["error"] == 1 and rows["mini"]["counts"]["no_op"] == 0
+
+
+def test_public_participants_served_by_a2a_0_3_resolve_every_sample_row(
     green: Server, sample: SampleBenchmark, a2a03_python: Path, tmp_path: Path
 ) -> None:
-    """a2a-sdk 0.3, which public wrappers use. The mini-swe-agent wrapper's card says
-    nothing of dialects, so the request asks for json; the tag reader and the AgentSWE
-    agent declare theirs with a skill's ``task-dialect:`` tag."""
-    (tmp_path / "gold.json").write_text(json.dumps(gold_patches(sample)))
+    """a2a-sdk 0.3, which the public participants use, text-only cards that say nothing
+    of dialects, and the shipped defaults: every contract resolves a row of each sample
+    repository."""
+    gold = gold_patches(sample)
+    (tmp_path / "gold.json").write_text(json.dumps(gold))
     script = ROOT / "tests" / "a2a" / "participant_v03.py"
     running: dict[str, tuple[str, subprocess.Popen[bytes], Path]] = {}
     try:
@@ -177,9 +218,8 @@ def test_the_same_participants_served_by_a2a_0_3_work_unchanged(
             "participants": {name: url for name, (url, _, _) in running.items()},
             "config": {
                 "dataset": "swegreen:sample",
-                "instance_ids": [INSTANCE],
-                "task_dialect": {"mini": "json"},
-                "max_concurrent_rows": 4,
+                "instance_ids": ONE_PER_REPO,
+                "max_concurrent_rows": 2,
                 "participant_timeout": 120,
             },
         }
@@ -191,12 +231,4 @@ def test_the_same_participants_served_by_a2a_0_3_work_unchanged(
             proc.wait(timeout=30)
     logs = {name: log.read_text()[-2000:] for name, (_, _, log) in running.items()}
     assert not any("bad task" in text for text in logs.values()), logs
-    check_rows(
-        rows,
-        {
-            "mini": ("json", "request"),
-            "tagged": ("xml", "agent card skill"),
-            "jsonreply": ("standard", "default"),
-            "agentswe": ("agentswe", "agent card skill"),
-        },
-    )
+    check_rows(rows, {role: ("universal", "default") for role in CONTRACTS}, len(ONE_PER_REPO))

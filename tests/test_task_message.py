@@ -115,7 +115,7 @@ def test_the_xml_dialect_tags_what_tag_reading_agents_parse() -> None:
     assert tag("problem_statement") == inst.problem_statement.strip()
 
 
-def test_the_dialect_is_the_requests_else_the_cards_else_standard() -> None:
+def test_the_dialect_is_the_requests_else_the_cards_else_universal() -> None:
     declared = CardFacts(extensions=[(EXTENSION_URI, {"dialect": "xml"})])
     assert choose("json", declared) == ("json", "request")
     assert choose("auto", declared) == ("xml", "agent card extension")
@@ -124,17 +124,17 @@ def test_the_dialect_is_the_requests_else_the_cards_else_standard() -> None:
         "agent card input modes",
     )
     assert choose("auto", CardFacts(input_modes=["text/plain", "application/json"]))[0] == (
-        "standard"
+        "universal"
     )
     assert choose("auto", CardFacts(extensions=[("urn:other", {"dialect": "xml"})])) == (
-        "standard",
+        "universal",
         "default",
     )
-    assert choose("auto", None) == ("standard", "default")
+    assert choose("auto", None) == ("universal", "default")
     wants_turns = CardFacts(extensions=[(EXTENSION_URI, {"dialect": "agentswe"})])
     assert choose("auto", wants_turns) == ("agentswe", "agent card extension")
     assert choose("auto", wants_turns, ("standard", "json", "xml")) == (
-        "standard",
+        "universal",
         "default (the card's agentswe is not served here)",
     )
 
@@ -146,11 +146,11 @@ def test_a_cards_skills_can_choose_the_dialect() -> None:
     both = CardFacts([(EXTENSION_URI, {"dialect": "json"})], skills=tagged.skills)
     assert choose("auto", both) == ("json", "agent card extension")
     assert choose("auto", CardFacts(skills=[Skill(tags=["task-dialect:klingon"])])) == (
-        "standard",
+        "universal",
         "default",
     )
     turns = CardFacts(skills=[Skill(tags=["task-dialect:agentswe"])])
-    assert choose("auto", turns, ("standard", "json", "xml"))[0] == "standard"
+    assert choose("auto", turns, ("universal", "json", "xml"))[0] == "universal"
     # input modes: JSON alone for every skill; a skill without its own has the card's
     json_skills = [Skill(input_modes=["application/json"]), Skill(input_modes=["application/json"])]
     assert choose("auto", CardFacts(input_modes=["text/plain"], skills=json_skills)) == (
@@ -158,11 +158,40 @@ def test_a_cards_skills_can_choose_the_dialect() -> None:
         "agent card input modes",
     )
     mixed = [Skill(input_modes=["application/json"]), Skill()]
-    assert choose("auto", CardFacts(input_modes=["text/plain"], skills=mixed))[0] == "standard"
+    assert choose("auto", CardFacts(input_modes=["text/plain"], skills=mixed))[0] == "universal"
     texty = [Skill(input_modes=["text/plain"])]
     assert choose("auto", CardFacts(input_modes=["application/json"], skills=texty)) == (
-        "standard",
+        "universal",
         "default",
     )
     inherit = CardFacts(input_modes=["application/json"], skills=[Skill(tags=["swe"])])
     assert choose("auto", inherit) == ("json", "agent card input modes")
+
+
+def test_the_universal_message_holds_what_every_known_reader_takes() -> None:
+    """One JSON object (the only text part) with each public reader's names for the facts,
+    the tags a tag reader's regular expressions find, both ways to answer, and the standard
+    data part beside it; the AgentSWE ``cwd`` only where a workbench is open."""
+    inst = parse_rows([raw_row(4, repo="psf/requests", hints_text="see models.py")])[0]
+    data = task_data(inst, "https://github.com/{repo}.git")
+    rendered = render("universal", data, task_text(data))
+    payload = json.loads(rendered.text)
+    image = "docker.io/swebench/sweb.eval.x86_64.psf_1776_requests-4:latest"
+    assert payload["docker_image"] == payload["image_uri"] == payload["image"] == image
+    assert payload["hints"] == payload["hints_text"] == "see models.py"
+    assert payload["problem_statement"] == inst.problem_statement
+    assert {k: payload[k] for k in SHARED_FIELDS} == data
+    assert "cwd" not in payload
+    for tag, value in {
+        "task_id": "psf__requests-4",
+        "repository": "psf/requests",
+        "repo_url": "https://github.com/psf/requests.git",
+        "base_commit": "c" * 40,
+    }.items():
+        found = re.search(rf"<{tag}>(.*?)</{tag}>", rendered.text, re.DOTALL)
+        assert found and found.group(1) == value, tag
+    assert "unified diff" in payload["instructions"] and "`bash`" in payload["instructions"]
+    assert rendered.data == data
+    bench = render("universal", {**data, "cwd": "/w/repo", "python_version": "3.9"}, "")
+    assert json.loads(bench.text)["cwd"] == "/w/repo"
+    assert bench.data == data  # the data part stays the standard one

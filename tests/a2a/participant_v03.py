@@ -2,10 +2,10 @@
 
 Run with an interpreter that has a2a-sdk[http-server] 0.3.x and uvicorn:
     python participant_v03.py <port> <contract> <gold.json> <workdir>
-``contract`` is one of contracts.py's (mini, tagged, jsonreply, agentswe): the same
-contracts the a2a-sdk 1.x doubles speak. A task the contract cannot read fails with its
-reason. The card says nothing of dialects, except the tag reader's and the AgentSWE
-agent's skills, which carry a ``task-dialect:`` tag (docs/agentbeats.md).
+``contract`` is one of contracts.py's (mini, purple, tagged, agentswe, pro): the same
+contracts the a2a-sdk 1.x doubles speak. The card is text in, text out, and says nothing
+of dialects, as the public ones do; ``--skill-tag task-dialect:xml`` adds a dialect tag to
+its skill (docs/agentbeats.md).
 """
 
 import asyncio
@@ -25,8 +25,6 @@ from a2a.utils import new_agent_text_message, new_task
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from contracts import CONTRACTS, Contract
 
-SKILL_TAGS = {"tagged": ["task-dialect:xml"], "agentswe": ["task-dialect:agentswe"]}
-
 
 class Served(AgentExecutor):
     def __init__(self, contract: Contract) -> None:
@@ -37,16 +35,14 @@ class Served(AgentExecutor):
         await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         texts = [p.root.text for p in context.message.parts if isinstance(p.root, TextPart)]
-        try:
-            reply = await asyncio.to_thread(self.contract.answer, task.context_id, texts)
-        except ValueError as exc:
-            print(f"bad task: {exc}", file=sys.stderr, flush=True)  # the test reads the log
-            said = new_agent_text_message(f"bad task: {exc}", task.context_id, task.id)
-            await updater.failed(said)
-            return
-        if reply.how == "status":
+        reply = await asyncio.to_thread(self.contract.answer, task.context_id, texts)
+        if reply.how != "artifact":
             message = new_agent_text_message(reply.text, task.context_id, task.id)
-            await updater.complete(message)
+            if reply.how == "failed":
+                print(f"bad task: {reply.text}", file=sys.stderr, flush=True)
+                await updater.failed(message)
+            else:
+                await updater.complete(message)
             return
         await updater.add_artifact([Part(root=TextPart(text=reply.text))], name=reply.name)
         await updater.complete()
@@ -57,6 +53,7 @@ class Served(AgentExecutor):
 
 def main() -> None:
     port, name, gold_path, workdir = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    tags = sys.argv[6:] if sys.argv[5:6] == ["--skill-tag"] else []
     with open(gold_path) as fh:
         gold = json.load(fh)
     contract = CONTRACTS[name](gold, Path(workdir))
@@ -65,7 +62,7 @@ def main() -> None:
         id="swe",
         name="swe",
         description="fixes issues",
-        tags=["swe-bench", *SKILL_TAGS.get(name, [])],
+        tags=["swe-bench", *tags],
     )
     card = AgentCard(
         name=f"{name} (double, a2a-sdk 0.3)",

@@ -528,7 +528,7 @@ def test_an_a2a_participant_is_waited_for_by_callback(cloud: Cloud) -> None:
     assert all(r["durations"]["participant"] >= 5 for r in rows.values())  # it was slow
     for row in rows.values():  # as a local run records it, across the dispatch and the polls
         assert row["conversation"] == {
-            "dialect": "standard",
+            "dialect": "universal",
             "dialect_chosen_by": "default",
             "reply": "artifact: data part 'patch'",
         }, row.get("conversation")

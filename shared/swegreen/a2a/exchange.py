@@ -20,6 +20,7 @@ from a2a.types import (
 from google.protobuf.json_format import MessageToDict
 
 from swegreen.a2a.parts import reply_parts, text_of
+from swegreen.core import reply_words
 from swegreen.core.classify import Reason
 from swegreen.core.patch_extraction import extract_patch
 from swegreen.core.task_dialects import CardFacts, Skill
@@ -175,19 +176,28 @@ def _describe(exc: BaseException) -> str:
 
 
 def outcome_of(exchange: _Exchange, role: str) -> tuple[str | None, str | None, str]:
-    """(patch, failure reason, detail) of a finished exchange, as ``get_patch`` decides them."""
+    """(patch, failure reason, detail) of a finished exchange, as ``get_patch`` decides them.
+    Without a patch, the detail holds the participant's own words; words saying it could
+    not read the task make it ``participant_protocol``."""
     extraction = extract_patch(reply_parts(exchange.reply()))
     exchange.conversation["reply"] = f"{_where(exchange, extraction.patch)}{extraction.source}"
     if extraction.patch is not None:
         return extraction.patch, None, f"patch from {extraction.source}"
+    said = reply_words.words(
+        *(
+            f"{exchange.artifact_names.get(key) or 'artifact'}: {text_of(parts)}"
+            for key, parts in exchange.artifacts.items()
+            if text_of(parts).strip()
+        ),
+        text_of(exchange.message_parts or []),
+        text_of(exchange.status_parts),
+    )
+    if reply_words.could_not_read_task(said):
+        return None, Reason.PARTICIPANT_PROTOCOL, f"{role} could not read the task: {said}"
     if exchange.state in FAILED:
         state = TaskState.Name(exchange.state).removeprefix("TASK_STATE_").lower()
-        return (
-            None,
-            Reason.PARTICIPANT_ERROR,
-            f"{role}'s task ended {state}: {text_of(exchange.status_parts)[:500]}",
-        )
-    return None, Reason.NO_PATCH, f"{role}'s reply held no diff"
+        return None, Reason.PARTICIPANT_ERROR, f"{role}'s task ended {state}: {said}"
+    return None, Reason.NO_PATCH, f"{role}'s reply held no diff" + (f": {said}" if said else "")
 
 
 def card_facts(card: AgentCard | None) -> CardFacts | None:

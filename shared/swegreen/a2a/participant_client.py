@@ -68,6 +68,10 @@ from swegreen.core.task_message import task_data, task_text
 POLL_INTERVAL = 5.0
 
 
+# Turn ends after which AgentSWE's agents wait for the command's output.
+WAITING = {TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_INPUT_REQUIRED}
+
+
 CANCEL_GRACE = 10.0  # seconds a cancelled call still waits for the participant to name its task
 
 
@@ -196,12 +200,25 @@ class A2AParticipant:
         dialect, chosen_by = choose(self.dialect, card_facts(self._card))
         exchange.conversation.update(dialect=dialect, dialect_chosen_by=chosen_by)
         if dialect == "agentswe":
+            if session is None:
+                raise self._no_workbench()
             await self._agentswe(client, data, exchange, session)
             return
+        if dialect == "universal" and session is not None:
+            # The message names the AgentSWE workbench for whoever speaks that protocol.
+            bench = await session.open()
+            data = {**data, "cwd": str(bench.workdir), "python_version": bench.python_version}
         rendered = render(dialect, data, task_text(data))
         message = user_message(rendered.text, rendered.data, uuid.uuid4().hex, exchange.context_id)
         while True:
             await self._converse(client, message, exchange)
+            if dialect == "universal" and _agentswe_action(exchange)[0] in ("bash", "debug"):
+                # it answered the task in the AgentSWE protocol: its turns from here on
+                if session is None:
+                    raise self._no_workbench()
+                exchange.conversation["protocol"] = "agentswe"
+                await self._agentswe_turns(client, exchange, session, data["cwd"])
+                return
             turn = exchange.turn() if session is not None else None
             request = parse_command(reply_parts(turn)) if turn is not None else None
             if session is None or request is None:
@@ -217,32 +234,37 @@ class A2AParticipant:
                 message.task_id = exchange.task_id
             exchange.next_turn()
 
+    def _no_workbench(self) -> ProtocolUnavailable:
+        return ProtocolUnavailable(
+            f"{self.role} speaks the AgentSWE protocol, whose commands run in the "
+            "interactive mode's workbench: it needs isolation = bwrap and interactive = true"
+        )
+
     async def _agentswe(
-        self, client: Client, data: dict[str, Any], exchange: _Exchange, session: _Session | None
+        self, client: Client, data: dict[str, Any], exchange: _Exchange, session: _Session
     ) -> None:
         """The AgentSWE protocol (agentswe.py): a task per turn in one context, ``bash`` and
         ``debug`` commands run in the workbench with their writes thrown away, until a
         ``patch`` (or a turn that asks for nothing) ends it."""
-        if session is None:
-            raise ProtocolUnavailable(
-                f"{self.role} speaks the AgentSWE protocol, whose commands run in the "
-                "interactive mode's workbench: it needs isolation = bwrap and interactive = true"
-            )
         bench = await session.open()
         cwd = str(bench.workdir)
         facts = {**data, "cwd": cwd, "python_version": session.python_version}
         message = user_message(
             render("agentswe", facts, "").text, None, uuid.uuid4().hex, exchange.context_id
         )
+        await self._converse(client, message, exchange)
+        await self._agentswe_turns(client, exchange, session, cwd)
+
+    async def _agentswe_turns(
+        self, client: Client, exchange: _Exchange, session: _Session, cwd: str
+    ) -> None:
+        """Answers the turn just read, and the next, while they ask for commands. A turn
+        ends completed (AgentSWE's own agents) or input-required (some public ones); each
+        answer starts a new task of the same context, as the protocol has it."""
         while True:
-            await self._converse(client, message, exchange)
-            if exchange.state != TaskState.TASK_STATE_COMPLETED:
+            if exchange.state not in WAITING:
                 return  # failed, or a plain message: outcome_of says what it was
-            named = [
-                (exchange.artifact_names.get(key, ""), text_of(parts))
-                for key, parts in exchange.artifacts.items()
-            ]
-            action, content = agentswe.turn(named, text_of(exchange.status_parts))
+            action, content = _agentswe_action(exchange)
             exchange.conversation["turns"] = exchange.conversation.get("turns", 0) + 1
             if action not in ("bash", "debug"):
                 return  # a patch, or nothing asked: the reply is the answer
@@ -252,6 +274,7 @@ class A2AParticipant:
             )
             message = user_message(json.dumps(answer), None, uuid.uuid4().hex, exchange.context_id)
             exchange.next_task()
+            await self._converse(client, message, exchange)
 
     async def _connect(self) -> Client:
         if self._client is None:
@@ -271,8 +294,10 @@ class A2AParticipant:
             async with contextlib.aclosing(stream):
                 async for event in stream:
                     exchange.take(event)
-                    if exchange.done:
+                    if exchange.done and exchange.state != TaskState.TASK_STATE_INPUT_REQUIRED:
                         return
+                    # input-required ends the turn, but what it asks may follow it (an
+                    # artifact after the status): read on until the stream ends
         except STREAM_DROPPED:
             if not exchange.task_id:
                 raise
@@ -351,6 +376,17 @@ class A2AParticipant:
             )
             return f"it named no task within {self.cancel_grace:g} s, so none was cancelled"
         return "; ".join([await _cancel(client, task_id) for task_id in ids])
+
+
+def _agentswe_action(exchange: _Exchange) -> tuple[str | None, str]:
+    """What a finished turn asks for, read as AgentSWE reads it (agentswe.turn)."""
+    if exchange.state not in WAITING:
+        return None, ""
+    named = [
+        (exchange.artifact_names.get(key, ""), text_of(parts))
+        for key, parts in exchange.artifacts.items()
+    ]
+    return agentswe.turn(named, text_of(exchange.status_parts))
 
 
 async def _cancel(client: Client, task_id: str) -> str:

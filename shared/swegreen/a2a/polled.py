@@ -22,7 +22,7 @@ from swegreen.core.task_dialects import AUTO, choose, render
 from swegreen.core.task_message import task_data, task_text
 
 # What a caller that sends one message and polls can serve (not AgentSWE's turns).
-POLLED_DIALECTS = ("standard", "json", "xml")
+POLLED_DIALECTS = ("universal", "standard", "json", "xml")
 
 
 class PolledParticipant:

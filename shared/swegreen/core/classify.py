@@ -55,6 +55,8 @@ class Reason(StrEnum):
     LOG_TAMPERING = "log_tampering"
     WORKSPACE_TAMPERING = "workspace_tampering"
     PROTOCOL_UNAVAILABLE = "protocol_unavailable"
+    # The participant said it could not read the task: it was never evaluated.
+    PARTICIPANT_PROTOCOL = "participant_protocol"
     INTERNAL_ERROR = "internal_error"
 
 

@@ -124,6 +124,26 @@ class ProtocolUnavailable(EvaluationFailure):
     permanent = True
 
 
+class ParticipantProtocol(EvaluationFailure):
+    """The participant answered that it could not read the task: it was never evaluated,
+    so the row is an error (never a ``no_op`` that scores it), the same on every retry."""
+
+    reason = "participant_protocol"
+    infrastructure = False
+    permanent = True
+
+
+# A patch source's failure reasons that make an ``error`` row rather than a ``no_op``:
+# the participant was never evaluated.
+UNEVALUATED = {cls.reason: cls for cls in (ProtocolUnavailable, ParticipantProtocol)}
+
+
+def unevaluated(reason: str | None, detail: str) -> EvaluationFailure | None:
+    """The failure to raise for a patch source's ``reason``, where it is one of those."""
+    cls = UNEVALUATED.get(reason or "")
+    return cls(detail) if cls is not None else None
+
+
 class SandboxUnavailable(SweGreenError):
     """The requested isolation cannot run on this host; the run does not start."""
 

@@ -1,7 +1,14 @@
 """The task message in the shapes participants already read.
 
-The same facts (``task_message.task_data``: nothing hidden) are rendered three ways:
+The same facts (``task_message.task_data``: nothing hidden) are rendered five ways:
 
+- ``universal`` (the default): one JSON object as the only text part, holding every field
+  the readers below take (``docker_image`` and its aliases, ``hints``, the tags a tag
+  reader looks for, in a string field, the AgentSWE ``cwd`` where a workbench is open) and
+  how to reply either way, with the standard data part beside it. Public participants
+  differ in what they read, and two publish identical cards while speaking different
+  protocols, so no card heuristic can choose for them: one message that every reader
+  accepts can;
 - ``standard``: prose instructions plus the facts as a data part (this project's own);
 - ``json``: one JSON object as the only text part, as agents wrapping mini-swe-agent parse
   it, with ``hints`` beside ``hints_text`` and ``docker_image`` named as SWE-bench names
@@ -13,7 +20,7 @@ The same facts (``task_message.task_data``: nothing hidden) are rendered three w
   ``python_version``.
 
 Which one a participant gets is the request's choice, else what its agent card declares
-(``choose``), else ``standard``.
+(``choose``), else ``universal``.
 """
 
 from __future__ import annotations
@@ -25,8 +32,9 @@ from typing import Any, Literal
 
 from swegreen.core import agentswe
 
-Dialect = Literal["standard", "json", "xml", "agentswe"]
-DIALECTS: tuple[Dialect, ...] = ("standard", "json", "xml", "agentswe")
+Dialect = Literal["universal", "standard", "json", "xml", "agentswe"]
+DIALECTS: tuple[Dialect, ...] = ("universal", "standard", "json", "xml", "agentswe")
+DEFAULT: Dialect = "universal"
 AUTO = "auto"
 # An agent card declares its dialect with this extension: {"uri": EXTENSION_URI,
 # "params": {"dialect": "json"}} in capabilities.extensions, or with a skill tagged
@@ -41,6 +49,20 @@ REPLY = (
     "tags, a ```diff block, or the bare diff. Change only the repository's code: the tests "
     "that will judge the fix are not shown, and test files you change are reset before they "
     "run. A reply without a diff counts as no change."
+)
+# The universal message's own instructions: both ways of answering, one sentence each.
+UNIVERSAL_REPLY = REPLY + (
+    " To look around first (AgentSWE protocol), end a turn with an artifact named `bash` "
+    "(a command; nothing it writes stays) or `debug` (a command whose writes are undone "
+    "after it) and read its output in the next message; finish with an artifact named "
+    "`patch` holding the diff."
+)
+# Tags a tag-reading agent parses (its own regular expressions find them anywhere in the
+# text, a JSON string included); the issue itself is a JSON field already.
+TAGS = (
+    "<task_id>{instance_id}</task_id><repository>{repo}</repository>"
+    "<repo_url>{repo_url}</repo_url><base_commit>{base_commit}</base_commit>"
+    "<version>{version}</version>"
 )
 XML = """\
 Fix the issue in the repository below, checked out at its base commit. Clone it from
@@ -73,8 +95,27 @@ def docker_image(instance_id: str) -> str:
     return f"{IMAGE_PREFIX}{instance_id.replace('__', '_1776_').lower()}:latest"
 
 
+def universal(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The object every known reader accepts: the facts, each reader's own names for them,
+    and how to answer. ``cwd``/``python_version`` only where a workbench is open."""
+    image = docker_image(data["instance_id"])
+    payload = {k: v for k, v in data.items() if k != "interactive"}
+    payload.update(
+        hints=data.get("hints_text", ""),
+        docker_image=image,
+        image_uri=image,
+        image=image,
+        task=TAGS.format(**data),
+        instructions=UNIVERSAL_REPLY,
+    )
+    return payload
+
+
 def render(dialect: Dialect, data: Mapping[str, Any], prose: str) -> Rendered:
     """``data``: the task's facts; ``prose``: the standard dialect's instructions."""
+    if dialect == "universal":
+        facts = {k: v for k, v in data.items() if k not in ("cwd", "python_version")}
+        return Rendered(json.dumps(universal(data), ensure_ascii=False), facts)
     if dialect == "json":
         payload = {
             **data,
@@ -122,10 +163,10 @@ def choose(
         return _known(requested), "request"
     wish = next(_card_wishes(card), None) if card is not None else None
     if wish is None:
-        return "standard", "default"
+        return DEFAULT, "default"
     wanted, chosen_by = wish
     if wanted not in served:
-        return "standard", f"default (the card's {wanted} is not served here)"
+        return DEFAULT, f"default (the card's {wanted} is not served here)"
     return wanted, chosen_by
 
 

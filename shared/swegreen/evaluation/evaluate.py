@@ -19,7 +19,7 @@ from typing import Any
 from swegreen.core.classify import Reason, Status, TestCounts, classify
 from swegreen.core.config import DEFAULT_MAX_PATCH_BYTES
 from swegreen.core.dataset import Instance
-from swegreen.core.errors import EnvironmentFault, EvaluationFailure, TestTimeout
+from swegreen.core.errors import EnvironmentFault, EvaluationFailure, TestTimeout, unevaluated
 from swegreen.core.grading import FULL, PARTIAL, Grade, grade_log, unapplied_report
 from swegreen.core.patches import (
     EMPTY_PATCH_DETAIL,
@@ -80,6 +80,8 @@ class Evaluator:
         instance, text = row.instance, row.patch.patch
         if row.patch.failure is not None or text is None:
             detail = self.scrub(row.patch.detail) or "no patch was provided"
+            if (never := unevaluated(row.patch.failure, detail)) is not None:
+                raise never  # an error row: the participant was never evaluated
             return self._finish(
                 key,
                 row.unapplied(row.patch.failure or Reason.NO_PATCH, detail),

@@ -17,7 +17,7 @@ from swegreen.aws.pipeline.models import (
 from swegreen.aws.pipeline.task_retry import out_of_memory
 from swegreen.core import errors
 from swegreen.core.classify import Reason, Status, classify
-from swegreen.core.errors import EvaluationFailure, SandboxCrashed
+from swegreen.core.errors import EvaluationFailure, SandboxCrashed, unevaluated
 from swegreen.core.ports import PatchResult
 from swegreen.core.results import InstanceResult, utcnow
 from swegreen.core.rows import RowBuilder, error_row
@@ -40,8 +40,9 @@ class ClassifyStep(PipelineBase):
             usage=state.usage if state else None,
             conversation=state.conversation if state else None,
         )
-        if event.error is not None:
-            failure = _failure_of(event.error)
+        never = unevaluated(patch.failure, patch.detail) if state is not None else None
+        if event.error is not None or never is not None:
+            failure = never or _failure_of(event.error)
             row = error_row(inst, patch, failure, 1, utcnow(), time.monotonic())
         elif state is None or state.patch_key is None:
             builder = RowBuilder(inst, patch, utcnow(), time.monotonic())
