@@ -177,7 +177,10 @@ def test_a_participant_that_cannot_read_its_task_is_an_error_in_its_own_words(
     row keeps what it said."""
     roles = ("mini", "pro", "tagged")
     contracts = {name: CONTRACTS[name](gold_patches(sample), tmp_path) for name in roles}
-    config = {"task_dialect": {"mini": "xml", "pro": "standard", "tagged": "json"}}
+    config = {
+        "task_dialect": {"mini": "xml", "pro": "standard", "tagged": "json"},
+        "max_evaluator_error_share": 1,  # to see the rows (else: test_stop_rule.py)
+    }
     rows = asyncio.run(assess_doubles(green, contracts, config, {}))
     assert all(c.complaints for c in contracts.values())
     [mini], [pro], [tagged] = (rows[role]["instances"] for role in roles)

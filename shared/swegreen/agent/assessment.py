@@ -27,6 +27,7 @@ from swegreen.core.ids import check_id
 from swegreen.core.metrics import RunMetrics
 from swegreen.core.ports import ProgressEvent
 from swegreen.core.scrub import Scrubber
+from swegreen.core.stop_rule import StopRule
 from swegreen.evaluation.engine import Engine, LocalSettings, build_engine
 from swegreen.evaluation.workbench import Workbenches
 from swegreen.sample import resolve_sample
@@ -80,6 +81,9 @@ class Assessment:
         self.done = 0
         self.total = 0
         self.running: set[str] = set()
+        self.stop_rule = StopRule(0, config.max_evaluator_error_share)
+        self._stopped: str | None = None  # why the stop rule ended the assessment
+        self._work: asyncio.Task[AssessmentOutcome] | None = None
         self._plan: tuple[EvalConfig, Dataset, list[Instance]] | None = None
 
     async def prepare(self) -> str:
@@ -119,6 +123,20 @@ class Assessment:
         assert self._plan is not None, "prepare() first"
         config, dataset, instances = self._plan
         self.total = len(instances) * len(self.request.participants)
+        self.stop_rule = StopRule(self.total, config.max_evaluator_error_share)
+        self._work = asyncio.create_task(self._evaluate_all(config, dataset, instances))
+        try:
+            outcome = await self._work
+        except asyncio.CancelledError:
+            if self._stopped is None:
+                raise
+        if self._stopped is not None:  # the stop rule ended it: nothing is published
+            raise AssessmentFailed(self._stopped)
+        return outcome
+
+    async def _evaluate_all(
+        self, config: EvalConfig, dataset: Dataset, instances: list[Instance]
+    ) -> AssessmentOutcome:
         rows, lines = [], []
         timeout = httpx.Timeout(30.0, read=300.0)
         async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as http:
@@ -212,6 +230,10 @@ class Assessment:
                 f"{label}: {r.status.value} ({r.reason}; F2P {r.f2p_passed}/{r.f2p_total}, "
                 f"P2P {r.p2p_passed}/{r.p2p_total}) — {self.status_line()}"
             )
+            why = self.stop_rule.record(r.status.value, r.reason, r.detail)
+            if why is not None and self._stopped is None and self._work is not None:
+                self._stopped = why
+                self._work.cancel()  # its rows' sandboxes and participant calls with it
         elif event.kind == "note":
             await self.notify(f"{label}: {event.message}")
 
@@ -255,7 +277,14 @@ def summary_line(row: dict[str, Any]) -> str:
     """One participant's result row in a line: resolved share, then the other statuses."""
     counts = row.get("counts", {})
     rest = ", ".join(f"{k} {v}" for k, v in counts.items() if v and k != "resolved")
+    total = int(row.get("total_instances", 0))
+    errors = Counter(
+        str(i.get("reason")) for i in row.get("instances", []) if i.get("status") == "error"
+    )
+    graded = f"{total - sum(errors.values())} of {total} rows graded"
+    if errors:
+        graded += " (not graded: " + ", ".join(f"{r} {n}" for r, n in errors.most_common()) + ")"
     return (
-        f"{row.get('participant')}: {counts.get('resolved', 0)}/{row.get('total_instances', 0)}"
-        f" resolved ({row.get('resolved_pct', 0.0):.1%}); {rest}"
+        f"{row.get('participant')}: {counts.get('resolved', 0)}/{total}"
+        f" resolved ({row.get('resolved_pct', 0.0):.1%}); {rest}; {graded}"
     )

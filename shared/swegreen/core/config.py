@@ -111,6 +111,16 @@ class EvalConfig(BaseModel):
         "start where it cannot run) or 'process' (an explicit opt-in to the weaker mode: "
         "process group, limits and a clean environment only). See docs/security.md.",
     )
+    max_evaluator_error_share: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="The green agent stops an assessment, failed and with nothing published, "
+        "when more than this share of its rows end in the evaluator's own errors (an "
+        "environment that did not build, a crashed sandbox, an internal error, a participant "
+        "that could not read the task), or when its first rows (up to 3) all do: a score "
+        "nobody earned is never published. 1 turns the share rule off.",
+    )
     max_patch_bytes: int = Field(
         DEFAULT_MAX_PATCH_BYTES,
         ge=1,
