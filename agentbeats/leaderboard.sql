@@ -1,11 +1,16 @@
--- Leaderboard queries for DuckDB over the results JSON files AgentBeats collects
--- (table `results`: {"participants": {"agent": "<id>"}, "results": [<result row>, ...]}).
--- The first column must be `id`, the participant's AgentBeats id. Counts are summed before
--- dividing, so runs and shards of one participant add up exactly.
+-- Leaderboard queries for DuckDB, over the results files the leaderboard template commits
+-- (table `results` = read_json_auto('results/*.json'), one file per submission:
+-- {"status": "completed", "participants": {<component>: "<AgentBeats id>", ...},
+--  "results": [<one result row per participant and shard>, ...]}).
+-- Each result row names its participant's role (`participant`), which is its component's
+-- name in the scenario, so the id is looked up by it: any role name works. Counts are
+-- summed before dividing, so shards and submissions of one participant add up exactly.
+-- The platform takes these as the JSON list in leaderboard.json (scripts/leaderboard_json.py
+-- writes it from this file, and tests/test_amber.py checks that the two agree).
 
 -- name: SWE-bench Verified
 SELECT
-  results.participants.agent AS id,
+  json_extract_string(to_json(results.participants), '$."' || r.participant || '"') AS id,
   CAST(SUM(r.total_instances) AS INTEGER) AS instances,
   ROUND(SUM(r.counts.resolved) / SUM(r.total_instances), 4) AS resolved,
   ROUND(SUM(r.counts.breaking_resolved) / SUM(r.total_instances), 4) AS breaking_resolved,
@@ -17,29 +22,19 @@ SELECT
   ROUND(SUM(r.fail_to_pass_passed) / NULLIF(SUM(r.fail_to_pass_total), 0), 4) AS f2p_pass_rate,
   ROUND(SUM(r.pass_to_pass_passed) / NULLIF(SUM(r.pass_to_pass_total), 0), 4) AS p2p_pass_rate,
   -- rows whose tests ran (the others count P2P as kept only where the code stayed as it was)
-  CAST(ANY_VALUE(ran.tests_ran) AS INTEGER) AS tests_ran
+  CAST(SUM(r.tests_ran_instances) AS INTEGER) AS tests_ran
 FROM results CROSS JOIN UNNEST(results.results) AS t(r)
-  JOIN (
-    SELECT results.participants.agent AS id, COUNT(*) FILTER (WHERE i.tests_ran) AS tests_ran
-    FROM results
-      CROSS JOIN UNNEST(results.results) AS t(r)
-      CROSS JOIN UNNEST(r.instances) AS u(i)
-    WHERE r.participant = 'agent'
-    GROUP BY id
-  ) AS ran ON ran.id = results.participants.agent
-WHERE r.participant = 'agent'
-GROUP BY results.participants.agent
-ORDER BY resolved DESC;
+GROUP BY id
+ORDER BY resolved DESC, id;
 
--- name: Per repository (resolved share)
+-- name: Per repository
 SELECT
-  results.participants.agent AS id,
+  json_extract_string(to_json(results.participants), '$."' || r.participant || '"') AS id,
   i.repo AS repo,
   COUNT(*) AS instances,
   ROUND(AVG(CASE WHEN i.status = 'resolved' THEN 1.0 ELSE 0.0 END), 4) AS resolved
 FROM results
   CROSS JOIN UNNEST(results.results) AS t(r)
   CROSS JOIN UNNEST(r.instances) AS u(i)
-WHERE r.participant = 'agent'
 GROUP BY id, repo
 ORDER BY id, repo;

@@ -236,7 +236,7 @@ def test_sharded_assessments_as_the_gateway_sends_them_cover_the_selection_once(
     import duckdb
     import json5
 
-    manifest = json5.loads((ROOT / "agentbeats" / "green-agent.json5").read_text())
+    manifest = json5.loads((ROOT / "agentbeats" / "amber-manifest.json5").read_text())
     shipped = manifest["metadata"]["assessment_config"]
     base = {**shipped, "dataset": "swegreen:sample"}  # the hub is not reachable here
     participants = {"agent": servers["gold"].url}
@@ -270,8 +270,8 @@ def test_sharded_assessments_as_the_gateway_sends_them_cover_the_selection_once(
 
     con = duckdb.connect()
     con.execute(f"CREATE TABLE results AS SELECT * FROM read_json_auto('{tmp_path}/*.json')")
-    sql = (ROOT / "agentbeats" / "leaderboard.sql").read_text()
-    overall = next(q for q in sql.split(";") if "SELECT" in q)
+    listed = json.loads((ROOT / "agentbeats" / "leaderboard.json").read_text())
+    overall = listed[0]["query"]  # as the platform runs it
     rows = con.execute(overall).fetchall()
     columns = [d[0] for d in con.description]
     table = {r[0]: dict(zip(columns, r, strict=True)) for r in rows}
