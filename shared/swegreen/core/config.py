@@ -154,10 +154,11 @@ class EvalConfig(BaseModel):
 
     task_dialect: str | dict[str, str] = Field(
         AUTO,
-        description="How the task is written for participants: 'standard' (prose + data "
-        "part), 'json' (one JSON object, as mini-swe-agent wrappers read it), 'xml' (tagged "
-        "text), 'agentswe' (the AgentSWE protocol's turns), or 'auto' (what the "
-        "participant's agent card declares, else standard). One value for all, or a "
+        description="How the task is written for participants: 'universal' (one JSON object "
+        "every known public participant reads, beside the data part), 'standard' (prose + "
+        "data part), 'json' (one JSON object, as mini-swe-agent wrappers read it), 'xml' "
+        "(tagged text), 'agentswe' (the AgentSWE protocol's turns), or 'auto' (what the "
+        "participant's agent card declares, else universal). One value for all, or a "
         "table by role, e.g. {agent = 'json'} (docs/agentbeats.md).",
     )
 
