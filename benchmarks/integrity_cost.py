@@ -26,7 +26,8 @@ from pathlib import Path
 from swegreen.core.config import EvalConfig
 from swegreen.core.dataset import load_dataset, select_instances
 from swegreen.core.sources import GoldPatches
-from swegreen.evaluation.engine import LocalSettings, build_engine, host_environment
+from swegreen.evaluation.engine import LocalSettings, build_engine
+from swegreen.evaluation.settings import host_environment
 from swegreen.sample import build_sample
 from swegreen.sandbox.isolation import Isolation, Mounts, SandboxPolicy
 from swegreen.sandbox.local import LocalSandbox

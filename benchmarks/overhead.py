@@ -34,8 +34,9 @@ from pathlib import Path
 from swegreen.core.config import EvalConfig
 from swegreen.core.dataset import load_dataset, select_instances
 from swegreen.core.sources import GoldPatches
-from swegreen.evaluation.engine import LocalSettings, build_engine, host_environment
+from swegreen.evaluation.engine import LocalSettings, build_engine
 from swegreen.evaluation.runner import RunOutcome
+from swegreen.evaluation.settings import host_environment
 from swegreen.sample import build_sample
 
 

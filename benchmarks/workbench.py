@@ -30,7 +30,8 @@ from pathlib import Path
 
 from swegreen.core.config import EvalConfig
 from swegreen.core.dataset import Instance, load_dataset, select_instances
-from swegreen.evaluation.engine import LocalSettings, build_engine, host_environment
+from swegreen.evaluation.engine import LocalSettings, build_engine
+from swegreen.evaluation.settings import host_environment
 from swegreen.evaluation.workbench import Workbenches
 from swegreen.sample import build_sample
 

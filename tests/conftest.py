@@ -21,8 +21,9 @@ import pytest
 from swegreen.core.config import EvalConfig
 from swegreen.core.dataset import Instance, load_dataset, select_instances
 from swegreen.core.ports import PatchSource
-from swegreen.evaluation.engine import Engine, LocalSettings, build_engine, host_environment
+from swegreen.evaluation.engine import Engine, LocalSettings, build_engine
 from swegreen.evaluation.runner import RunOutcome
+from swegreen.evaluation.settings import host_environment
 from swegreen.sample import SampleBenchmark, build_sample
 from swegreen.sandbox.isolation import Isolation
 

@@ -41,7 +41,7 @@ def built(tmp_path_factory: pytest.TempPathFactory, host_env_module: dict[str, s
 
 @pytest.fixture(scope="module")
 def host_env_module() -> dict[str, str]:
-    from swegreen.evaluation.engine import host_environment
+    from swegreen.evaluation.settings import host_environment
 
     return host_environment()
 

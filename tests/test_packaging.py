@@ -36,3 +36,30 @@ def test_the_wheel_holds_every_data_file_of_the_package(tmp_path: Path) -> None:
     ]
     assert "swegreen/data/swebench_recipes.json" in data
     assert [n for n in data if n not in names] == []
+
+
+def test_the_images_lock_pins_every_dependency_and_one_uv() -> None:
+    """container/requirements.lock (scripts/container_lock.sh) is what the image installs,
+    with --no-deps: a dependency of pyproject.toml (or its `aws` extra) missing there, or
+    pinned outside the range pyproject.toml allows, would break the image, not the tests."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [
+        Requirement(r) for r in [*project["dependencies"], *project["optional-dependencies"]["aws"]]
+    ]
+    pins: dict[str, str] = {}
+    for line in (ROOT / "container" / "requirements.lock").read_text().splitlines():
+        if line and not line.startswith(("#", " ")):
+            name, _, version = line.partition("==")
+            assert version, f"not pinned: {line}"
+            assert canonicalize_name(name) not in pins, f"pinned twice: {name}"
+            pins[canonicalize_name(name)] = version
+    for req in wanted:
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req.name} is not in the lock: run scripts/container_lock.sh"
+        assert req.specifier.contains(pins[name], prereleases=True), (req, pins[name])
+    assert "uv" in pins  # the engine's one uv

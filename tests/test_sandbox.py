@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -497,3 +498,30 @@ exit 0
     assert "wrote-grader" not in lines and grader.read_text() == "engine's\n"
     assert "truncated-log" not in lines
     assert (tmp_path / "log.txt").read_text().startswith(str(weak.sandbox_uid))
+
+
+SHIELD_DRIVER = """
+import os, subprocess, sys
+from swegreen.sandbox.isolation import shield_engine
+if sys.argv[1] == "shield":
+    assert shield_engine()
+read = subprocess.run(["cat", f"/proc/{os.getpid()}/environ"], capture_output=True)
+print(read.returncode, b"SHIELD_CANARY" in read.stdout)
+"""
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) drops caps")
+def test_a_shielded_engine_keeps_its_secrets_from_code_of_its_own_uid() -> None:
+    """Process mode where no other uid exists (a non-root image, or root with every
+    capability dropped, as under Amber): the engine's own uid can read its environment
+    through /proc unless the engine is non-dumpable."""
+    drop = [] if os.geteuid() != 0 else ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
+    env = {**os.environ, "SWEGREEN_SECRET": "SHIELD_CANARY"}
+
+    def driver(mode: str) -> str:
+        argv = [*drop, sys.executable, "-c", SHIELD_DRIVER, mode]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout
+
+    assert driver("open").split() == ["0", "True"]  # readable without the shield
+    code, seen = driver("shield").split()
+    assert code != "0" and seen == "False"

@@ -7,6 +7,10 @@ Both are always on here. Runners call the URL the card advertises (``--card-url`
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+from collections.abc import Callable
+
 from a2a.helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
@@ -46,6 +50,27 @@ async def open_task(context: RequestContext, event_queue: EventQueue) -> tuple[T
         task = new_task_from_user_message(context.message)
         await event_queue.enqueue_event(task)
     return task, TaskUpdater(event_queue, task.id, task.context_id)
+
+
+class DeferredExecutor(AgentExecutor):
+    """An executor made in a thread beside the server, so that the card answers at once:
+    the engine's imports take seconds, and AgentBeats' gateway gives every card 30 s (the
+    aim is under 5). A request that comes first waits for it; a failure to make it fails
+    that request's task."""
+
+    def __init__(self, make: Callable[[], AgentExecutor]) -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="executor")
+        self._made = self._pool.submit(make)
+        self._pool.shutdown(wait=False)
+
+    async def _executor(self) -> AgentExecutor:
+        return await asyncio.wrap_future(self._made)
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await (await self._executor()).execute(context, event_queue)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await (await self._executor()).cancel(context, event_queue)
 
 
 def build_app(executor: AgentExecutor, card: AgentCard) -> Starlette:

@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from swegreen.cli.serve import serve_command
     from swegreen.cli.upload import upload_dataset_command
     from swegreen.core.scrub import Scrubber
-    from swegreen.evaluation.engine import host_environment
+    from swegreen.evaluation.settings import host_environment
 
     console = Console(stderr=False, highlight=False)
     env = host_environment()

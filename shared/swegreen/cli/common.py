@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-    from swegreen.evaluation.engine import LocalSettings
     from swegreen.evaluation.runner import RunOutcome
+    from swegreen.evaluation.settings import LocalSettings
 
 LOCAL_ENV_KEYS = frozenset(
     {
@@ -49,7 +49,7 @@ def said(label: str, style: str, message: str) -> Text:
 
 
 def local_settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettings:
-    from swegreen.evaluation.engine import LocalSettings, default_cache_dir
+    from swegreen.evaluation.settings import LocalSettings, default_cache_dir
 
     output = args.output_dir or Path(env.get("SWEGREEN_OUTPUT_DIR", "results"))
     cache = args.cache_dir or Path(env.get("SWEGREEN_CACHE_DIR") or default_cache_dir(env))

@@ -10,15 +10,15 @@ from swegreen.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from swegreen.core.scrub import Scrubber
-    from swegreen.evaluation.engine import LocalSettings
+    from swegreen.evaluation.settings import LocalSettings
 
 
 def serve_command(
     args: argparse.Namespace, settings: LocalSettings, env: dict[str, str], scrubber: Scrubber
 ) -> int:
-    from swegreen.agent.assessment import AgentSettings
-    from swegreen.agent.executor import GreenAgentExecutor
-    from swegreen.agent.server import build_app, green_card, serve
+    from a2a.server.agent_execution import AgentExecutor
+
+    from swegreen.agent.server import DeferredExecutor, build_app, green_card, serve
     from swegreen.core.config import config_from_env, load_config, read_scenario
 
     scenario = scenario_path(args)
@@ -50,15 +50,23 @@ def serve_command(
             raise ConfigError(f"--api-*: {exc}") from None
         if front_door.auth == "api_key" and not front_door.api_key:
             raise ConfigError("--api-auth api_key needs the key in $SWEGREEN_API_KEY")
-    agent = AgentSettings(
-        local=settings,
-        defaults=defaults,
-        host_env=env,
-        scrubber=scrubber,
-        heartbeat=args.heartbeat,
-        llm_mock_response=args.llm_mock_response,
-        diagnose=not args.no_diagnoses,
-        front_door=front_door,
-    )
-    serve(build_app(GreenAgentExecutor(agent), green_card(card_url(args))), args.host, args.port)
+
+    def make() -> AgentExecutor:
+        """The engine's side: seconds of imports, made while the card already answers."""
+        from swegreen.agent.assessment import AgentSettings
+        from swegreen.agent.executor import GreenAgentExecutor
+
+        agent = AgentSettings(
+            local=settings,
+            defaults=defaults,
+            host_env=env,
+            scrubber=scrubber,
+            heartbeat=args.heartbeat,
+            llm_mock_response=args.llm_mock_response,
+            diagnose=not args.no_diagnoses,
+            front_door=front_door,
+        )
+        return GreenAgentExecutor(agent)
+
+    serve(build_app(DeferredExecutor(make), green_card(card_url(args))), args.host, args.port)
     return 0

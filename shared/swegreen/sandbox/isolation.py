@@ -5,6 +5,7 @@ policy a run is held to, and what it sees (mounts)."""
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from swegreen.sandbox.limits import (
 )
 
 IsolationMode = Literal["bwrap", "process"]
+PR_SET_DUMPABLE = 4  # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,18 @@ INSTALL_HINT = (
     "(scenario.toml [config], SWEGREEN_ISOLATION or --isolation) to run participant code "
     "without namespaces, knowing that it can then read the host's files and processes"
 )
+
+
+def shield_engine() -> bool:
+    """Makes this process non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): its
+    ``/proc/<pid>/environ``, ``mem`` and the like then belong to root, so processes of its
+    own uid (participant code where no other uid is available) can neither read its secrets
+    nor attach to it. Children are dumpable again once they exec. False where it failed."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -132,6 +146,10 @@ class Isolation:
         # A root engine (a container's entry point) runs the tests as an unprivileged uid
         # of their own: they cannot write what the engine made, nor read its /proc.
         uid = sandbox_uid if is_root else None
+        if not is_root and shield_engine():
+            # the tests run as the engine's own uid: its /proc (environment, memory) is
+            # theirs to read unless the engine is not dumpable
+            notes.append("the engine is not dumpable: its environment and memory are root's")
         drop = _drop_to(uid)
         netns = None
         for cmd in (("unshare", "--net"), ("unshare", "--net", "--map-current-user")):

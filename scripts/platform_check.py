@@ -1,0 +1,318 @@
+"""The green agent as AgentBeats runs it, on this machine: the image built, started under
+Amber's security context, given a real assessment, its verdicts checked.
+
+    .venv/bin/python scripts/platform_check.py [--no-build] [--rows N] [--gateway DIR]
+
+What it does (docs/agentbeats.md, "Checked as the platform runs it"):
+1. builds container/Dockerfile's green-agent target (interpreters from this machine's pyenv:
+   scripts/container_pythons.sh; this machine's extra CA certificates copied in);
+2. starts it as Amber's Compose backend does: `--cap-drop ALL`, `no-new-privileges`, the
+   image's own (non-root) user, Docker's default seccomp profile, and a cleared
+   environment: the manifest's `program.env` plus PATH, HOME and TMPDIR, then its
+   `program.entrypoint`; `--network host` only (this machine's rule: no bridge);
+3. times its agent card (the gateway gives 30 s; the aim is 5);
+4. serves five public participants' contracts (tests/a2a/contracts.py, a2a-sdk 0.3,
+   text-only cards) on 127.0.0.1 and runs one assessment of the bundled sample with the
+   shipped defaults: through the real AgentBeats gateway when --gateway (or
+   $AGENTBEATS_GATEWAY) names a checkout of RDI-Foundation/agentbeats-gateway (kept out
+   of this repository), else with an a2a-sdk 0.3 client as the gateway's;
+5. checks that the task completed and every participant resolved every row, and prints a
+   table for the docs. Exit 0 when all holds.
+
+Needs a Docker daemon (../shared/tools/docker-here.sh makes one here) and the a2a-sdk 0.3
+interpreter the tests use (.venv-a2a03; made if missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import json5
+
+ROOT = Path(__file__).resolve().parents[1]
+IMAGE = "swegreen-green:check"
+CONTAINER = "swegreen-platform-check"
+A2A03 = ROOT / ".venv-a2a03"
+A2A03_VERSION = "0.3.26"
+CONTRACTS = ("mini", "purple", "tagged", "agentswe", "pro")
+HOST_CAS = Path("/usr/local/share/ca-certificates")
+
+
+def say(text: str) -> None:
+    print(f"platform-check: {text}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, text=True, check=True, **kw)
+
+
+def wait_for_card(url: str, timeout: float, proc: subprocess.Popen[Any] | None = None) -> float:
+    """Seconds until the agent card answers (polled every 50 ms)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"{url}: the process ended with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}.well-known/agent-card.json", timeout=2) as r:
+                if r.status == 200:
+                    return time.monotonic() - start
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise SystemExit(f"no agent card at {url} within {timeout:g} s")
+
+
+def a2a03_python() -> Path:
+    python = A2A03 / "bin" / "python"
+    if not python.exists():
+        say("making .venv-a2a03 (a2a-sdk 0.3, as the gateway and public participants use)")
+        run([sys.executable, "-m", "venv", str(A2A03)])
+        run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                f"a2a-sdk[http-server]=={A2A03_VERSION}",
+                "httpx",
+                "uvicorn",
+            ]
+        )
+    return python
+
+
+def build(image: str) -> dict[str, Any]:
+    pythons = ROOT / "container" / "pythons"
+    if not any(pythons.glob("3.11.*")):
+        run(["bash", str(ROOT / "scripts" / "container_pythons.sh"), "3.11"])
+    cas = ROOT / "container" / "ca-certificates"
+    for crt in HOST_CAS.glob("*.crt"):
+        shutil.copy(crt, cas / crt.name)
+    say(f"building {image} (classic builder, host network)")
+    t0 = time.monotonic()
+    env = {**os.environ, "DOCKER_BUILDKIT": "0"}
+    argv = ["docker", "build", "--network", "host", "-f", "container/Dockerfile"]
+    run([*argv, "--target", "green-agent", "-t", image, "."], cwd=ROOT, env=env)
+    size = run(["docker", "image", "inspect", "-f", "{{.Size}}", image], capture_output=True)
+    return {"build_seconds": round(time.monotonic() - t0), "image_mb": int(size.stdout) >> 20}
+
+
+def amber_command(port: int, proxy: str | None) -> list[str]:
+    """The manifest's program as Amber's helper starts it: a cleared environment of
+    program.env (its `when` entries only where their condition holds) plus PATH, HOME,
+    TMPDIR, then the entry point."""
+    manifest = json5.loads((ROOT / "agentbeats" / "amber-manifest.json5").read_text())
+    program = manifest["program"]
+    env: dict[str, str] = {"PATH": "/opt/swegreen/venv/bin:/usr/local/bin:/usr/bin:/bin"}
+    env.update(HOME="/home/swegreen", TMPDIR="/tmp")
+    for name, value in program["env"].items():
+        if isinstance(value, dict):
+            if value["when"] == "slots.proxy.url" and proxy:
+                env[name] = proxy
+            continue  # a config value nobody set
+        env[name] = value
+    entry = [*program["entrypoint"].split(), "--port", str(port)]
+    return ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *entry]
+
+
+def start_green(image: str, port: int, proxy: str | None) -> tuple[float, dict[str, Any]]:
+    subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
+    argv = [
+        "docker", "run", "-d", "--name", CONTAINER, "--network", "host",
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges:true",
+        "--entrypoint", "/usr/bin/env", image,
+    ]  # fmt: skip
+    command = amber_command(port, proxy)
+    t0 = time.monotonic()
+    run([*argv, *command[1:]], capture_output=True)
+    wait_for_card(f"http://127.0.0.1:{port}/", 30)
+    card = time.monotonic() - t0  # from `docker run` to the card
+    user = run(["docker", "exec", CONTAINER, "id", "-u"], capture_output=True).stdout.strip()
+    caps = run(
+        ["docker", "exec", CONTAINER, "grep", "CapEff", "/proc/1/status"], capture_output=True
+    ).stdout.split()[-1]
+    return card, {
+        "card_seconds": round(card, 2),
+        "uid": user,
+        "effective_caps": caps,
+    }
+
+
+def start_participants(work: Path, gold: dict[str, str]) -> dict[str, tuple[str, Any]]:
+    python = a2a03_python()
+    (work / "gold.json").write_text(json.dumps(gold))
+    script = ROOT / "tests" / "a2a" / "participant_v03.py"
+    running = {}
+    for name in CONTRACTS:
+        port = free_port()
+        log = (work / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            [str(python), str(script), str(port), name, str(work / "gold.json"), str(work)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        running[name] = (f"http://127.0.0.1:{port}/", proc)
+    for url, proc in running.values():
+        wait_for_card(url, 60, proc)
+    return running
+
+
+def through_gateway(
+    gateway: Path, green: str, participants: dict[str, str], config: dict[str, Any], work: Path
+) -> tuple[dict[str, Any], str]:
+    """The gateway's own program (src/main.py) with the environment Amber gives it."""
+    proxy_port, results_port = free_port(), free_port()
+    slots = {"green": green} | {f"purple{i}": url for i, url in enumerate(participants.values(), 1)}
+    roles = {"green": "green"} | {f"purple{i}": r for i, r in enumerate(participants, 1)}
+    env = {
+        **os.environ,
+        "SERVICE_URLS": json.dumps(slots),
+        "PARTICIPANT_ROLES": json.dumps(roles),
+        "ASSESSMENT_CONFIG": json.dumps(config),
+    }
+    log = (work / "gateway.log").open("wb")
+    proc = subprocess.Popen(
+        [str(a2a03_python()), "src/main.py", "--proxy-port", str(proxy_port), "--results-port",
+         str(results_port)],
+        cwd=gateway, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(
+                    f"the gateway ended with {proc.returncode}: see {work}/gateway.log"
+                )
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{results_port}/", timeout=5) as r:
+                    body = json.loads(r.read())
+                if body.get("status") != "running":
+                    return body, "the AgentBeats gateway"
+            except OSError:
+                pass
+            time.sleep(2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def direct(
+    green: str, participants: dict[str, str], config: dict[str, Any]
+) -> tuple[dict[str, Any], str]:
+    out = run(
+        [str(a2a03_python()), str(ROOT / "tests" / "a2a" / "client_v03.py"), green,
+         json.dumps({"participants": participants, "config": config})],
+        capture_output=True,
+    )  # fmt: skip
+    result = json.loads(out.stdout)
+    return {"status": result["state"], "results": result["results"]}, "an a2a-sdk 0.3 client"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--image", default=IMAGE)
+    parser.add_argument("--no-build", action="store_true", help="use the image as it is")
+    parser.add_argument("--rows", type=int, default=-1, help="sample rows (-1: all eight)")
+    parser.add_argument("--gateway", type=Path, default=os.environ.get("AGENTBEATS_GATEWAY"))
+    parser.add_argument("--keep", action="store_true", help="leave the container running")
+    args = parser.parse_args()
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        say("no Docker daemon answers: run ../shared/tools/docker-here.sh (as root) first")
+        return 2
+    t_start = time.monotonic()
+    report: dict[str, Any] = {}
+    if not args.no_build:
+        report.update(build(args.image))
+    sys.path.insert(0, str(ROOT / "shared"))
+    from swegreen.core.dataset import load_dataset
+    from swegreen.sample import build_sample
+
+    work = Path(tempfile.mkdtemp(prefix="swegreen-platform-"))
+    sample = build_sample(work / "sample")  # the participants' own copy, at the same commits
+    instances = load_dataset(str(sample.dataset)).instances
+    gold = {i.instance_id: i.patch for i in instances}
+    running: dict[str, tuple[str, Any]] = {}
+    try:
+        running = start_participants(work, gold)
+        port = free_port()
+        _, started = start_green(args.image, port, None)
+        report.update(started)
+        say(f"green agent up as uid {started['uid']}, card in {started['card_seconds']} s")
+        config = {
+            "dataset": "swegreen:sample",
+            "max_rows": args.rows,
+            "max_concurrent_rows": 2,
+            "participant_timeout": 600,
+            # where the participants clone from: their own copy (the green's is in its image)
+            "participant_repo_url_template": str(
+                sample.root / "participant-repos" / "{instance_id}.git"
+            ),
+        }
+        green = f"http://127.0.0.1:{port}/"
+        urls = {name: url for name, (url, _) in running.items()}
+        t0 = time.monotonic()
+        if args.gateway:
+            outcome, how = through_gateway(Path(args.gateway), green, urls, config, work)
+        else:
+            outcome, how = direct(green, urls, config)
+        report["assessment_seconds"] = round(time.monotonic() - t0)
+        report["driven_by"] = how
+        failures = check(outcome, len(instances) if args.rows < 0 else args.rows, report)
+    finally:
+        logs = subprocess.run(["docker", "logs", CONTAINER], capture_output=True, text=True)
+        (work / "green.log").write_text(logs.stdout + logs.stderr)
+        if not args.keep:
+            subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
+        for _, proc in running.values():
+            proc.terminate()
+    report["total_seconds"] = round(time.monotonic() - t_start)
+    print(json.dumps(report, indent=2))
+    for line in failures:
+        say(f"FAILED: {line}")
+    say(f"logs in {work}")
+    return 1 if failures else 0
+
+
+def check(outcome: dict[str, Any], rows: int, report: dict[str, Any]) -> list[str]:
+    failures = []
+    if outcome.get("status") != "completed":
+        return [f"the assessment ended {outcome.get('status')}: {outcome}"]
+    by_role = {r["participant"]: r for r in outcome["results"]}
+    table = {}
+    for name in CONTRACTS:
+        row = by_role.get(name)
+        if row is None:
+            failures.append(f"no result row for {name}")
+            continue
+        verdicts = [(i["status"], i["reason"]) for i in row["instances"]]
+        resolved = sum(s == "resolved" for s, _ in verdicts)
+        table[name] = f"{resolved}/{len(verdicts)} resolved"
+        if resolved != rows or len(verdicts) != rows:
+            failures.append(f"{name}: {verdicts}")
+        dialects = {i["conversation"]["dialect"] for i in row["instances"]}
+        if dialects != {"universal"}:
+            failures.append(f"{name}: dialects {dialects}")
+    report["verdicts"] = table
+    report["sandbox"] = next(iter(by_role.values()))["provenance"]["sandbox"]
+    return failures
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""Where this machine keeps things (``LocalSettings``) and the process environment, read
+once at a composition root: apart from the engine, so that a command reads them without
+importing the engine (seconds of imports; the green agent's card must answer first)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def default_cache_dir(env: Mapping[str, str]) -> Path:
+    """~/.cache/swegreen; for root /var/cache/swegreen, which the sandbox's uid can reach
+    (root's home is closed to others)."""
+    if os.geteuid() == 0 and not env.get("XDG_CACHE_HOME"):
+        return Path("/var/cache/swegreen")
+    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".cache")
+    return Path(base) / "swegreen"
+
+
+class LocalSettings(BaseModel):
+    """Where this machine keeps things; not part of an assessment's config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    output_dir: Path = Field(
+        Path("results"), description="Results, artifacts and the SQLite store."
+    )
+    cache_dir: Path = Field(description="Repository, environment and sample caches.")
+    keep_workspaces: bool = False
+    allow_python_install: bool = Field(False, description="Install missing interpreters with uv.")
+    rebuild_envs: bool = Field(
+        False, description="Build again environments whose earlier build failed (remembered)."
+    )
+    memory_mb: int | None = Field(
+        16384,
+        gt=0,
+        description="Memory of one sandbox (where a memory cgroup is writable) and address "
+        "space of each of its processes, in MB.",
+    )
+    max_processes: int | None = Field(4096, gt=0, description="Process limit of a test run.")
+    disk_mb: int | None = Field(
+        10240, gt=0, description="MB one sandboxed run may add to its workspace and temp dirs."
+    )
+    pythons: dict[str, Path] = Field(
+        default_factory=dict,
+        description="Interpreters to use for recipe versions this machine has no standard "
+        'install of: {"3.5": "/opt/python3.5/bin/python3.5"} (--python, SWEGREEN_PYTHONS).',
+    )
+    offline_sources: Path | None = Field(
+        None,
+        description="Source archives that builds download while they run (build_sources.py), "
+        "used when their sha256 is upstream's; default: <cache_dir>/sources.",
+    )
+    copy_on_write: bool = Field(
+        True,
+        description="Mount each evaluation's checkout copy-on-write over the prepared one "
+        "where the engine may (root; overlay.py); off: copy it.",
+    )
+    compile_cache: bool = Field(
+        True,
+        description="Compile an instance's extensions once, where the host has ccache "
+        "(compile_cache.py); off: every evaluation's install compiles them again.",
+    )
+
+    @property
+    def store_path(self) -> Path:
+        return self.output_dir / "swegreen.sqlite"
+
+
+def host_environment() -> dict[str, str]:
+    """The process environment, read once at a composition root."""
+    return dict(os.environ)
