@@ -180,7 +180,9 @@ def through_gateway(
 ) -> tuple[dict[str, Any], str]:
     """The gateway's own program (src/main.py) with the environment Amber gives it."""
     proxy_port, results_port = free_port(), free_port()
-    slots = {"green": green} | {f"purple{i}": url for i, url in enumerate(participants.values(), 1)}
+    # Amber's slot URLs have no trailing slash; the gateway appends "/<path>" to them
+    urls = [url.rstrip("/") for url in participants.values()]
+    slots = {"green": green.rstrip("/")} | {f"purple{i}": url for i, url in enumerate(urls, 1)}
     roles = {"green": "green"} | {f"purple{i}": r for i, r in enumerate(participants, 1)}
     env = {
         **os.environ,
@@ -222,7 +224,8 @@ def direct(
         capture_output=True,
     )  # fmt: skip
     result = json.loads(out.stdout)
-    return {"status": result["state"], "results": result["results"]}, "an a2a-sdk 0.3 client"
+    outcome = {"status": result["state"], "results": result["results"]}
+    return outcome | {"statuses": result["statuses"]}, "an a2a-sdk 0.3 client"
 
 
 def main() -> int:
@@ -266,15 +269,18 @@ def main() -> int:
             ),
         }
         green = f"http://127.0.0.1:{port}/"
-        urls = {name: url for name, (url, _) in running.items()}
-        t0 = time.monotonic()
-        if args.gateway:
-            outcome, how = through_gateway(Path(args.gateway), green, urls, config, work)
-        else:
-            outcome, how = direct(green, urls, config)
-        report["assessment_seconds"] = round(time.monotonic() - t0)
-        report["driven_by"] = how
-        failures = check(outcome, len(instances) if args.rows < 0 else args.rows, report)
+        rows = len(instances) if args.rows < 0 else args.rows
+        failures, report["verdicts"], report["assessment_seconds"] = [], {}, {}
+        for name, (url, _) in running.items():  # one participant a submission, as on the platform
+            t0 = time.monotonic()
+            if args.gateway:
+                outcome, how = through_gateway(Path(args.gateway), green, {name: url}, config, work)
+            else:
+                outcome, how = direct(green, {name: url}, config)
+            report["assessment_seconds"][name] = round(time.monotonic() - t0)
+            report["driven_by"] = how
+            failures += check(name, outcome, rows, report)
+            say(f"{name}: {report['verdicts'][name]}")
     finally:
         logs = subprocess.run(["docker", "logs", CONTAINER], capture_output=True, text=True)
         (work / "green.log").write_text(logs.stdout + logs.stderr)
@@ -290,27 +296,23 @@ def main() -> int:
     return 1 if failures else 0
 
 
-def check(outcome: dict[str, Any], rows: int, report: dict[str, Any]) -> list[str]:
-    failures = []
+def check(name: str, outcome: dict[str, Any], rows: int, report: dict[str, Any]) -> list[str]:
+    """Every row of ``name`` resolved, from the universal message; else what went wrong."""
     if outcome.get("status") != "completed":
-        return [f"the assessment ended {outcome.get('status')}: {outcome}"]
-    by_role = {r["participant"]: r for r in outcome["results"]}
-    table = {}
-    for name in CONTRACTS:
-        row = by_role.get(name)
-        if row is None:
-            failures.append(f"no result row for {name}")
-            continue
-        verdicts = [(i["status"], i["reason"]) for i in row["instances"]]
-        resolved = sum(s == "resolved" for s, _ in verdicts)
-        table[name] = f"{resolved}/{len(verdicts)} resolved"
-        if resolved != rows or len(verdicts) != rows:
-            failures.append(f"{name}: {verdicts}")
-        dialects = {i["conversation"]["dialect"] for i in row["instances"]}
-        if dialects != {"universal"}:
-            failures.append(f"{name}: dialects {dialects}")
-    report["verdicts"] = table
-    report["sandbox"] = next(iter(by_role.values()))["provenance"]["sandbox"]
+        said = outcome.get("error") or outcome.get("statuses", [""])[-1:] or outcome
+        report["verdicts"][name] = f"assessment {outcome.get('status')}"
+        return [f"{name}: the assessment ended {outcome.get('status')}: {said}"]
+    [row] = [r for r in outcome["results"] if r.get("participant") == name]
+    verdicts = [(i["status"], i["reason"]) for i in row["instances"]]
+    resolved = sum(s == "resolved" for s, _ in verdicts)
+    report["verdicts"][name] = f"{resolved}/{len(verdicts)} resolved"
+    report["sandbox"] = row["provenance"]["sandbox"]
+    failures = []
+    if resolved != rows or len(verdicts) != rows:
+        failures.append(f"{name}: {verdicts}")
+    dialects = {(i.get("conversation") or {}).get("dialect") for i in row["instances"]}
+    if dialects != {"universal"}:
+        failures.append(f"{name}: dialects {dialects}")
     return failures
 
 

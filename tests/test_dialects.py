@@ -30,7 +30,7 @@ from swegreen.core.task_dialects import EXTENSION_URI
 from swegreen.sample import SampleBenchmark
 from tests.a2a.contracts import CONTRACTS, Contract
 from tests.helpers import Server, free_port, serving, start, stop, wait_for_card
-from tests.test_agent import assess
+from tests.test_agent import Outcome, assess
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTANCE = "sample__calculator-2"
@@ -114,7 +114,7 @@ def double(contract: Contract, role: str, url: str, dialect: str | None = None) 
 
 async def assess_doubles(
     green: Server, contracts: dict[str, Contract], config: dict[str, Any], declared: dict[str, str]
-) -> dict[str, Any]:
+) -> Outcome:
     """The contracts served by a2a-sdk 1.x, assessed by the real green agent on the sample."""
     async with contextlib.AsyncExitStack() as stack:
         participants = {
@@ -133,7 +133,7 @@ async def assess_doubles(
                 **config,
             },
         }
-        return (await assess(green.url, request)).rows
+        return await assess(green.url, request)
 
 
 def test_public_participants_work_with_the_shipped_defaults(
@@ -142,7 +142,7 @@ def test_public_participants_work_with_the_shipped_defaults(
     """a2a-sdk 1.x, text-only cards, no dialect asked for: each contract reads the one
     message it gets, and resolves its row."""
     contracts = {name: cls(gold_patches(sample), tmp_path) for name, cls in CONTRACTS.items()}
-    rows = asyncio.run(assess_doubles(green, contracts, {}, {}))
+    rows = asyncio.run(assess_doubles(green, contracts, {}, {})).rows
     assert not any(c.complaints for c in contracts.values()), {
         k: c.complaints for k, c in contracts.items()
     }
@@ -156,7 +156,7 @@ def test_a_dialect_asked_for_or_declared_is_still_served(
     roles = ("mini", "tagged", "agentswe")
     contracts = {name: CONTRACTS[name](gold_patches(sample), tmp_path) for name in roles}
     config = {"task_dialect": {"mini": "json", "agentswe": "agentswe"}}
-    rows = asyncio.run(assess_doubles(green, contracts, config, {"tagged": "xml"}))
+    rows = asyncio.run(assess_doubles(green, contracts, config, {"tagged": "xml"})).rows
     assert not any(c.complaints for c in contracts.values())
     check_rows(
         rows,
@@ -181,7 +181,7 @@ def test_a_participant_that_cannot_read_its_task_is_an_error_in_its_own_words(
         "task_dialect": {"mini": "xml", "pro": "standard", "tagged": "json"},
         "max_evaluator_error_share": 1,  # to see the rows (else: test_stop_rule.py)
     }
-    rows = asyncio.run(assess_doubles(green, contracts, config, {}))
+    rows = asyncio.run(assess_doubles(green, contracts, config, {})).rows
     assert all(c.complaints for c in contracts.values())
     [mini], [pro], [tagged] = (rows[role]["instances"] for role in roles)
     assert (mini["status"], mini["reason"]) == ("error", "participant_protocol"), mini
@@ -192,6 +192,19 @@ def test_a_participant_that_cannot_read_its_task_is_an_error_in_its_own_words(
     assert (tagged["status"], tagged["reason"]) == ("no_op", "no_patch"), tagged
     assert "I could not find the repository." in tagged["detail"], tagged
     assert rows["mini"]["counts"]["error"] == 1 and rows["mini"]["counts"]["no_op"] == 0
+
+
+def test_an_agentswe_participant_without_a_workbench_was_never_evaluated(
+    green: Server, sample: SampleBenchmark, tmp_path: Path
+) -> None:
+    """Where no workbench can run its commands (no interactive mode here; process mode
+    under Amber), its first ``bash`` turn makes the row an error, not a ``no_op``."""
+    contracts = {"agentswe": CONTRACTS["agentswe"](gold_patches(sample), tmp_path)}
+    outcome = asyncio.run(assess_doubles(green, contracts, {"interactive": False}, {}))
+    # its one row was all the assessment had: the stop rule publishes nothing
+    assert outcome.state == "TASK_STATE_FAILED" and outcome.artifacts == [], outcome.statuses
+    assert "protocol_unavailable 1" in outcome.statuses[-1], outcome.statuses
+    assert "speaks the AgentSWE protocol" in outcome.statuses[-1], outcome.statuses
 
 
 def test_public_participants_served_by_a2a_0_3_resolve_every_sample_row(

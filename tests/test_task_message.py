@@ -190,8 +190,10 @@ def test_the_universal_message_holds_what_every_known_reader_takes() -> None:
     }.items():
         found = re.search(rf"<{tag}>(.*?)</{tag}>", rendered.text, re.DOTALL)
         assert found and found.group(1) == value, tag
-    assert "unified diff" in payload["instructions"] and "`bash`" in payload["instructions"]
+    assert "unified diff" in payload["instructions"]
+    assert "`bash`" not in payload["instructions"]  # no workbench: no AgentSWE turns offered
     assert rendered.data == data
     bench = render("universal", {**data, "cwd": "/w/repo", "python_version": "3.9"}, "")
     assert json.loads(bench.text)["cwd"] == "/w/repo"
+    assert "`bash`" in json.loads(bench.text)["instructions"]
     assert bench.data == data  # the data part stays the standard one

@@ -193,12 +193,14 @@ class AgentSwe(Contract):
     def step(self, state: dict[str, Any], said: dict[str, Any]) -> tuple[str, str]:
         turn = state["turn"]
         if turn == 0:
-            # its prompt: "Current Working Directory (cwd): {cwd}", the Python, the hints
-            for key in ("cwd", "problem_statement", "hints_text", "python_version"):
+            # its prompt: "Current Working Directory (cwd): {cwd}" ("unknown" when the task
+            # has none), the Python ("3.9" by default), the hints; then its first command
+            for key in ("problem_statement", "hints_text"):
                 assert key in said, f"the task has no {key}"
-            assert re.fullmatch(r"\d+\.\d+", said["python_version"]), said["python_version"]
+            python = said.get("python_version", "3.9")
+            assert re.fullmatch(r"\d+\.\d+", python), python
             assert "FAIL_TO_PASS" not in json.dumps(said).upper(), "hidden tests were sent"
-            state.update(cwd=said["cwd"], gold=self.gold[said["instance_id"]])
+            state.update(cwd=said.get("cwd", "unknown"), gold=self.gold[said["instance_id"]])
             return "bash", f"cd {state['cwd']} && touch LEFT_BEHIND && git status --short"
         assert said.get("cwd") == state["cwd"], said
         if turn == 1:

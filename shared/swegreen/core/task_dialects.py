@@ -106,7 +106,8 @@ def universal(data: Mapping[str, Any]) -> dict[str, Any]:
         image_uri=image,
         image=image,
         task=TAGS.format(**data),
-        instructions=UNIVERSAL_REPLY,
+        # the AgentSWE turns are offered only where a workbench can serve them
+        instructions=UNIVERSAL_REPLY if "cwd" in data else REPLY,
     )
     return payload
 
