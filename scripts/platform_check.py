@@ -190,7 +190,8 @@ def through_gateway(
         "PARTICIPANT_ROLES": json.dumps(roles),
         "ASSESSMENT_CONFIG": json.dumps(config),
     }
-    log = (work / "gateway.log").open("wb")
+    log_path = work / f"gateway-{'-'.join(participants)}.log"
+    log = log_path.open("wb")
     proc = subprocess.Popen(
         [str(a2a03_python()), "src/main.py", "--proxy-port", str(proxy_port), "--results-port",
          str(results_port)],
@@ -206,6 +207,9 @@ def through_gateway(
                 with urllib.request.urlopen(f"http://127.0.0.1:{results_port}/", timeout=5) as r:
                     body = json.loads(r.read())
                 if body.get("status") != "running":
+                    # the results hold no reason; the gateway printed the green's last status
+                    said = log_path.read_text(errors="replace").rpartition("[Status: ")[2]
+                    body["statuses"] = [" ".join(said.split("\n\n")[0].split())[:600]]
                     return body, "the AgentBeats gateway"
             except OSError:
                 pass

@@ -237,7 +237,9 @@ class A2AParticipant:
     def _no_workbench(self) -> ProtocolUnavailable:
         return ProtocolUnavailable(
             f"{self.role} speaks the AgentSWE protocol, whose commands run in the "
-            "interactive mode's workbench: it needs isolation = bwrap and interactive = true"
+            "interactive mode's workbench: it needs interactive = true and isolation = bwrap, "
+            "which cannot start where every capability is dropped (on AgentBeats: "
+            "docs/agentbeats.md, 'Isolation under Amber')"
         )
 
     async def _agentswe(
