@@ -28,7 +28,7 @@ from swegreen.agent.server import agent_card, build_app, open_task
 from swegreen.core.dataset import load_dataset
 from swegreen.core.task_dialects import EXTENSION_URI
 from swegreen.sample import SampleBenchmark
-from tests.a2a.contracts import CONTRACTS, Contract
+from tests.a2a.contracts import CONTRACTS, CONTRACTS_V03, Contract
 from tests.helpers import Server, free_port, serving, start, stop, wait_for_card
 from tests.test_agent import Outcome, assess
 
@@ -70,6 +70,7 @@ REPLIES = {
     "tagged": "artifact: <patch> tag",
     "agentswe": "artifact: bare diff",
     "pro": "artifact: JSON text part 'patch'",
+    "agentswe_waiting": "artifact: bare diff",
 }
 
 
@@ -84,9 +85,10 @@ def check_rows(rows: dict[str, Any], expected: dict[str, tuple[str, str]], count
             assert conversation["dialect"] == dialect, (role, conversation)
             assert conversation["dialect_chosen_by"] == chosen_by, (role, conversation)
             assert conversation["reply"] == REPLIES[role], (role, conversation)
-    for turns in rows["agentswe"]["instances"]:
-        assert turns["conversation"]["turns"] == 4
-        assert turns["interaction"]["steps"] == 3  # bash, debug, bash: under the budget
+    for role in {"agentswe", "agentswe_waiting"} & set(expected):
+        for turns in rows[role]["instances"]:
+            assert turns["conversation"]["turns"] == 4, (role, turns)
+            assert turns["interaction"]["steps"] == 3  # bash, debug, bash: under the budget
 
 
 @pytest.fixture(scope="module")
@@ -212,13 +214,14 @@ def test_public_participants_served_by_a2a_0_3_resolve_every_sample_row(
 ) -> None:
     """a2a-sdk 0.3, which the public participants use, text-only cards that say nothing
     of dialects, and the shipped defaults: every contract resolves a row of each sample
-    repository."""
+    repository; so does an AgentSWE agent whose command turns end input-required with the
+    artifact after the status."""
     gold = gold_patches(sample)
     (tmp_path / "gold.json").write_text(json.dumps(gold))
     script = ROOT / "tests" / "a2a" / "participant_v03.py"
     running: dict[str, tuple[str, subprocess.Popen[bytes], Path]] = {}
     try:
-        for name in CONTRACTS:
+        for name in CONTRACTS_V03:
             port, log = free_port(), tmp_path / f"{name}.log"
             with log.open("wb") as out:
                 proc = subprocess.Popen(
@@ -247,4 +250,4 @@ def test_public_participants_served_by_a2a_0_3_resolve_every_sample_row(
             proc.wait(timeout=30)
     logs = {name: log.read_text()[-2000:] for name, (_, _, log) in running.items()}
     assert not any("bad task" in text for text in logs.values()), logs
-    check_rows(rows, {role: ("universal", "default") for role in CONTRACTS}, len(ONE_PER_REPO))
+    check_rows(rows, {role: ("universal", "default") for role in CONTRACTS_V03}, len(ONE_PER_REPO))

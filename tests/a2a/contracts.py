@@ -53,7 +53,8 @@ def swebench_image(instance_id: str) -> str:
 @dataclass(frozen=True)
 class Reply:
     # "status": completed, the text as its status message; "artifact": an artifact, then
-    # completed; "failed": failed, the text as its status message
+    # completed; "failed": failed, the text as its status message; "input_required": the
+    # task input-required, then the artifact
     how: str
     text: str
     name: str = "response"  # the artifact's name
@@ -216,6 +217,19 @@ class AgentSwe(Contract):
         return "patch", state["gold"]
 
 
+@dataclass
+class AgentSweWaiting(AgentSwe):
+    """AgentSWE as soumya-batra/purple-swebench's earlier versions end a command's turn:
+    the task goes input-required first, and the artifact naming the command follows it
+    (a2a-sdk 0.3 keeps the stream open for it). The patch completes the task."""
+
+    def reply(self, context_id: str, text: str) -> Reply:
+        reply = super().reply(context_id, text)
+        if reply.how == "artifact" and reply.name in ("bash", "debug"):
+            return Reply("input_required", reply.text, reply.name)
+        return reply
+
+
 class Pro(Contract):
     def reply(self, context_id: str, text: str) -> Reply:
         try:
@@ -240,3 +254,5 @@ CONTRACTS: dict[str, type[Contract]] = {
     "agentswe": AgentSwe,
     "pro": Pro,
 }
+# Served by a2a-sdk 0.3 only: 1.x ends a stream at input-required, so nothing follows it.
+CONTRACTS_V03 = {**CONTRACTS, "agentswe_waiting": AgentSweWaiting}

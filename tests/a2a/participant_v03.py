@@ -2,7 +2,8 @@
 
 Run with an interpreter that has a2a-sdk[http-server] 0.3.x and uvicorn:
     python participant_v03.py <port> <contract> <gold.json> <workdir>
-``contract`` is one of contracts.py's (mini, purple, tagged, agentswe, pro): the same
+``contract`` is one of contracts.py's (mini, purple, tagged, agentswe, pro, and
+agentswe_waiting, whose command turns end input-required): the same
 contracts the a2a-sdk 1.x doubles speak. The card is text in, text out, and says nothing
 of dialects, as the public ones do; ``--skill-tag task-dialect:xml`` adds a dialect tag to
 its skill (docs/agentbeats.md).
@@ -19,11 +20,11 @@ from a2a.server.apps import A2AStarletteApplication
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import AgentCapabilities, AgentCard, AgentSkill, Part, TextPart
+from a2a.types import AgentCapabilities, AgentCard, AgentSkill, Part, TaskState, TextPart
 from a2a.utils import new_agent_text_message, new_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from contracts import CONTRACTS, Contract
+from contracts import CONTRACTS_V03, Contract
 
 
 class Served(AgentExecutor):
@@ -36,6 +37,10 @@ class Served(AgentExecutor):
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         texts = [p.root.text for p in context.message.parts if isinstance(p.root, TextPart)]
         reply = await asyncio.to_thread(self.contract.answer, task.context_id, texts)
+        if reply.how == "input_required":
+            await updater.update_status(TaskState.input_required)
+            await updater.add_artifact([Part(root=TextPart(text=reply.text))], name=reply.name)
+            return
         if reply.how != "artifact":
             message = new_agent_text_message(reply.text, task.context_id, task.id)
             if reply.how == "failed":
@@ -56,7 +61,7 @@ def main() -> None:
     tags = sys.argv[6:] if sys.argv[5:6] == ["--skill-tag"] else []
     with open(gold_path) as fh:
         gold = json.load(fh)
-    contract = CONTRACTS[name](gold, Path(workdir))
+    contract = CONTRACTS_V03[name](gold, Path(workdir))
     url = f"http://127.0.0.1:{port}/"
     skill = AgentSkill(
         id="swe",
