@@ -65,7 +65,9 @@ SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/li
 
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; `make setup` does it) "
-    'on a host that allows unprivileged user namespaces, or set isolation = "process" '
+    "on a host that allows unprivileged user namespaces (in a Docker container: docker run "
+    "--security-opt seccomp=unconfined --security-opt systempaths=unconfined; Docker's "
+    'default profiles refuse them), or set isolation = "process" '
     "(scenario.toml [config], SWEGREEN_ISOLATION or --isolation) to run participant code "
     "without namespaces, knowing that it can then read the host's files and processes"
 )
