@@ -41,10 +41,11 @@ from typing import Any
 import json5
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.a2a.venv03 import a2a03_python  # noqa: E402  (the tests' own 0.3 interpreter)
+
 IMAGE = "swegreen-green:check"
 CONTAINER = "swegreen-platform-check"
-A2A03 = ROOT / ".venv-a2a03"
-A2A03_VERSION = "0.3.26"
 CONTRACTS = ("mini", "purple", "tagged", "agentswe", "pro")
 HOST_CAS = Path("/usr/local/share/ca-certificates")
 
@@ -77,26 +78,6 @@ def wait_for_card(url: str, timeout: float, proc: subprocess.Popen[Any] | None =
             pass
         time.sleep(0.05)
     raise SystemExit(f"no agent card at {url} within {timeout:g} s")
-
-
-def a2a03_python() -> Path:
-    python = A2A03 / "bin" / "python"
-    if not python.exists():
-        say("making .venv-a2a03 (a2a-sdk 0.3, as the gateway and public participants use)")
-        run([sys.executable, "-m", "venv", str(A2A03)])
-        run(
-            [
-                str(python),
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                f"a2a-sdk[http-server]=={A2A03_VERSION}",
-                "httpx",
-                "uvicorn",
-            ]
-        )
-    return python
 
 
 def build(image: str) -> dict[str, Any]:

@@ -6,11 +6,8 @@ made with an interpreter found on this machine, real subprocesses and SQLite fil
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +23,7 @@ from swegreen.evaluation.runner import RunOutcome
 from swegreen.evaluation.settings import host_environment
 from swegreen.sample import SampleBenchmark, build_sample
 from swegreen.sandbox.isolation import Isolation
+from tests.a2a import venv03
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -205,41 +203,8 @@ def sample_instance(sample: SampleBenchmark, instance_id: str) -> Instance:
     return next(i for i in dataset.instances if i.instance_id == instance_id)
 
 
-A2A03_VENV = Path(__file__).resolve().parents[1] / ".venv-a2a03"
-A2A03_VERSION = "0.3.26"
-A2A03_PROBE = (
-    "import importlib.metadata as m, uvicorn, a2a.server.apps; print(m.version('a2a-sdk'))"
-)
-
-
 @pytest.fixture(scope="session")
 def a2a03_python() -> Path:
     """A separate interpreter with a2a-sdk 0.3 (client and server), the version AgentBeats'
-    runners and many public participants speak. Made once; a lock keeps two test workers
-    from making it at the same time."""
-    python = A2A03_VENV / "bin" / "python"
-    A2A03_VENV.parent.mkdir(parents=True, exist_ok=True)
-    with open(A2A03_VENV.parent / ".venv-a2a03.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        ready = python.exists() and (
-            subprocess.run(
-                [str(python), "-c", A2A03_PROBE], capture_output=True, text=True
-            ).stdout.strip()
-            == A2A03_VERSION
-        )
-        if not ready:
-            subprocess.run([sys.executable, "-m", "venv", "--clear", str(A2A03_VENV)], check=True)
-            subprocess.run(
-                [
-                    str(python),
-                    "-m",
-                    "pip",
-                    "install",
-                    "-q",
-                    f"a2a-sdk[http-server]=={A2A03_VERSION}",
-                    "httpx",
-                    "uvicorn",
-                ],
-                check=True,
-            )
-    return python
+    runners and many public participants speak (tests/a2a/venv03.py)."""
+    return venv03.a2a03_python()

@@ -164,7 +164,7 @@ class A2AParticipant:
         try:
             async with asyncio.timeout(self.timeout) as deadline:
                 if session is not None:
-                    session.extend = lambda s: deadline.reschedule((deadline.when() or 0) + s)
+                    session.deadline = deadline
                 await asyncio.wait({talk})  # never cancels talk: _stop decides how it ends
         except TimeoutError:
             what = await _to_the_end(self._stop(talk, exchange))

@@ -3,9 +3,9 @@ first command."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,25 +23,32 @@ WORKBENCH_SCOPE = "workbench"  # under the engine's work root, apart from graded
 @dataclass
 class _Session:
     """One instance's interactive mode: its meter, and its workbench, opened at the first
-    command (so a participant that never sends one costs nothing). The time spent opening
-    it (copying the prepared workspace, or building it first) is not the participant's:
-    ``extend`` pushes its deadline back by as much."""
+    command, or before the first message where that message names it (the universal
+    dialect's AgentSWE ``cwd``). The time spent opening it (copying the prepared workspace,
+    or building it first) is not the participant's: its ``deadline`` is held meanwhile and
+    pushed back by as much."""
 
     workbenches: Workbenches
     instance: Instance
     meter: Meter
-    extend: Callable[[float], None] = lambda _seconds: None
+    deadline: asyncio.Timeout | None = None  # the participant's, held while the bench opens
     stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     bench: Workbench | None = None
 
     async def open(self) -> Workbench:
         if self.bench is None:
             t0 = time.monotonic()
-            self.bench = await self.stack.enter_async_context(
-                self.workbenches.open(WORKBENCH_SCOPE, self.instance)
-            )
-            self.meter.usage.setup_seconds = time.monotonic() - t0
-            self.extend(self.meter.usage.setup_seconds)
+            held = self.deadline.when() if self.deadline is not None else None
+            if self.deadline is not None:
+                self.deadline.reschedule(None)  # building it may take longer than the limit
+            try:
+                self.bench = await self.stack.enter_async_context(
+                    self.workbenches.open(WORKBENCH_SCOPE, self.instance)
+                )
+            finally:
+                self.meter.usage.setup_seconds = time.monotonic() - t0
+                if self.deadline is not None and held is not None:
+                    self.deadline.reschedule(held + self.meter.usage.setup_seconds)
         return self.bench
 
     async def run(self, request: CommandRequest, *, discard: bool = False) -> CommandOutcome:
