@@ -114,7 +114,7 @@ def amber_command(port: int, proxy: str | None) -> list[str]:
     return ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *entry]
 
 
-def start_green(image: str, port: int, proxy: str | None) -> tuple[float, dict[str, Any]]:
+def start_green(image: str, port: int, proxy: str | None) -> dict[str, Any]:
     subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
     argv = [
         "docker", "run", "-d", "--name", CONTAINER, "--network", "host",
@@ -130,7 +130,7 @@ def start_green(image: str, port: int, proxy: str | None) -> tuple[float, dict[s
     caps = run(
         ["docker", "exec", CONTAINER, "grep", "CapEff", "/proc/1/status"], capture_output=True
     ).stdout.split()[-1]
-    return card, {
+    return {
         "card_seconds": round(card, 2),
         "uid": user,
         "effective_caps": caps,
@@ -240,7 +240,7 @@ def main() -> int:
     try:
         running = start_participants(work, gold)
         port = free_port()
-        _, started = start_green(args.image, port, None)
+        started = start_green(args.image, port, None)
         report.update(started)
         say(f"green agent up as uid {started['uid']}, card in {started['card_seconds']} s")
         config = {

@@ -183,11 +183,12 @@ def outcome_of(exchange: _Exchange, role: str) -> tuple[str | None, str | None, 
     exchange.conversation["reply"] = f"{_where(exchange, extraction.patch)}{extraction.source}"
     if extraction.patch is not None:
         return extraction.patch, None, f"patch from {extraction.source}"
+    artifacts = {key: text_of(parts) for key, parts in exchange.artifacts.items()}
     said = reply_words.words(
         *(
-            f"{exchange.artifact_names.get(key) or 'artifact'}: {text_of(parts)}"
-            for key, parts in exchange.artifacts.items()
-            if text_of(parts).strip()
+            f"{exchange.artifact_names.get(key) or 'artifact'}: {text}"
+            for key, text in artifacts.items()
+            if text.strip()
         ),
         text_of(exchange.message_parts or []),
         text_of(exchange.status_parts),
