@@ -480,7 +480,9 @@ def test_a_hostile_patch_runs_closed_off_as_its_own_uid_and_cannot_touch_the_gra
     row keeps the verdict of its gold patch."""
     assert cloud.outcomes[HOSTILE]["status"] == "SUCCEEDED"
     (row,) = cloud.rows(HOSTILE).values()
-    assert (row["status"], row["model_name_or_path"]) == ("resolved", HOSTILE)
+    assert (row["status"], row["model_name_or_path"]) == ("resolved", HOSTILE), cloud.diagnosis(
+        {row["instance_id"]: row}
+    )
     assert cloud.hostile_report is not None
     report = cloud.hostile_report.read_text().splitlines()
     assert "credentials: " in report, report  # no AWS_* variable at all

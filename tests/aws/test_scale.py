@@ -1,4 +1,7 @@
-"""The pipeline's steps at 10,000 rows, the most a run may have (a real S3 API: moto).
+"""The pipeline's steps at scale (a real S3 API: moto): 2,500 rows, past S3's 1,000-key
+listing page and, as one list, past the 256 KB a Step Functions state may carry. Nothing
+in the steps changes with size beyond those; 10,000 rows (the most a run may have) took
+two minutes of the suite on two cores and found nothing more.
 
 Resolve writes every row's objects (its instance, its prediction) and the Map's lists;
 Dispatch reads only its own row's prediction, never the run's whole predictions file;
@@ -22,7 +25,7 @@ from swegreen.sample import SampleBenchmark
 from swegreen.stores.sqlite import SqliteStore
 
 BUCKET = "scale"
-ROWS = 10_000
+ROWS = 2_500
 
 
 @pytest.fixture
@@ -31,7 +34,7 @@ def s3(mocked_s3: Any) -> Any:
     return mocked_s3
 
 
-def test_ten_thousand_rows_resolve_and_dispatch_from_their_own_objects(
+def test_thousands_of_rows_resolve_and_dispatch_from_their_own_objects(
     s3: Any, sample: SampleBenchmark, tmp_path: Path
 ) -> None:
     base = list(load_dataset(str(sample.dataset)).instances)
@@ -79,8 +82,8 @@ def test_ten_thousand_rows_resolve_and_dispatch_from_their_own_objects(
         )
         assert json.loads(own["Body"].read())["model_name_or_path"] == "m"
 
-        # Aggregate: 9,500 rows written, 500 lost by the Map (written now as error rows,
-        # from their own instance objects); the leaderboard counts all 10,000
+        # Aggregate: 95% of the rows written, 5% lost by the Map (written now as error
+        # rows, from their own instance objects); the leaderboard counts them all
         for n, iid in enumerate(ids):
             if n % 20:
                 store.save_result(

@@ -26,7 +26,7 @@ from swegreen.core.results import InstanceResult, utcnow
 RUN_SK = "RUN"
 ROW_PREFIX = "ROW#"
 IDS_PREFIX = "IDS#"
-IDS_PER_ITEM = 2000  # ids of up to 100 characters (ids.py): at most 200 KB an item
+IDS_PER_ITEM = 2000  # ids of up to 128 characters (ids.py): at most 262 KB an item
 # Rows waiting for a participant (one partition, whatever the run: the Watch function
 # reads them all). "#" is never in a run id (ids.py), so no run's partition is this one.
 WAITING_PK = "#WAITING"
