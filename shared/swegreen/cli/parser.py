@@ -62,9 +62,10 @@ def config_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--isolation",
-        choices=["bwrap", "process"],
-        help="sandbox for participant code: bwrap (default) or the weaker process mode, "
-        "an explicit opt-in where bubblewrap cannot run (docs/security.md)",
+        choices=["bwrap", "landlock", "process"],
+        help="sandbox for participant code: bwrap (default); landlock where no namespaces "
+        "are allowed (a container without capabilities); or the weakest, process, an "
+        "explicit opt-in (docs/security.md)",
     )
 
 

@@ -104,12 +104,15 @@ class EvalConfig(BaseModel):
         "the environment_setup_commit.",
     )
 
-    isolation: Literal["bwrap", "process"] = Field(
+    isolation: Literal["bwrap", "landlock", "process"] = Field(
         "bwrap",
         description="How participant code is sandboxed: 'bwrap' (bubblewrap: own user, PID, "
         "mount, IPC and network namespaces, unprivileged, host read-only; the run refuses to "
-        "start where it cannot run) or 'process' (an explicit opt-in to the weaker mode: "
-        "process group, limits and a clean environment only). See docs/security.md.",
+        "start where it cannot run), 'landlock' (no privileges or namespaces needed, as "
+        "under Amber: each process confines itself to the files it is lent, no TCP to "
+        "ports below 1024, no signals out; refuses to start without Landlock) or 'process' "
+        "(an explicit opt-in to the weakest mode: process group, limits and a clean "
+        "environment only). See docs/security.md.",
     )
     max_evaluator_error_share: float = Field(
         0.1,

@@ -196,6 +196,8 @@ class EvalRuns(TestbedsBase):
             else:
                 env["SWEGREEN_RECORD"] = str(channel.path)
                 env["PYTHONPATH"] = python_path(env.get("PYTHONPATH"), str(plugins))
+                # lent where they are (Landlock lends by path; process mode ignores it)
+                files += [(channel.path, str(channel.path)), (plugins, str(plugins))]
             await channel.open()
         try:
             result = await self.sandbox.run_script(

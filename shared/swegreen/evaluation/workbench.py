@@ -10,9 +10,9 @@ testbed's host directory, opened after the conversation ends), with three differ
   and the copy's ``.git`` is made self-contained;
 - files that are there but untracked (build products of the install) are excluded, so
   ``git status`` and ``git add -A && git diff --cached`` show only the participant's work;
-- every command runs in a fresh sandbox (bubblewrap only: the weaker ``process`` mode
-  would show it the host's files) without the network, its output capped on the way
-  out; its processes end with it.
+- every command runs in a fresh sandbox (bubblewrap or Landlock: the weaker ``process``
+  mode would show it the host's files) without the network, its output capped on the
+  way out; its processes end with it.
 
 The copy is removed when the conversation ends; the graded workspace is a different copy.
 """
@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import shlex
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -88,7 +89,8 @@ class Workbench:
         command_file = host / f"command-{self._steps}.sh"
         command_file.write_text(command, encoding="utf-8", errors="surrogateescape")
         script = host / f"step-{self._steps}.sh"
-        script.write_text(STEP_SCRIPT.format(command=COMMAND_INSIDE, cap=CAPTURE_CAP))
+        inside = COMMAND_INSIDE if self.testbeds.sandbox.bwrap else str(command_file)
+        script.write_text(STEP_SCRIPT.format(command=shlex.quote(inside), cap=CAPTURE_CAP))
         log = host / f"step-{self._steps}.log"
         policy = dataclasses.replace(
             self.testbeds.policy_for(self.testbed), network=False, timeout=timeout
@@ -133,15 +135,16 @@ class Workbenches:
 
     @property
     def available(self) -> bool:
-        """Only where commands can be isolated from the host (bubblewrap)."""
-        return self.testbeds.sandbox.bwrap
+        """Only where commands see nothing of the host but what they are lent (bubblewrap
+        or Landlock)."""
+        return self.testbeds.sandbox.isolates_files
 
     @contextlib.asynccontextmanager
     async def open(self, scope: str, instance: Instance) -> AsyncIterator[Workbench]:
         if not self.available:
             raise SandboxUnavailable(
-                "interactive mode needs isolation = bwrap: in process mode a command "
-                "could read the host's files"
+                "interactive mode needs isolation = bwrap or landlock: in process mode a "
+                "command could read the host's files"
             )
         async with self.testbeds.open(scope, instance) as testbed:
             try:

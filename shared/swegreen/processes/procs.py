@@ -98,6 +98,7 @@ async def run_process(
     death_signal: int = signal.SIGKILL,
     through_pipe: bool = False,
     append: bool = False,
+    pass_fds: tuple[int, ...] = (),
 ) -> ProcResult:
     """Run ``argv`` to completion (or its time limit) and return its merged output.
 
@@ -132,6 +133,7 @@ async def run_process(
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=functools.partial(_child_setup, limits, libc, death_signal),
+            pass_fds=pass_fds,
         )
     except BaseException:
         sink.close()

@@ -1,27 +1,30 @@
-"""What this host lets the sandbox do (found once at start-up: bubblewrap, or process mode
-with a uid of its own under a root engine, network and mount namespaces, cgroups), the
-policy a run is held to, and what it sees (mounts)."""
+"""What this host lets the sandbox do (found once at start-up: bubblewrap; Landlock where
+no namespaces are allowed; or process mode; with a uid of its own under a root engine,
+network and mount namespaces, cgroups), the policy a run is held to, and what it sees
+(mounts)."""
 
 from __future__ import annotations
 
 import atexit
 import ctypes
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from swegreen.core.errors import SandboxUnavailable
-from swegreen.sandbox import seccomp
+from swegreen.sandbox import confine, seccomp
 from swegreen.sandbox.limits import (
     CGROUP_ROOT,
     _find_cgroup,
 )
 
-IsolationMode = Literal["bwrap", "process"]
+IsolationMode = Literal["bwrap", "landlock", "process"]
 PR_SET_DUMPABLE = 4  # linux/prctl.h
 
 
@@ -67,9 +70,16 @@ INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; `make setup` does it) "
     "on a host that allows unprivileged user namespaces (in a Docker container: docker run "
     "--security-opt seccomp=unconfined --security-opt systempaths=unconfined; Docker's "
-    'default profiles refuse them), or set isolation = "process" '
+    'default profiles refuse them), or set isolation = "landlock" where the kernel has '
+    'Landlock (Linux 5.13+: no privileges needed, as under Amber), or "process" '
     "(scenario.toml [config], SWEGREEN_ISOLATION or --isolation) to run participant code "
-    "without namespaces, knowing that it can then read the host's files and processes"
+    "without either, knowing that it can then read the host's files and processes"
+)
+LANDLOCK_HINT = (
+    "Landlock is not available on this kernel (Linux 5.13 or later, with landlock in the "
+    "boot parameter lsm=): run where it is, give the container what bubblewrap needs "
+    "(isolation = bwrap), or choose isolation = process knowing that participant code "
+    "can then read the host's files"
 )
 
 
@@ -83,6 +93,19 @@ def shield_engine() -> bool:
         return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def can_switch_uid() -> bool:
+    """Whether this process holds CAP_SETUID and CAP_SETGID (``setpriv`` to another uid)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return os.geteuid() == 0
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            caps = int(line.split()[1], 16)
+            return bool(caps & (1 << 6)) and bool(caps & (1 << 7))  # SETGID, SETUID
+    return os.geteuid() == 0
 
 
 @dataclass(frozen=True)
@@ -100,6 +123,7 @@ class Isolation:
     is_root: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
     seccomp: Path | None = None  # "bwrap" mode: the compiled filter (seccomp.py)
+    landlock_abi: int = 0  # "landlock" mode: the kernel's Landlock ABI version
 
     @classmethod
     def probe(
@@ -142,13 +166,23 @@ class Isolation:
                 why = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
                 raise SandboxUnavailable(f"bubblewrap cannot run here ({why}): {INSTALL_HINT}")
             return iso
-        notes = [
-            "isolation = process: participant code runs without namespaces (see docs/security.md)"
-        ]
+        landlock = 0
+        if mode == "landlock":
+            landlock = confine.abi()
+            if landlock < 1:
+                raise SandboxUnavailable(LANDLOCK_HINT)
+            notes = [_landlock_note(landlock)]
+        else:
+            notes = [
+                "isolation = process: participant code runs without namespaces "
+                "(see docs/security.md)"
+            ]
         # A root engine (a container's entry point) runs the tests as an unprivileged uid
-        # of their own: they cannot write what the engine made, nor read its /proc.
-        uid = sandbox_uid if is_root else None
-        if not is_root and shield_engine():
+        # of their own: they cannot write what the engine made, nor read its /proc. Root
+        # without CAP_SETUID (every capability dropped, as Amber starts a root image)
+        # cannot switch: its tests run as its own uid, as a non-root engine's do.
+        uid = sandbox_uid if is_root and can_switch_uid() else None
+        if uid is None and shield_engine():
             # the tests run as the engine's own uid: its /proc (environment, memory) is
             # theirs to read unless the engine is not dumpable
             notes.append("the engine is not dumpable: its environment and memory are root's")
@@ -177,8 +211,8 @@ class Isolation:
             notes.append("mount namespaces unavailable: recipes' CPU limits are not shown to tests")
         if uid is not None:
             notes.append(f"the engine is root: tests run as host uid {uid}")
-        return cls(
-            mode="process",
+        iso = cls(
+            mode=mode,
             sandbox_uid=uid,
             netns_cmd=netns,
             mountns=mountns,
@@ -187,7 +221,20 @@ class Isolation:
             cgroup_v2=v2,
             is_root=is_root,
             notes=tuple(notes),
+            landlock_abi=landlock,
         )
+        if landlock:
+            probe = subprocess.run(
+                [*drop, *confine_argv({"ro": ["/usr", "/lib", "/lib64"]}), "/bin/true"],
+                capture_output=True,
+                timeout=60,
+                check=False,
+                env={"PATH": "/usr/bin:/bin"},
+            )
+            if probe.returncode != 0:
+                why = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
+                raise SandboxUnavailable(f"Landlock cannot confine here ({why}): {LANDLOCK_HINT}")
+        return iso
 
     def check_reachable(self, path: Path) -> None:
         """The sandbox's uid works in ``path``: every directory above it must let that uid
@@ -211,7 +258,7 @@ class Isolation:
     def runs_as_root(self) -> bool:
         """Whether sandboxed processes hold the host's root (never: a root engine drops
         them to ``sandbox_uid``; kept for isolations made by hand)."""
-        return self.mode == "process" and self.is_root and self.sandbox_uid is None
+        return self.mode != "bwrap" and self.is_root and self.sandbox_uid is None
 
     def describe(self) -> dict[str, object]:
         return {
@@ -227,7 +274,10 @@ class Isolation:
                 else (os.geteuid() if self.mode == "bwrap" else "engine's")
             ),
             "network_isolation": self.mode == "bwrap" or self.netns_cmd is not None,
-            "seccomp": "keyring calls refused, as Docker's default" if self.seccomp else None,
+            "landlock_abi": self.landlock_abi or None,
+            "seccomp": "keyring calls refused, as Docker's default"
+            if self.seccomp or (self.landlock_abi and seccomp.supported())
+            else None,
             "process_limit": self.pids_cgroup is not None or not self.runs_as_root,
             "memory_limit": "whole sandbox" if self.memory_cgroup else "per process",
             "notes": list(self.notes),
@@ -312,6 +362,22 @@ class Mounts:
 
 
 SECCOMP_FD = 9
+
+
+CONFINE = Path(confine.__file__)
+
+
+def confine_argv(spec: dict[str, object]) -> list[str]:
+    """The prefix that runs a command under ``spec`` (confine.py): this interpreter, isolated
+    from the environment and site-packages, before anything of the sandbox's is loaded."""
+    return [sys.executable, "-I", "-S", str(CONFINE), json.dumps(spec), "--"]
+
+
+def _landlock_note(abi: int) -> str:
+    what = ["files: the system read-only, the environment, its workspace"]
+    what.append("TCP connect below port 1024 refused" if abi >= 4 else "TCP not restricted")
+    what.append("no signals out" if abi >= 6 else "signals not restricted")
+    return f"isolation = landlock (ABI {abi}): " + "; ".join(what)
 
 
 def _drop_to(uid: int | None) -> list[str]:

@@ -10,9 +10,16 @@ the host's other files (home directories, the results, the engine's own process)
 sight. Inside, processes see uid 0 as in the official containers, with Docker's default
 capabilities, which reach nothing but what the sandbox owns.
 
-``process`` is the weaker mode a user must ask for where bubblewrap cannot run
-(Fargate): a process group, a clean environment and resource limits, the test command
-in a network namespace where the host allows one.
+``landlock`` is for hosts that allow no namespaces and no other uid (a container with
+every capability dropped, as Amber starts a green agent): each sandboxed process
+confines itself before it runs anything of the participant's (confine.py: Landlock lends
+it the system read-only, the environment and history stores read-only, its workspace
+read-write, nothing else; TCP connect to the internet's ports refused; no signals to the
+engine; the keyring calls refused by seccomp; no new privileges).
+
+``process`` is the weakest mode, which a user must ask for where neither runs (Fargate):
+a process group, a clean environment and resource limits, the test command in a network
+namespace where the host allows one.
 
 Both modes: a time limit enforced twice (the engine, and an outer ``timeout`` that still
 ends the tree if the engine itself is killed), a clean environment built from scratch
@@ -25,18 +32,23 @@ import contextlib
 import os
 import resource
 import shlex
+import shutil
 import signal
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
 from swegreen.core.errors import DiskLimitExceeded, OutOfMemory
 from swegreen.processes.procs import ProcResult, run_process
+from swegreen.sandbox import confine, seccomp
 from swegreen.sandbox.isolation import (
     CONTAINER_CAPS,
+    SYSTEM_DIRS,
     Isolation,
     Mounts,
     SandboxPolicy,
     _drop_to,
+    confine_argv,
 )
 from swegreen.sandbox.limits import (
     DiskWatch,
@@ -79,6 +91,14 @@ def cpu_quota_view(cpus: float) -> str:
 
 
 SCRIPT_INSIDE = "/run/swegreen/eval.sh"
+# Devices a confined process may open (read, write, ioctl), as a container's /dev has them.
+DEVICES = (
+    "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
+    "/dev/ptmx", "/dev/pts",
+    # /proc: its own files (a user namespace's uid_map); another process's, the kernel
+    # refuses from inside a Landlock domain, and /proc/sys only root may write
+    "/proc",
+)  # fmt: skip
 
 
 class LocalSandbox:
@@ -86,10 +106,50 @@ class LocalSandbox:
 
     def __init__(self, isolation: Isolation) -> None:
         self.isolation = isolation
+        # Landlock's TCP layer, made once (64,512 port rules) and lent to every launch
+        self._tcp_fd = confine.tcp_ruleset() if self.confined else None
+        self._bash = shutil.which("bash", path="/usr/bin:/bin") or "/bin/bash"
 
     @property
     def bwrap(self) -> bool:
         return self.isolation.mode == "bwrap"
+
+    @property
+    def confined(self) -> bool:
+        """Landlock mode: every launch confines itself (confine.py)."""
+        return self.isolation.mode == "landlock"
+
+    @property
+    def isolates_files(self) -> bool:
+        """Whether sandboxed code sees only what it is lent (workbenches need this)."""
+        return self.bwrap or self.confined
+
+    def confinement(
+        self, mounts: Mounts, script: Path, *, network: bool
+    ) -> tuple[dict[str, object], tuple[int, ...]]:
+        """confine.py's spec for one launch, and the descriptors it must inherit."""
+        lent = [*mounts.writable, *mounts.readonly, *(src for src, _ in mounts.files)]
+        if mounts.tmp is not None:
+            lent.append(mounts.tmp)
+        ro = [d for d in SYSTEM_DIRS if os.path.exists(d)] + ["/sys"]
+        ro += [str(p) for p in mounts.readonly] + [str(script)]
+        fifo = []
+        for src, _ in mounts.files:
+            is_fifo = src.exists() and stat.S_ISFIFO(src.stat().st_mode)
+            (fifo if is_fifo else ro).append(str(src))
+        rw = [str(p) for p in mounts.writable]
+        rw += [str(mounts.tmp)] if mounts.tmp is not None else []
+        shm = Path("/dev/shm")
+        if shm.is_dir() and not any(shm in Path(p).parents for p in lent):
+            rw.append(str(shm))  # multiprocessing's semaphores; the container's own
+        spec: dict[str, object] = {"ro": ro, "rw": rw, "fifo": fifo, "dev": list(DEVICES)}
+        if seccomp.supported():
+            spec["seccomp"] = seccomp.keyring_filter().hex()
+        fds: tuple[int, ...] = ()
+        if not network and self._tcp_fd is not None:
+            spec["tcp_fd"] = self._tcp_fd
+            fds = (self._tcp_fd,)
+        return spec, fds
 
     def isolates(self, policy: SandboxPolicy) -> bool:
         """Whether the test command runs in its own network namespace."""
@@ -222,6 +282,7 @@ class LocalSandbox:
         cgroups, memory = self._cgroups(policy)
         if policy.max_processes and not cgroups and not self.isolation.runs_as_root:
             rlimits[resource.RLIMIT_NPROC] = (policy.max_processes, policy.max_processes)
+        pass_fds: tuple[int, ...] = ()
         outer = int(timeout) + OUTER_GRACE
         argv = ["timeout", "--signal=TERM", "--kill-after=5", str(outer)]
         mounts = mounts or Mounts()
@@ -238,7 +299,15 @@ class LocalSandbox:
             argv += ["bash", SCRIPT_INSIDE]
         else:
             script.chmod(0o644)  # the sandbox's uid reads it
-            argv += [*_drop_to(self.isolation.sandbox_uid), "bash", str(script)]
+            argv += _drop_to(self.isolation.sandbox_uid)
+            if self.confined:
+                if mounts.tmp is not None:
+                    self._make_tmp(mounts.tmp)
+                net = policy.network if network is None else network
+                spec, pass_fds = self.confinement(mounts, script, network=net)
+                argv += [*confine_argv(spec), self._bash, str(script)]
+            else:
+                argv += ["bash", str(script)]
         if cgroups:
             # Join the cgroups before exec'ing: every descendant is then counted.
             joins = " && ".join(f'echo $$ > "{c / "cgroup.procs"}"' for c in cgroups)
@@ -257,8 +326,9 @@ class LocalSandbox:
                     death_signal=signal.SIGTERM,
                     # the log is the engine's file: a sandbox holding its descriptor
                     # could rewrite what was logged
-                    through_pipe=self.bwrap or self.isolation.sandbox_uid is not None,
+                    through_pipe=self.isolates_files or self.isolation.sandbox_uid is not None,
                     append=append,
+                    pass_fds=pass_fds,
                 )
             )
             if watchdog is not None:

@@ -1,0 +1,197 @@
+"""Confinement without privileges: Landlock, a seccomp filter and no-new-privileges, set on
+this process and then ``exec``'d into the command (``python -I -S confine.py SPEC -- CMD``).
+
+Where neither namespaces nor another uid are available (a container with every capability
+dropped, as Amber starts a green agent), the kernel still lets any process restrict
+itself, for good and for every descendant:
+
+- **Landlock** (Linux 5.13+): outside the paths the spec lends, no file can be read,
+  written or executed; ``ro`` paths are read and executed, ``rw`` paths also written,
+  ``fifo`` files and ``dev`` devices opened both ways; with ABI 4+ a second layer
+  (``tcp_ruleset``) refuses TCP ``connect`` to ports below 1024 (the internet's
+  services; tests' own servers on high ports still work); with ABI 6+ no signal reaches
+  a process outside the domain (the engine) and no abstract Unix socket outside it is
+  reachable. No process outside the domain can be ``ptrace``d (every ABI); a dumpable
+  one's ``/proc/<pid>/environ`` stays readable to its uid, so the engine makes itself
+  non-dumpable (isolation.shield_engine).
+- the **seccomp** program the spec carries (seccomp.py: keyring calls refused).
+
+Standard library only, no package imports: it runs with ``-I -S`` before anything from
+the sandboxed tree could be imported. The spec is JSON: ``{"ro": [...], "rw": [...],
+"fifo": [...], "dev": [...], "tcp_fd": int or null, "seccomp": hex}``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import stat
+import struct
+import sys
+
+# linux/landlock.h (the same numbers on x86-64 and arm64: the generic syscall table)
+SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446
+CREATE_RULESET_VERSION = 1
+RULE_PATH_BENEATH, RULE_NET_PORT = 1, 2
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1, 2, 4, 8
+REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR = 16, 32, 64, 128
+MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = 256, 512, 1024, 2048, 4096
+REFER, TRUNCATE, IOCTL_DEV = 8192, 16384, 32768  # ABI 2, 3, 5
+NET_CONNECT_TCP = 2  # ABI 4 (bind is left alone: tests start local servers)
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2  # ABI 6
+FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
+READ = EXECUTE | READ_FILE | READ_DIR
+DEVICE = READ_FILE | WRITE_FILE | READ_DIR | TRUNCATE | IOCTL_DEV  # `> /dev/null` truncates
+# linux/prctl.h, linux/seccomp.h
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+O_PATH = getattr(os, "O_PATH", 0o10000000)
+PRIVILEGED_PORTS = 1024
+
+
+class ConfineError(OSError):
+    """The kernel refused a step: the command must not run unconfined."""
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def abi(libc: ctypes.CDLL | None = None) -> int:
+    """The Landlock ABI version this kernel offers (0: none, or disabled at boot)."""
+    libc = libc or _libc()
+    libc.syscall.restype = ctypes.c_long
+    version = libc.syscall(SYS_CREATE_RULESET, None, ctypes.c_size_t(0), CREATE_RULESET_VERSION)
+    return max(int(version), 0)
+
+
+def fs_rights(version: int) -> int:
+    """Every file-system right the ABI ``version`` can refuse."""
+    rights = (1 << 13) - 1
+    if version >= 2:
+        rights |= REFER
+    if version >= 3:
+        rights |= TRUNCATE
+    if version >= 5:
+        rights |= IOCTL_DEV
+    return rights
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise ConfineError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def _ruleset(libc: ctypes.CDLL, version: int, fs: int, net: int, scoped: int) -> int:
+    attr = struct.pack("=QQQ", fs, net, scoped)
+    size = 8 if version < 4 else (16 if version < 6 else 24)
+    buf = ctypes.create_string_buffer(attr[:size], size)
+    return _check(
+        libc.syscall(SYS_CREATE_RULESET, buf, ctypes.c_size_t(size), 0), "landlock ruleset"
+    )
+
+
+def tcp_ruleset(libc: ctypes.CDLL | None = None) -> int | None:
+    """A ruleset that refuses TCP ``connect`` below port 1024 and nothing else, or None
+    where the ABI has no network rules. Made once by the engine (64,512 port rules take a
+    third of a second) and handed to every launch by descriptor: ``"tcp_fd"`` in the spec
+    stacks it on the file-system layer."""
+    libc = libc or _libc()
+    version = abi(libc)
+    if version < 4:
+        return None
+    ruleset = _ruleset(libc, version, 0, NET_CONNECT_TCP, 0)
+    rule = ctypes.create_string_buffer(16)
+    try:
+        for port in range(PRIVILEGED_PORTS, 65536):
+            struct.pack_into("=QQ", rule, 0, NET_CONNECT_TCP, port)
+            _check(libc.syscall(SYS_ADD_RULE, ruleset, RULE_NET_PORT, rule, 0), "port rule")
+    except OSError:
+        os.close(ruleset)
+        raise
+    return ruleset
+
+
+def landlock(spec: dict, libc: ctypes.CDLL) -> int:
+    """Restricts this process as ``spec`` says; the ABI used (refuses to go on without)."""
+    version = abi(libc)
+    if version < 1:
+        raise ConfineError(0, "Landlock is not available on this kernel")
+    handled = fs_rights(version)
+    scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if version >= 6 else 0
+    ruleset = _ruleset(libc, version, handled, 0, scoped)
+    try:
+        wanted = [(p, READ) for p in spec.get("ro", [])]
+        wanted += [(p, READ_FILE | WRITE_FILE) for p in spec.get("fifo", [])]
+        wanted += [(p, DEVICE) for p in spec.get("dev", [])]
+        wanted += [(p, handled) for p in spec.get("rw", [])]
+        for path, rights in wanted:
+            try:
+                fd = os.open(path, O_PATH | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # lent but absent (an optional tree): nothing to reach
+            try:
+                if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                    rights &= FILE_RIGHTS
+                rule = ctypes.create_string_buffer(struct.pack("=Qi", rights & handled, fd), 12)
+                _check(libc.syscall(SYS_ADD_RULE, ruleset, RULE_PATH_BENEATH, rule, 0), path)
+            finally:
+                os.close(fd)
+        _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        _check(libc.syscall(SYS_RESTRICT_SELF, ruleset, 0), "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+    tcp = spec.get("tcp_fd")
+    if tcp is not None:
+        _check(libc.syscall(SYS_RESTRICT_SELF, int(tcp), 0), "landlock_restrict_self (tcp)")
+        os.close(int(tcp))
+    return version
+
+
+def load_seccomp(program: bytes, libc: ctypes.CDLL) -> None:
+    """Installs a classic-BPF seccomp program (8-byte instructions)."""
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    prog = SockFprog(len(program) // 8, program)
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: confine.py SPEC_JSON -- COMMAND [ARG...]", file=sys.stderr)
+        return 2
+    spec = json.loads(argv[0])
+    program = _resolve(argv[2])  # before Landlock hides the directories it searches
+    libc = _libc()
+    try:
+        landlock(spec, libc)
+        if spec.get("seccomp"):
+            load_seccomp(bytes.fromhex(spec["seccomp"]), libc)
+    except OSError as exc:
+        print(f"swegreen confine: {exc}", file=sys.stderr)
+        return 126
+    try:
+        os.execv(program, argv[2:])
+    except OSError as exc:
+        print(f"swegreen confine: {program}: {exc.strerror}", file=sys.stderr)
+        return 127
+
+
+def _resolve(name: str) -> str:
+    """``name`` as ``execvp`` would find it on ``PATH`` (unchanged when it has a slash)."""
+    if "/" in name:
+        return name
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(folder or ".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return name
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
