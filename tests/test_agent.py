@@ -136,7 +136,7 @@ def test_an_assessment_over_a2a_1_0_with_good_and_misbehaving_participants(serve
     assert rows["prose"]["participant_failures"] == 0
     # why a participant failed travels with the published rows (the gateway keeps only them)
     for role, said in (
-        ("hang", "did not finish within 4 s"),
+        ("hang", f"did not finish within {SAMPLE_CONFIG['participant_timeout']} s"),
         ("broken", "500 Internal Server Error"),
     ):
         details = [i["detail"] for i in rows[role]["instances"]]

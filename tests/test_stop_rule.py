@@ -67,12 +67,23 @@ def test_the_patchs_own_errors_and_verdicts_never_stop_it() -> None:
         assert rule.record(status, reason) is None
 
 
-def test_a_small_run_stops_at_its_first_failure_and_one_lifts_the_share_rule() -> None:
+def test_a_small_run_stops_at_its_first_failure_and_one_turns_the_rule_off() -> None:
     assert StopRule(planned=3, max_share=0.1).record("error", "protocol_unavailable")
     lenient = StopRule(planned=3, max_share=1.0)
-    assert lenient.record("resolved", "all_tests_pass") is None
+    assert lenient.record("error", "internal_error") is None  # the first rows, all failed
     assert lenient.record("error", "internal_error") is None
     assert lenient.record("error", "internal_error") is None
+
+
+def test_counts_alone_give_the_same_decision() -> None:
+    """The aws backend knows only how many of a run's finished rows failed (run.vtl)."""
+    assert StopRule(planned=20, max_share=0.1).tally(2, 1) is None
+    why = StopRule(planned=20, max_share=0.1).tally(3, 3, "sandbox_crashed: exit 3\n at x")
+    assert why is not None and "the first 3 row(s) all failed" in why
+    assert "evaluator errors 3" in why and "sandbox_crashed: exit 3 at x" in why
+    why = StopRule(planned=20, max_share=0.1).tally(10, 3)
+    assert why is not None and "3 of 20 planned rows failed" in why
+    assert StopRule(planned=2, max_share=1.0).tally(2, 2) is None
 
 
 def test_the_green_agent_ends_failed_and_publishes_nothing(

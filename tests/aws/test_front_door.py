@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from swegreen.aws.pipeline import ExecutionStopped, StartEvent
+from swegreen.core.stop_rule import EVALUATOR_REASONS
 from swegreen.sample import SampleBenchmark
 from tests.aws.conftest import STACK
 from tests.aws.local_services import FAKE_CREDENTIALS
@@ -225,7 +226,10 @@ def watching(deployed: Deployed) -> Iterator[None]:
 def test_the_green_agent_fans_an_assessment_out_to_the_pipeline(
     deployed: Deployed, agents: dict[str, Server]
 ) -> None:
-    request = {"participants": {"gold": agents["gold"].url}, "config": deployed.config()}
+    # LocalStack has no ECS: every row is an infrastructure error, which the stop rule
+    # would refuse to publish (the next test); here the user accepts them
+    config = deployed.config(max_evaluator_error_share=1)
+    request = {"participants": {"gold": agents["gold"].url}, "config": config}
     with watching(deployed):
         outcome = asyncio.run(assess(agents["green"].url, json.dumps(request)))
     assert outcome.state == "TASK_STATE_COMPLETED", outcome.statuses
@@ -238,6 +242,33 @@ def test_the_green_agent_fans_an_assessment_out_to_the_pipeline(
     # The participant was asked over A2A by the pipeline's Dispatch step.
     assert [i["model_name_or_path"] for i in row["instances"]] == ["gold", "gold"]
     assert any("gold: 0/2 resolved" in text for text in outcome.texts)
+
+
+def test_rows_that_fail_for_the_evaluators_reasons_stop_the_assessment_unpublished(
+    deployed: Deployed, agents: dict[str, Server]
+) -> None:
+    """The stop rule on the aws backend: the run's record counts the rows that failed for
+    the evaluator's own reasons (GET /runs/{id}: ``evaluator_failures``, the first one's
+    reason); the green agent reads it, stops the runs and fails the task, no artifact."""
+    request = {"participants": {"gold": agents["gold"].url}, "config": deployed.config()}
+    with watching(deployed):
+        outcome = asyncio.run(assess(agents["green"].url, json.dumps(request)))
+    assert outcome.state == "TASK_STATE_FAILED", outcome.statuses
+    assert not outcome.artifacts
+    said = outcome.statuses[-1]
+    # after the first row (1 of 2 is past 10%) or both, as the polls fall
+    assert "gold: stopped after " in said and "for the evaluator's own reasons" in said, said
+    assert "0 row(s) were graded" in said and "no score is published" in said
+    run_id = next(
+        line.split("started run ")[1].strip()
+        for line in outcome.statuses
+        if "gold: started run" in line
+    )
+    state = deployed.follow(run_id)  # stopped, or finished first
+    assert state["state"] in ("cancelled", "failed", "finished"), state
+    assert state["evaluator_failures"] >= 1, state
+    reason = state["first_failure"].split(":")[0]
+    assert reason in {r.value for r in EVALUATOR_REASONS}, state["first_failure"]
 
 
 def test_the_green_agent_reports_a_failed_run_as_a_failed_task(

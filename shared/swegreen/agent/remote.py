@@ -3,7 +3,9 @@
 One run per participant is started through the front door (``POST /runs``, the same
 request JSON the green agent received), then followed (``GET /runs/{id}``) until it is
 finished or failed; progress is relayed to the A2A caller as rows complete, and the
-finished runs' result rows become the artifact, as a local assessment's would.
+finished runs' result rows become the artifact, as a local assessment's would. The stop
+rule (stop_rule.py) reads each run's count of the evaluator's own failures: when it says
+stop, every run is stopped and the assessment fails with nothing published.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from swegreen.agent.assessment import (
 )
 from swegreen.agent.request import AssessmentRequest
 from swegreen.aws.front_door_client import FrontDoorClient, FrontDoorError
+from swegreen.core.config import EvalConfig
+from swegreen.core.stop_rule import StopRule
 
 log = logging.getLogger("swegreen.agent")
 # Stops in flight after their assessment was cancelled (kept referenced until done).
@@ -43,6 +47,9 @@ class RemoteAssessment:
         self.notify = notify
         self.done: dict[str, int] = {}
         self.total: dict[str, int] = {}
+        config = {**settings.defaults, **request.config}
+        default = EvalConfig.model_fields["max_evaluator_error_share"].default
+        self.max_share = float(config.get("max_evaluator_error_share", default))
 
     async def prepare(self) -> str:
         # The pipeline selects the rows (its Resolve step); a bad selection fails the run,
@@ -78,6 +85,10 @@ class RemoteAssessment:
                         follow.cancel()
             except (FrontDoorError, httpx.HTTPError) as exc:
                 raise AssessmentFailed(f"the AWS pipeline's API: {exc}") from None
+            except AssessmentFailed:
+                # nothing is published: the other runs would spend for nothing
+                await self._stop(runs)
+                raise
             except asyncio.CancelledError:
                 # The A2A task was cancelled: so are the runs (and their Fargate tasks). The
                 # stop has its own client and outlives a second cancellation of this task.
@@ -146,3 +157,10 @@ class RemoteAssessment:
         if done != self.done.get(role, -1):
             self.done[role] = done
             await self.notify(f"{role}: {done}/{self.total[role]} rows done on AWS")
+        if self.total[role]:
+            rule = StopRule(self.total[role], self.max_share)
+            why = rule.tally(
+                done, int(state.get("evaluator_failures", 0)), state.get("first_failure", "")
+            )
+            if why is not None:
+                raise AssessmentFailed(f"{role}: {why}")

@@ -22,6 +22,7 @@ from swegreen.core.classify import Status
 from swegreen.core.errors import StoreError
 from swegreen.core.ports import RunRecord
 from swegreen.core.results import InstanceResult, utcnow
+from swegreen.core.stop_rule import EVALUATOR_REASONS
 
 RUN_SK = "RUN"
 ROW_PREFIX = "ROW#"
@@ -182,14 +183,21 @@ class DynamoStore:
             return  # the row's verdict stays
         if before:
             return  # a row written again: counted already
-        # Progress for GET /runs/{id}: one per row's first write. Rows of a run without a
-        # record have nothing to count.
+        # Progress for GET /runs/{id}: one per row's first write, and how many of them are
+        # the evaluator's own failures (the green agent's stop rule reads it, stop_rule.py).
+        # Rows of a run without a record have nothing to count.
+        update = "ADD finished_count :one"
+        values: dict[str, Any] = {":one": 1}
+        if result.status is Status.ERROR and result.reason in EVALUATOR_REASONS:
+            update += ", evaluator_failures :one"
+            update += " SET first_failure = if_not_exists(first_failure, :why)"
+            values[":why"] = f"{result.reason}: {' '.join(result.detail.split())[:300]}"
         with contextlib.suppress(conflict):
             self.table.update_item(
                 Key={"pk": run_id, "sk": RUN_SK},
-                UpdateExpression="ADD finished_count :one",
+                UpdateExpression=update,
                 ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeValues={":one": 1},
+                ExpressionAttributeValues=values,
             )
 
     def get_results(self, run_id: str) -> dict[str, InstanceResult]:

@@ -122,7 +122,7 @@ class EvalConfig(BaseModel):
         "when more than this share of its rows end in the evaluator's own errors (an "
         "environment that did not build, a crashed sandbox, an internal error, a participant "
         "that could not read the task), or when its first rows (up to 3) all do: a score "
-        "nobody earned is never published. 1 turns the share rule off.",
+        "nobody earned is never published. 1 turns the rule off (both parts).",
     )
     max_patch_bytes: int = Field(
         DEFAULT_MAX_PATCH_BYTES,

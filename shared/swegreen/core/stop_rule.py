@@ -48,9 +48,21 @@ class StopRule:
         if status == Status.ERROR and reason in EVALUATOR_REASONS:
             self.failures[reason] += 1
             self.first_detail = self.first_detail or " ".join(detail.split())[:300]
-        failed = sum(self.failures.values())
+        return self._why(self.finished, sum(self.failures.values()))
+
+    def tally(self, finished: int, failed: int, first_detail: str = "") -> str | None:
+        """The same rule from counts alone (a pipeline that reports how many of its
+        finished rows were the evaluator's failures, not which)."""
+        self.finished = finished
+        self.failures = Counter({"evaluator errors": failed} if failed else {})
+        self.first_detail = " ".join(first_detail.split())[:300]
+        return self._why(finished, failed)
+
+    def _why(self, finished: int, failed: int) -> str | None:
+        if self.max_share >= 1:  # the user publishes whatever the rows are
+            return None
         first = min(FIRST_ROWS, self.planned)
-        if failed and self.finished == failed and failed >= first:
+        if failed and finished == failed and failed >= first:
             why = f"the first {failed} row(s) all failed"
         elif failed > self.max_share * self.planned:
             why = (
@@ -61,7 +73,7 @@ class StopRule:
             return None
         reasons = ", ".join(f"{r} {n}" for r, n in self.failures.most_common())
         return (
-            f"stopped after {self.finished} of {self.planned} rows: {why} for the evaluator's "
+            f"stopped after {finished} of {self.planned} rows: {why} for the evaluator's "
             f"own reasons ({reasons}), so no score is published; "
-            f"{self.finished - failed} row(s) were graded. First failure: {self.first_detail}"
+            f"{finished - failed} row(s) were graded. First failure: {self.first_detail}"
         )
