@@ -211,3 +211,14 @@ def test_an_engine_without_privileges_grades_in_landlock_mode(tmp_path: Path, sa
     statuses = {r["instance_id"]: r["status"] for r in rows}
     assert statuses == dict.fromkeys(ids.split(","), "resolved")
     assert {r.get("isolation") for r in rows} == {"landlock"}
+
+
+def test_without_landlock_the_mode_refuses_to_start_and_says_what_to_grant(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from swegreen.core.errors import SandboxUnavailable
+    from swegreen.sandbox.isolation import Isolation
+
+    monkeypatch.setattr(confine, "abi", lambda libc=None: 0)  # a kernel before 5.13
+    with pytest.raises(SandboxUnavailable, match=r"Linux 5\.13 or later.*lsm="):
+        Isolation.probe("landlock")

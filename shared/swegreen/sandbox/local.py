@@ -21,7 +21,7 @@ engine; the keyring calls refused by seccomp; no new privileges).
 a process group, a clean environment and resource limits, the test command in a network
 namespace where the host allows one.
 
-Both modes: a time limit enforced twice (the engine, and an outer ``timeout`` that still
+Every mode: a time limit enforced twice (the engine, and an outer ``timeout`` that still
 ends the tree if the engine itself is killed), a clean environment built from scratch
 (no cloud keys or API tokens), an address-space limit per process, a process limit."""
 
@@ -95,8 +95,8 @@ SCRIPT_INSIDE = "/run/swegreen/eval.sh"
 DEVICES = (
     "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
     "/dev/ptmx", "/dev/pts",
-    # /proc: its own files (a user namespace's uid_map); another process's, the kernel
-    # refuses from inside a Landlock domain, and /proc/sys only root may write
+    # /proc: its own files (a user namespace's uid_map); the engine's are closed by its
+    # being non-dumpable (isolation.shield_engine), and /proc/sys only root may write
     "/proc",
 )  # fmt: skip
 
