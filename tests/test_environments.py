@@ -75,6 +75,11 @@ def test_the_environment_is_a_copy_of_the_interpreter_without_host_packages(buil
     # links them against libpython, from LIBDIR
     assert out[2] == str(prefix / "lib")
     assert not list((prefix / "bin").glob("aws*"))  # host-installed scripts stay out
+    # CPython's regression suite as conda-forge ships it: test.support only, importable
+    (regression,) = (prefix / "lib").glob("python*/test")
+    assert sorted(p.name for p in regression.iterdir()) == ["__init__.py", "support"]
+    support = [str(prefix / "bin" / "python"), "-c", "import test.support"]
+    assert subprocess.run(support, capture_output=True).returncode == 0
 
 
 def test_views_keep_installs_private(built, tmp_path: Path, host_env_module) -> None:

@@ -332,14 +332,26 @@ def relocate_runpath(binary: bytes, libdir: bytes) -> bytes:
     return binary.replace(old, target + b"\0" * (len(old) - len(target)))
 
 
+# What conda-forge's python keeps of CPython's own regression suite (lib/pythonX.Y/test):
+# the public test.support helpers some projects' tests import, nothing else (its feedstock
+# deletes the rest; a pyenv build keeps all of it: 120 MB, 4,000 files per environment).
+KEPT_OF_TEST = frozenset({"__init__.py", "support"})
+
+
 def _copy_interpreter(interp: Interpreter, dest: Path) -> None:
     """Copy an interpreter tree like a fresh conda env: stdlib and binaries, no
-    site-packages (whatever the host installed there stays out), scripts re-pointed."""
+    site-packages (whatever the host installed there stays out), of CPython's own test
+    suite only what conda keeps, scripts re-pointed."""
     site = f"python{interp.version}/site-packages"
+    regression = f"python{interp.version}/test"
 
     def ignore(directory: str, names: list[str]) -> list[str]:
         if directory.endswith(site):
             return names
+        if directory.endswith(regression) and Path(directory).parent.parent == (
+            interp.prefix / "lib"
+        ):
+            return [n for n in names if n not in KEPT_OF_TEST]
         if Path(directory) == interp.prefix / "bin":  # scripts of host-installed packages
             return [n for n in names if not n.startswith(INTERPRETER_EXECUTABLES)]
         return []
