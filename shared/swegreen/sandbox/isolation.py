@@ -152,19 +152,8 @@ class Isolation:
                 if seccomp.supported()
                 else ("no seccomp filter for this architecture: keyrings are shared",),
             )
-            probe = subprocess.run(
-                [
-                    *iso._bwrap_prefix(Mounts(), Path("/"), network=False, caps=CONTAINER_CAPS),
-                    "true",
-                ],
-                capture_output=True,
-                timeout=60,
-                check=False,
-                env={"PATH": "/usr/bin:/bin"},
-            )
-            if probe.returncode != 0:
-                why = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
-                raise SandboxUnavailable(f"bubblewrap cannot run here ({why}): {INSTALL_HINT}")
+            prefix = iso._bwrap_prefix(Mounts(), Path("/"), network=False, caps=CONTAINER_CAPS)
+            _try_once([*prefix, "true"], "bubblewrap cannot run here", INSTALL_HINT)
             return iso
         landlock = 0
         if mode == "landlock":
@@ -224,16 +213,8 @@ class Isolation:
             landlock_abi=landlock,
         )
         if landlock:
-            probe = subprocess.run(
-                [*drop, *confine_argv({"ro": ["/usr", "/lib", "/lib64"]}), "/bin/true"],
-                capture_output=True,
-                timeout=60,
-                check=False,
-                env={"PATH": "/usr/bin:/bin"},
-            )
-            if probe.returncode != 0:
-                why = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
-                raise SandboxUnavailable(f"Landlock cannot confine here ({why}): {LANDLOCK_HINT}")
+            argv = [*drop, *confine_argv({"ro": ["/usr", "/lib", "/lib64"]}), "/bin/true"]
+            _try_once(argv, "Landlock cannot confine here", LANDLOCK_HINT)
         return iso
 
     def check_reachable(self, path: Path) -> None:
@@ -378,6 +359,16 @@ def _landlock_note(abi: int) -> str:
     what.append("TCP connect below port 1024 refused" if abi >= 4 else "TCP not restricted")
     what.append("no signals out" if abi >= 6 else "signals not restricted")
     return f"isolation = landlock (ABI {abi}): " + "; ".join(what)
+
+
+def _try_once(argv: list[str], failed: str, hint: str) -> None:
+    """Runs a sandboxed ``true``; refuses the mode, saying why and what to do, if it fails."""
+    probe = subprocess.run(
+        argv, capture_output=True, timeout=60, check=False, env={"PATH": "/usr/bin:/bin"}
+    )
+    if probe.returncode != 0:
+        why = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
+        raise SandboxUnavailable(f"{failed} ({why}): {hint}")
 
 
 def _drop_to(uid: int | None) -> list[str]:
