@@ -1,11 +1,12 @@
 """What each integrity defence costs, in time (docs/security.md keeps the figures).
 
 Each figure is the median of ``--rounds`` repetitions:
-  * a sandboxed run of an empty script, under bubblewrap and in ``process`` mode (every
-    evaluation pays it twice: the prepare and the test phase);
-  * whole evaluations of the sample with gold patches (warm caches), bubblewrap against
-    ``process`` mode: the difference is what the sandbox costs an evaluation; both pay the
-    two phases, the guard's git checks and the pytest recorder.
+  * a sandboxed run of an empty script, under bubblewrap, Landlock (where the kernel has
+    it) and in ``process`` mode (every evaluation pays it twice: the prepare and the test
+    phase);
+  * whole evaluations of the sample with gold patches (warm caches) in each mode: the
+    difference is what the sandbox costs an evaluation; all pay the two phases, the
+    guard's git checks and the pytest recorder.
 
     python benchmarks/integrity_cost.py [--rounds 5]
 """
@@ -29,6 +30,7 @@ from swegreen.core.sources import GoldPatches
 from swegreen.evaluation.engine import LocalSettings, build_engine
 from swegreen.evaluation.settings import host_environment
 from swegreen.sample import build_sample
+from swegreen.sandbox import confine
 from swegreen.sandbox.isolation import Isolation, Mounts, SandboxPolicy
 from swegreen.sandbox.local import LocalSandbox
 
@@ -102,12 +104,12 @@ def main() -> None:
     try:
         work = root / "work"
         work.mkdir()
-        bwrap, process = Isolation.probe("bwrap"), Isolation.probe("process")
-        rows = [
-            ("empty sandboxed run, bubblewrap", median_time(empty_run(bwrap, work), args.rounds)),
-            ("empty sandboxed run, process", median_time(empty_run(process, work), args.rounds)),
-        ]
-        for mode in ("bwrap", "process"):
+        modes = ["bwrap", *(["landlock"] if confine.abi() else []), "process"]
+        rows = []
+        for mode in modes:
+            took = median_time(empty_run(Isolation.probe(mode), work), args.rounds)  # type: ignore[arg-type]
+            rows.append((f"empty sandboxed run, {mode}", took))
+        for mode in modes:
             rows.append(
                 (f"gold evaluation per sample instance, {mode}", evaluate(root, mode, args.rounds))
             )
