@@ -47,9 +47,9 @@ class RemoteAssessment:
         self.notify = notify
         self.done: dict[str, int] = {}
         self.total: dict[str, int] = {}
-        config = {**settings.defaults, **request.config}
+        self.config = {**settings.defaults, **request.config}
         default = EvalConfig.model_fields["max_evaluator_error_share"].default
-        self.max_share = float(config.get("max_evaluator_error_share", default))
+        self.max_share = float(self.config.get("max_evaluator_error_share", default))
 
     async def prepare(self) -> str:
         # The pipeline selects the rows (its Resolve step); a bad selection fails the run,
@@ -65,7 +65,7 @@ class RemoteAssessment:
         return "rows done: " + ", ".join(parts)
 
     async def run(self) -> AssessmentOutcome:
-        config = {**self.settings.defaults, **self.request.config}
+        config = self.config
         timeout = httpx.Timeout(30.0, read=60.0)
         async with httpx.AsyncClient(timeout=timeout) as http:
             client = FrontDoorClient(self.front_door, http)

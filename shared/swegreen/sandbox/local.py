@@ -109,6 +109,7 @@ class LocalSandbox:
         # Landlock's TCP layer, made once (64,512 port rules) and lent to every launch
         self._tcp_fd = confine.tcp_ruleset() if self.confined else None
         self._bash = shutil.which("bash", path="/usr/bin:/bin") or "/bin/bash"
+        self._seccomp = seccomp.keyring_filter().hex() if seccomp.supported() else None
 
     @property
     def bwrap(self) -> bool:
@@ -143,8 +144,8 @@ class LocalSandbox:
         if shm.is_dir() and not any(shm in Path(p).parents for p in lent):
             rw.append(str(shm))  # multiprocessing's semaphores; the container's own
         spec: dict[str, object] = {"ro": ro, "rw": rw, "fifo": fifo, "dev": list(DEVICES)}
-        if seccomp.supported():
-            spec["seccomp"] = seccomp.keyring_filter().hex()
+        if self._seccomp is not None:
+            spec["seccomp"] = self._seccomp
         fds: tuple[int, ...] = ()
         if not network and self._tcp_fd is not None:
             spec["tcp_fd"] = self._tcp_fd
