@@ -172,8 +172,14 @@ class Assessment:
             isolation=self.settings.isolation,
             scrubber=self.settings.scrubber,
         )
-        workbenches = Workbenches(engine.testbeds) if config.interactive else None
-        if workbenches is not None and not workbenches.available:
+        workbenches = (
+            Workbenches(engine.testbeds)
+            if config.interactive and engine.testbeds is not None
+            else None
+        )
+        if config.interactive and engine.testbeds is None:
+            await self.notify("note: the interactive mode is not offered on the docker backend yet")
+        elif workbenches is not None and not workbenches.available:
             await self.notify(
                 "note: the interactive mode is not offered: its commands need isolation = bwrap"
             )
@@ -198,7 +204,7 @@ class Assessment:
                 provenance={
                     "green_agent": f"swegreen {__version__}",
                     "participant": {role: url},
-                    "sandbox": engine.isolation.describe(),
+                    "sandbox": engine.describe(),
                 },
             )
             summary, diagnosed = await self._diagnose(engine, outcome.record.run_id, config)

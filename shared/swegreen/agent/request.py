@@ -58,12 +58,13 @@ def parse_request(text: str, defaults: Mapping[str, Any]) -> tuple[AssessmentReq
         config = build_config(("server defaults", defaults), ("request config", request.config))
     except ConfigError as exc:
         raise RequestError(str(exc)) from None
-    server_isolation = build_config(("server defaults", defaults)).isolation
-    if config.isolation != server_isolation:
+    server = build_config(("server defaults", defaults))
+    for key in ("isolation", "backend"):
         # Who runs the green agent decides how participant code is sandboxed, not a request.
-        raise RequestError(
-            f"config key 'isolation' is the green agent host's setting ({server_isolation!r}); "
-            "a request cannot change it (set it where the server starts: its scenario.toml or "
-            "SWEGREEN_ISOLATION instead)"
-        )
+        if getattr(config, key) != getattr(server, key):
+            raise RequestError(
+                f"config key {key!r} is the green agent host's setting "
+                f"({getattr(server, key)!r}); a request cannot change it (set it where the "
+                f"server starts: its scenario.toml or SWEGREEN_{key.upper()} instead)"
+            )
     return request, config

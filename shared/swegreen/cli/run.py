@@ -111,7 +111,7 @@ def evaluate(
     )
     view = ProgressView(console, len(instances), run_id, live)
     engine = build_engine(settings, config, env, progress=view, scrubber=scrubber)
-    for note in engine.isolation.notes:
+    for note in engine.notes:
         console.print(said("note:", "yellow", note))
     try:
         with view:
@@ -122,7 +122,7 @@ def evaluate(
                     instances=instances,
                     source=source,
                     config=config,
-                    provenance={"sandbox": engine.isolation.describe()},
+                    provenance={"sandbox": engine.describe()},
                     retry_errors=retry_errors,
                 )
             )

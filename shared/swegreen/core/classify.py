@@ -55,6 +55,8 @@ class Reason(StrEnum):
     LOG_TAMPERING = "log_tampering"
     WORKSPACE_TAMPERING = "workspace_tampering"
     PROTOCOL_UNAVAILABLE = "protocol_unavailable"
+    IMAGE_UNAVAILABLE = "image_unavailable"  # the Docker backend: no instance image
+    DISK_FULL = "disk_full"  # the Docker backend: a pull would leave too little disk
     # The participant said it could not read the task: it was never evaluated.
     PARTICIPANT_PROTOCOL = "participant_protocol"
     INTERNAL_ERROR = "internal_error"

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from swegreen.core.dataset import DEFAULT_DATASET, Selection, public_dataset_name
 from swegreen.core.errors import ConfigError
+from swegreen.core.images import image_template
 from swegreen.core.interaction import Budget
 from swegreen.core.task_dialects import AUTO, DIALECTS
 
@@ -114,6 +115,40 @@ class EvalConfig(BaseModel):
         "(an explicit opt-in to the weakest mode: process group, limits and a clean "
         "environment only). See docs/security.md.",
     )
+    backend: Literal["engine", "docker", "auto"] = Field(
+        "engine",
+        description="Where rows are evaluated: 'engine' (environments the engine builds "
+        "itself, sandboxed by `isolation`), 'docker' (each row in a fresh container of its "
+        "official instance image, on the Docker engine at DOCKER_HOST or the default "
+        "socket: AgentBeats' `framework.docker`), or 'auto' (docker when a daemon answers, "
+        "else engine). The green agent host's setting, like isolation. docs/fidelity.md.",
+    )
+    docker_images: str = Field(
+        "official",
+        description="Docker backend: where instance images come from: 'official' "
+        "(swebench/sweb.eval.<arch>.<id>:latest on Docker Hub, 10 anonymous pulls an hour "
+        "per address), 'epoch' (ghcr.io/epoch-research, 30 GiB for all 500 Verified images "
+        "instead of 189) or a template with {instance_id}, {official_id} and {arch}.",
+    )
+    docker_pull: Literal["missing", "always", "never"] = Field(
+        "missing",
+        description="Docker backend: pull an image when the engine lacks it (the official "
+        "harness's way), always (refresh :latest), or never.",
+    )
+    docker_disk_reserve_gb: float = Field(
+        10.0,
+        ge=0,
+        description="Docker backend: free disk (GiB) a pull must leave; below it the row "
+        "ends error/disk_full instead of filling the runner (the platform's gateway cannot "
+        "remove images).",
+    )
+    docker_memory_mb: int = Field(
+        8192, ge=256, description="Docker backend: memory limit of a row's container (MiB)."
+    )
+    docker_pids: int = Field(
+        4096, ge=64, description="Docker backend: process limit of a row's container."
+    )
+
     max_evaluator_error_share: float = Field(
         0.1,
         ge=0,
@@ -176,6 +211,15 @@ class EvalConfig(BaseModel):
         "requirements) from the files the prepared workspace's own install downloaded, with "
         "no package index and no network; always on in the AWS pipeline.",
     )
+
+    @field_validator("docker_images")
+    @classmethod
+    def _known_image_source(cls, value: str) -> str:
+        try:
+            image_template(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("instance_ids", "repos", "network_instances", mode="before")
     @classmethod

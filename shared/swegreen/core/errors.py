@@ -57,6 +57,20 @@ class RepoUnavailable(EvaluationFailure):
     reason = "repo_unavailable"
 
 
+class ImageUnavailable(EvaluationFailure):
+    """The Docker backend could not pull or find the row's instance image."""
+
+    reason = "image_unavailable"
+
+
+class DiskFull(EvaluationFailure):
+    """Pulling the next image would leave less free disk than the run keeps in reserve
+    (pulled images cannot be removed through AgentBeats' Docker gateway)."""
+
+    reason = "disk_full"
+    permanent = True
+
+
 class EnvSetupFailed(EvaluationFailure):
     reason = "env_setup_failed"
 

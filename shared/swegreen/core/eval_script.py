@@ -32,6 +32,7 @@ from swegreen.core.patches import inspect_patch
 from swegreen.core.recipes import Recipe
 
 HEREDOC = "EOF_114329324912"
+CONDA_ACTIVATE = ("source /opt/miniconda3/bin/activate", "conda activate testbed")
 TIME_START, TIME_END = "SWEGREEN_TEST_START", "SWEGREEN_TEST_END"
 _DIFF_TARGET = re.compile(r"diff --git a/.* b/(.*)")
 _CONDA_LINES = re.compile(r"^\s*(source /opt/miniconda3/bin/activate|conda activate \S+)\s*$")
@@ -75,7 +76,7 @@ class EvalPhases:
 
 
 PHASE_BREAK = "# ---- the test phase runs in a sandbox of its own from here ----"
-_KEEP_FOR_TESTS = re.compile(r"^\s*(export|source|\.)\s")
+_KEEP_FOR_TESTS = re.compile(r"^\s*(export|source|\.|conda\s+activate)\s")
 
 
 def split_phases(lines: list[str], workdir: str) -> EvalPhases:
@@ -109,19 +110,33 @@ def eval_phases(
 ) -> EvalPhases:
     if instance.eval_script:
         return adapt_eval_phases(instance.eval_script, workdir, test_wrapper)
+    return split_phases(official_lines(instance, recipe, workdir, test_wrapper), workdir)
+
+
+def official_lines(
+    instance: Instance,
+    recipe: Recipe,
+    workdir: str = "/testbed",
+    test_wrapper: str | None = None,
+    conda: bool = False,
+) -> list[str]:
+    """The commands of swebench 4.1.0's ``make_eval_script_list_py``; ``conda`` keeps its
+    activation lines (for the instance images, which have the ``testbed`` env)."""
     files = modified_test_files(instance.test_patch)
     reset_tests = f"git checkout {instance.base_commit} {' '.join(files)}" if files else ":"
     apply_test_patch = f"git apply -v - <<'{HEREDOC}'\n{instance.test_patch}\n{HEREDOC}"
     test_command = " ".join(
         [recipe.test_cmd, *get_test_directives(instance, recipe.directive_style)]
     )
-    lines = [f"cd {workdir}", *recipe.eval_commands]
+    activate = list(CONDA_ACTIVATE) if conda else []
+    lines = [*activate, f"cd {workdir}", *recipe.eval_commands]
     lines += [
         f"git config --global --add safe.directory {workdir}",
         f"cd {workdir}",
         "git status",
         "git show",
         f"git -c core.fileMode=false diff {instance.base_commit}",
+        *activate,
     ]
     if recipe.install:
         lines.append(recipe.install)
@@ -133,7 +148,18 @@ def eval_phases(
         f": '{END_TEST_OUTPUT}'",
         reset_tests,
     ]
-    return split_phases(lines, workdir)
+    return lines
+
+
+def image_eval_phases(instance: Instance, recipe: Recipe) -> EvalPhases:
+    """The official eval script as it runs inside the instance image (the Docker backend):
+    the row's own ``eval_script`` when it has one, else 4.1.0's, conda activation kept,
+    split where the test files are reset like the engine's (``split_phases``)."""
+    if instance.eval_script:
+        lines = parse_eval_script(instance.eval_script)
+    else:
+        lines = official_lines(instance, recipe, conda=True)
+    return split_phases(lines, "/testbed")
 
 
 def adapt_eval_script(script: str, workdir: str, test_wrapper: str | None = None) -> str:

@@ -3,7 +3,7 @@ implement them; composition roots (CLI, green agent, Lambda handlers) build and 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +120,28 @@ class PatchResult:
     # A2A participants: the task dialect, what chose it, and where the patch was found.
     conversation: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class RowEvaluator(Protocol):
+    """Evaluates one row's patch where its tests can run: the engine's own environments
+    (evaluation/evaluate.py) or an instance image on a Docker engine (containers/)."""
+
+    backend: str
+
+    async def evaluate(self, run_id: str, instance: Instance, patch: PatchResult) -> InstanceResult:
+        """A row for every outcome the participant answers for; ``EvaluationFailure``
+        for the ones it does not (the runner retries those, then stores an error row)."""
+        ...
+
+    def regrade(
+        self, run_id: str, instance: Instance, stored: InstanceResult, work: Path
+    ) -> InstanceResult:
+        """The row graded again from its saved log, running nothing."""
+        ...
+
+    def plan(self, instances: Sequence[Instance]) -> list[Instance]:
+        """The order to evaluate ``instances`` in (a backend may start work ahead)."""
+        ...
 
 
 class PatchSource(Protocol):

@@ -29,6 +29,8 @@ EVALUATOR_REASONS = frozenset(
         Reason.ENVIRONMENT_FAULT,
         Reason.PROTOCOL_UNAVAILABLE,
         Reason.PARTICIPANT_PROTOCOL,
+        Reason.IMAGE_UNAVAILABLE,
+        Reason.DISK_FULL,
     }
 )
 FIRST_ROWS = 3  # the first rows finished: all failed means the evaluator is broken here

@@ -7,8 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from swegreen.containers.container import Limits
+from swegreen.containers.daemon import answers, connect
+from swegreen.containers.images import GIB, Images
 from swegreen.core.config import EvalConfig
-from swegreen.core.ports import ArtifactStore, ProgressCallback
+from swegreen.core.errors import ConfigError
+from swegreen.core.ports import ArtifactStore, ProgressCallback, RowEvaluator
 from swegreen.core.recipes import RecipeBook, known_network_instances
 from swegreen.core.scrub import Scrubber
 from swegreen.environments.build_sources import OfflineSources
@@ -18,6 +22,7 @@ from swegreen.environments.dated_index import DEFAULT_UPSTREAM, DatedIndex, inde
 from swegreen.environments.interpreters import InterpreterSearch
 from swegreen.environments.manager import EnvManager
 from swegreen.evaluation.base_validation import BaseValidator
+from swegreen.evaluation.docker_backend import DockerEvaluator
 from swegreen.evaluation.evaluate import Evaluator
 from swegreen.evaluation.runner import Runner
 from swegreen.evaluation.settings import LocalSettings
@@ -33,16 +38,71 @@ from swegreen.stores.sqlite import SqliteStore
 @dataclass
 class Engine:
     runner: Runner
-    evaluator: Evaluator
-    testbeds: Testbeds
+    evaluator: RowEvaluator
+    testbeds: Testbeds | None  # None on the Docker backend: no environment is built here
     store: SqliteStore
     artifacts: ScrubbedArtifacts
-    isolation: Isolation
+    isolation: Isolation | None
     scrubber: Scrubber
 
     def close(self) -> None:
         self.store.close()
-        self.testbeds.close()
+        if self.testbeds is not None:
+            self.testbeds.close()
+        if isinstance(self.evaluator, DockerEvaluator):
+            self.evaluator.close()
+
+    def describe(self) -> dict[str, object]:
+        """Where participant code runs, for a run's provenance."""
+        if isinstance(self.evaluator, DockerEvaluator):
+            return {"backend": "docker", **self.evaluator.describe()}
+        assert self.isolation is not None
+        return {"backend": "engine", **self.isolation.describe()}
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self.isolation.notes) if self.isolation is not None else []
+
+
+def choose_backend(config: EvalConfig, host_env: Mapping[str, str]) -> str:
+    """``engine`` or ``docker``; ``auto`` asks the Docker engine. A ``docker`` backend
+    whose daemon does not answer is refused here, before any row."""
+    if config.backend == "engine":
+        return "engine"
+    why_not = answers(host_env)
+    if why_not is None:
+        return "docker"
+    if config.backend == "auto":
+        return "engine"
+    raise ConfigError(
+        f"backend = 'docker' but {why_not}; set DOCKER_HOST to the engine's socket (on "
+        "AgentBeats: mount framework.docker at /var/run/docker.sock) or use backend = 'engine'"
+    )
+
+
+def build_docker_evaluator(
+    config: EvalConfig,
+    host_env: Mapping[str, str],
+    artifacts: ScrubbedArtifacts,
+    recipes: RecipeBook | None = None,
+) -> DockerEvaluator:
+    client = connect(host_env)
+    return DockerEvaluator(
+        client=client,
+        images=Images(
+            client,
+            pull=config.docker_pull,
+            reserve_bytes=int(config.docker_disk_reserve_gb * GIB),
+        ),
+        recipes=recipes or builtin_recipes(),
+        artifacts=artifacts,
+        image_source=config.docker_images,
+        limits=Limits(memory_bytes=config.docker_memory_mb * 1024 * 1024, pids=config.docker_pids),
+        eval_timeout=config.eval_timeout,
+        network_instances=frozenset(config.network_instances),
+        max_patch_bytes=config.max_patch_bytes,
+        scrub=artifacts.scrub,
+    )
 
 
 def build_testbeds(
@@ -130,10 +190,18 @@ def build_engine(
 ) -> Engine:
     """``scrubber`` (by default built from ``host_env``) redacts the host's secrets from
     every artifact and error detail the engine stores."""
-    isolation = isolation or Isolation.probe(config.isolation)
     scrubber = Scrubber.from_env(host_env) if scrubber is None else scrubber
     artifacts = ScrubbedArtifacts(LocalArtifacts(settings.output_dir), scrubber)
     store = SqliteStore(settings.store_path)
-    evaluator = build_evaluator(settings, config, host_env, artifacts, recipes, isolation, scrubber)
+    evaluator: RowEvaluator
+    if choose_backend(config, host_env) == "docker":
+        evaluator = build_docker_evaluator(config, host_env, artifacts, recipes)
+        testbeds, isolation = None, None
+    else:
+        isolation = isolation or Isolation.probe(config.isolation)
+        evaluator = build_evaluator(
+            settings, config, host_env, artifacts, recipes, isolation, scrubber
+        )
+        testbeds = evaluator.testbeds
     runner = Runner(evaluator=evaluator, store=store, artifacts=artifacts, progress=progress)
-    return Engine(runner, evaluator, evaluator.testbeds, store, artifacts, isolation, scrubber)
+    return Engine(runner, evaluator, testbeds, store, artifacts, isolation, scrubber)

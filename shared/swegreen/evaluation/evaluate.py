@@ -12,7 +12,7 @@ import functools
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from swegreen.core.patches import (
     oversized_patch,
 )
 from swegreen.core.ports import ArtifactStore, PatchResult
-from swegreen.core.recipes import Recipe
+from swegreen.core.recipes import Recipe, RecipeBook
 from swegreen.core.results import InstanceResult, utcnow
 from swegreen.core.rows import RowBuilder
 from swegreen.core.scrub import NO_SCRUBBING, Scrub
@@ -46,21 +46,30 @@ from swegreen.stores import artifacts as art
 Key = Callable[[str], str]
 
 
-class Evaluator:
+class PatchEvaluator:
+    """What every evaluation backend shares: the patch refused before anything runs,
+    the log graded by the official grader, the row built the same way. A backend says
+    where the patch is applied and the eval script runs (``_run_patch``)."""
+
+    backend = ""
+
     def __init__(
         self,
         *,
-        testbeds: Testbeds,
+        recipes: RecipeBook,
         artifacts: ArtifactStore,
         base_validator: BaseValidator | None = None,
         max_patch_bytes: int = DEFAULT_MAX_PATCH_BYTES,
         scrub: Scrub = NO_SCRUBBING,
     ) -> None:
-        self.testbeds = testbeds
+        self.recipes = recipes
         self.artifacts = artifacts
         self.base_validator = base_validator
         self.max_patch_bytes = max_patch_bytes
         self.scrub = scrub  # host secrets out of failure details (artifacts scrub themselves)
+
+    def plan(self, instances: Sequence[Instance]) -> list[Instance]:
+        return list(instances)
 
     async def evaluate(self, run_id: str, instance: Instance, patch: PatchResult) -> InstanceResult:
         key: Key = functools.partial(art.instance_key, run_id, instance.instance_id)
@@ -103,74 +112,19 @@ class Evaluator:
 
         notes: list[str] = []
         try:
-            t_setup = time.monotonic()
-            async with self.testbeds.open(run_id, instance) as testbed:
-                notes = testbed.notes
-                row.durations.setup = time.monotonic() - t_setup
-                row.durations.env_build += testbed.env_build_seconds
-                row.environment = dict(testbed.provenance)
-                t_apply = time.monotonic()
-                try:
-                    check_against_tree(row.info, testbed.repo)
-                except PatchRejected as exc:
-                    return self._finish(
-                        key, row.unapplied(exc.reason, str(exc)), unapplied_report(instance, text)
-                    )
-                patch_file = testbed.workspace / art.PATCH
-                patch_file.write_text(text, encoding="utf-8", errors="surrogateescape")
-                applied = await apply_patch(
-                    testbed.repo, patch_file, self.testbeds.git_env(testbed)
-                )
-                row.durations.apply = time.monotonic() - t_apply
-                notes.append(applied.log)
-                if not applied.applied:
-                    detail = (
-                        "the patch does not apply to the base commit "
-                        "(git apply, --3way, --reject and patch --fuzz=5 all failed)"
-                    )
-                    return self._finish(
-                        key,
-                        row.unapplied(Reason.PATCH_DOES_NOT_APPLY, detail),
-                        unapplied_report(instance, text),
-                    )
-                row.apply_method = applied.method
-                try:
-                    check_applied(row.info, testbed.repo)
-                except PatchRejected as exc:
-                    return self._finish(
-                        key, row.unapplied(exc.reason, str(exc)), unapplied_report(instance, text)
-                    )
-                # Test files and test configuration are the benchmark's: what the patch
-                # changed of them is put back (tamper.py); so is what its code changes
-                # during the eval-time install (run_eval, between the two phases).
-                guard = self.testbeds.guard(testbed)
-                row.tampered_files += await guard.revert(row.info.paths)
-                if row.tampered_files:
-                    notes.append("put back before the tests: " + ", ".join(row.tampered_files))
-                row.isolation = self.testbeds.sandbox.isolation.mode
-                t_tests = time.monotonic()
-                run = await self.testbeds.run_eval(testbed, guard)
-                row.tampered_files += run.reverted
-                row.test_exit_code = run.exit_code
-                row.durations.tests = time.monotonic() - t_tests
-                row.test_command_seconds = run.test_seconds()
-                self.artifacts.write_text(key(art.EVAL_SCRIPT), run.script)
-                self.artifacts.write_text(
-                    key(art.TEST_OUTPUT), run.log_path.read_text(errors="replace")
-                )
-                if run.recorded is not None:
-                    self.artifacts.write_text(key(art.TEST_RECORD), run.recorded.text)
-                if run.timed_out:
-                    raise TestTimeout(f"the eval script ran past its {run.timeout:g} s time limit")
-                return self._grade(
-                    key, row, testbed.recipe, run.log_path, text, run.recorded, run.exit_code
-                )
+            return await self._run_patch(run_id, key, row, text, notes)
         except EvaluationFailure as exc:
             notes.append(f"FAILED: {exc}\n{exc.log_tail}")
             exc.args, exc.log_tail = (self.scrub(str(exc)),), self.scrub(exc.log_tail)
             raise
         finally:
             self.artifacts.write_text(key(art.INSTANCE_LOG), "\n".join(notes))
+
+    async def _run_patch(
+        self, run_id: str, key: Key, row: RowBuilder, text: str, notes: list[str]
+    ) -> InstanceResult:
+        """Apply ``text`` where this backend runs tests, run the eval script, grade."""
+        raise NotImplementedError
 
     def _too_large(self, key: Key, row: RowBuilder, oversized: OversizedPatch) -> InstanceResult:
         """Never applied, parsed or stored whole: the row keeps its size and hash."""
@@ -208,7 +162,7 @@ class Evaluator:
             fresh = self._grade(
                 key,
                 row,
-                self.testbeds.recipes.for_instance(instance),
+                self.recipes.for_instance(instance),
                 scratch,
                 patch,
                 Recorded.parse(record) if record is not None else None,
@@ -298,3 +252,94 @@ class Evaluator:
     def _finish(self, key: Key, result: InstanceResult, report: dict[str, Any]) -> InstanceResult:
         self.artifacts.write_text(key(art.REPORT), json.dumps(report, indent=4))
         return result
+
+
+class Evaluator(PatchEvaluator):
+    """The engine's backend: a private testbed of the instance's prepared workspace, its
+    own environment, the sandbox (testbeds.py)."""
+
+    backend = "engine"
+
+    def __init__(
+        self,
+        *,
+        testbeds: Testbeds,
+        artifacts: ArtifactStore,
+        base_validator: BaseValidator | None = None,
+        max_patch_bytes: int = DEFAULT_MAX_PATCH_BYTES,
+        scrub: Scrub = NO_SCRUBBING,
+    ) -> None:
+        super().__init__(
+            recipes=testbeds.recipes,
+            artifacts=artifacts,
+            base_validator=base_validator,
+            max_patch_bytes=max_patch_bytes,
+            scrub=scrub,
+        )
+        self.testbeds = testbeds
+
+    async def _run_patch(
+        self, run_id: str, key: Key, row: RowBuilder, text: str, notes: list[str]
+    ) -> InstanceResult:
+        instance = row.instance
+        t_setup = time.monotonic()
+        async with self.testbeds.open(run_id, instance) as testbed:
+            notes.extend(testbed.notes)
+            testbed.notes = notes
+            row.durations.setup = time.monotonic() - t_setup
+            row.durations.env_build += testbed.env_build_seconds
+            row.environment = dict(testbed.provenance)
+            t_apply = time.monotonic()
+            try:
+                check_against_tree(row.info, testbed.repo)
+            except PatchRejected as exc:
+                return self._finish(
+                    key, row.unapplied(exc.reason, str(exc)), unapplied_report(instance, text)
+                )
+            patch_file = testbed.workspace / art.PATCH
+            patch_file.write_text(text, encoding="utf-8", errors="surrogateescape")
+            applied = await apply_patch(testbed.repo, patch_file, self.testbeds.git_env(testbed))
+            row.durations.apply = time.monotonic() - t_apply
+            notes.append(applied.log)
+            if not applied.applied:
+                detail = (
+                    "the patch does not apply to the base commit "
+                    "(git apply, --3way, --reject and patch --fuzz=5 all failed)"
+                )
+                return self._finish(
+                    key,
+                    row.unapplied(Reason.PATCH_DOES_NOT_APPLY, detail),
+                    unapplied_report(instance, text),
+                )
+            row.apply_method = applied.method
+            try:
+                check_applied(row.info, testbed.repo)
+            except PatchRejected as exc:
+                return self._finish(
+                    key, row.unapplied(exc.reason, str(exc)), unapplied_report(instance, text)
+                )
+            # Test files and test configuration are the benchmark's: what the patch
+            # changed of them is put back (tamper.py); so is what its code changes
+            # during the eval-time install (run_eval, between the two phases).
+            guard = self.testbeds.guard(testbed)
+            row.tampered_files += await guard.revert(row.info.paths)
+            if row.tampered_files:
+                notes.append("put back before the tests: " + ", ".join(row.tampered_files))
+            row.isolation = self.testbeds.sandbox.isolation.mode
+            t_tests = time.monotonic()
+            run = await self.testbeds.run_eval(testbed, guard)
+            row.tampered_files += run.reverted
+            row.test_exit_code = run.exit_code
+            row.durations.tests = time.monotonic() - t_tests
+            row.test_command_seconds = run.test_seconds()
+            self.artifacts.write_text(key(art.EVAL_SCRIPT), run.script)
+            self.artifacts.write_text(
+                key(art.TEST_OUTPUT), run.log_path.read_text(errors="replace")
+            )
+            if run.recorded is not None:
+                self.artifacts.write_text(key(art.TEST_RECORD), run.recorded.text)
+            if run.timed_out:
+                raise TestTimeout(f"the eval script ran past its {run.timeout:g} s time limit")
+            return self._grade(
+                key, row, testbed.recipe, run.log_path, text, run.recorded, run.exit_code
+            )

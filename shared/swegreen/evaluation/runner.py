@@ -30,11 +30,11 @@ from swegreen.core.ports import (
     ProgressCallback,
     ProgressEvent,
     ResultStore,
+    RowEvaluator,
     RunRecord,
 )
 from swegreen.core.results import InstanceResult, utcnow
 from swegreen.core.rows import error_row
-from swegreen.evaluation.evaluate import Evaluator
 from swegreen.reports.html import render_html
 from swegreen.reports.publish import base_provenance, result_row, run_report
 from swegreen.stores import artifacts as art
@@ -54,7 +54,7 @@ class RunOutcome:
 
 @dataclass
 class Runner:
-    evaluator: Evaluator
+    evaluator: RowEvaluator
     store: ResultStore
     artifacts: ArtifactStore
     progress: ProgressCallback | None = None
@@ -112,6 +112,7 @@ class Runner:
             else:
                 pending.append(inst)
 
+        pending = self.evaluator.plan(pending)
         semaphore = asyncio.Semaphore(config.max_concurrent_rows)
 
         async def one(inst: Instance) -> None:
@@ -251,7 +252,7 @@ class Runner:
 
 
 async def evaluate_with_retries(
-    evaluator: Evaluator,
+    evaluator: RowEvaluator,
     run_id: str,
     inst: Instance,
     patch: PatchResult,

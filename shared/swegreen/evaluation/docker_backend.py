@@ -1,0 +1,292 @@
+"""The Docker backend: each row evaluated in a fresh container of its instance image,
+as the official harness does, with the engine's integrity steps that fit a container.
+
+Per row: the image (pulled once, its digest recorded), a container with no network
+(unless the row's tests need it), no capabilities, ``no-new-privileges``, a memory and
+pids limit; the patch copied in and applied with the official fallback chain; the test
+files and test configuration it changed put back; the eval script's install phase, the
+same put-back for what the install wrote, then its test phase; the log read from the
+exec's own output and graded by the official grader; the container removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import docker
+from docker.errors import APIError
+from swebench.harness.constants import CONTAINER_PATCH_FILE as DOCKER_PATCH
+from swebench.harness.run_evaluation import GIT_APPLY_CMDS
+
+from swegreen.containers.container import Limits, RowContainer
+from swegreen.containers.images import Images
+from swegreen.core.classify import Reason
+from swegreen.core.dataset import Instance
+from swegreen.core.errors import SandboxCrashed, TestTimeout
+from swegreen.core.eval_script import image_eval_phases, test_command_seconds
+from swegreen.core.grading import unapplied_report
+from swegreen.core.images import image_name, image_template
+from swegreen.core.ports import ArtifactStore
+from swegreen.core.recipes import Recipe, RecipeBook, tests_need_network
+from swegreen.core.results import InstanceResult
+from swegreen.core.rows import RowBuilder
+from swegreen.core.scrub import NO_SCRUBBING, Scrub
+from swegreen.evaluation.evaluate import Key, PatchEvaluator
+from swegreen.sandbox.tamper import SECTIONED, protected_reason, sections_changed
+from swegreen.stores import artifacts as art
+
+EVAL_SCRIPT = "/eval.sh"
+LABEL = "swegreen.row"
+SETUP_TIMEOUT = 300.0  # git and file checks before the tests
+BUILD_DIRS = frozenset({"build", ".tox", ".eggs"})  # tamper.BUILD_EXCLUDES, as path parts
+
+
+class DockerEvaluator(PatchEvaluator):
+    backend = "docker"
+
+    def __init__(
+        self,
+        *,
+        client: docker.DockerClient,
+        images: Images,
+        recipes: RecipeBook,
+        artifacts: ArtifactStore,
+        image_source: str = "official",
+        limits: Limits | None = None,
+        eval_timeout: float | None = None,
+        network_instances: frozenset[str] = frozenset(),
+        max_patch_bytes: int,
+        scrub: Scrub = NO_SCRUBBING,
+    ) -> None:
+        super().__init__(
+            recipes=recipes, artifacts=artifacts, max_patch_bytes=max_patch_bytes, scrub=scrub
+        )
+        self.client = client
+        self.images = images
+        self.image_source = image_source
+        self.limits = limits or Limits()
+        self.eval_timeout = eval_timeout
+        self.network_instances = network_instances
+
+    def image_for(self, instance: Instance) -> str:
+        return image_name(instance.instance_id, self.image_source)
+
+    def plan(self, instances: Sequence[Instance]) -> list[Instance]:
+        """Rows of one repository and version together (their images share the
+        environment layer), and their images pulled ahead, in that order."""
+        ordered = sorted(instances, key=lambda i: (i.repo, i.version, i.instance_id))
+        self.images.prefetch(self.image_for(i) for i in ordered)
+        return ordered
+
+    def describe(self) -> dict[str, object]:
+        try:
+            version = self.client.api.version().get("Version")
+        except APIError:
+            version = None
+        return {
+            "isolation": "docker",
+            "docker_engine": version,
+            "images": image_template(self.image_source),
+            "pull": self.images.pull_policy,
+            "container": {
+                "cap_drop": "ALL",
+                "no_new_privileges": True,
+                "memory_bytes": self.limits.memory_bytes,
+                "pids": self.limits.pids,
+                "network": "none unless the row's tests need it",
+            },
+        }
+
+    def close(self) -> None:
+        self.images.close()
+        self.client.close()
+
+    async def _run_patch(
+        self, run_id: str, key: Key, row: RowBuilder, text: str, notes: list[str]
+    ) -> InstanceResult:
+        instance = row.instance
+        recipe = self.recipes.for_instance(instance)
+        t_setup = time.monotonic()
+        image = await self.images.get(self.image_for(instance))
+        row.durations.env_build += image.pull_seconds
+        row.environment = {"backend": self.backend, **image.provenance()}
+        row.isolation = "docker"
+        notes.append(
+            f"image {image.name} ({image.digest or image.id})"
+            + (f", pulled in {image.pull_seconds:.1f}s" if image.pulled else ", already here")
+        )
+        network = tests_need_network(recipe, instance.instance_id, self.network_instances)
+        limits = Limits(
+            self.limits.memory_bytes, self.limits.pids, network, self.limits.network_mode
+        )
+        name = f"swegreen-{instance.instance_id.lower()}-{uuid.uuid4().hex[:8]}"
+        try:
+            box = await asyncio.to_thread(
+                RowContainer.create,
+                self.client,
+                image.id,
+                name,
+                limits,
+                {LABEL: f"{run_id}/{instance.instance_id}"},
+            )
+        except APIError as exc:
+            raise SandboxCrashed(
+                f"the container could not be made: {exc.explanation or exc}"
+            ) from None
+        try:
+            row.durations.setup = time.monotonic() - t_setup
+            return await self._in_container(key, row, recipe, box, text, notes)
+        finally:
+            await asyncio.to_thread(box.remove)
+
+    async def _in_container(
+        self,
+        key: Key,
+        row: RowBuilder,
+        recipe: Recipe,
+        box: RowContainer,
+        text: str,
+        notes: list[str],
+    ) -> InstanceResult:
+        instance = row.instance
+        assert row.info is not None
+        t_apply = time.monotonic()
+        await asyncio.to_thread(box.put_file, DOCKER_PATCH, text.encode("utf-8", "surrogateescape"))
+        method = await self._apply(box, notes)
+        row.durations.apply = time.monotonic() - t_apply
+        if method is None:
+            detail = (
+                "the patch does not apply to the base commit "
+                "(git apply, --3way, --reject and patch --fuzz=5 all failed)"
+            )
+            return self._finish(
+                key,
+                row.unapplied(Reason.PATCH_DOES_NOT_APPLY, detail),
+                unapplied_report(instance, text),
+            )
+        row.apply_method = method
+        base = instance.base_commit
+        runner = await self._runner_files(box, recipe)
+        row.tampered_files += await self._revert(box, base, row.info.paths, runner)
+        if row.tampered_files:
+            notes.append("put back before the tests: " + ", ".join(row.tampered_files))
+
+        phases = image_eval_phases(instance, recipe)
+        script = phases.script
+        self.artifacts.write_text(key(art.EVAL_SCRIPT), script)
+        timeout = self.eval_timeout or recipe.eval_timeout or 1800.0
+        deadline = time.monotonic() + timeout
+        t_tests = time.monotonic()
+        await asyncio.to_thread(box.put_file, "/eval_prepare.sh", phases.prepare.encode())
+        await asyncio.to_thread(box.put_file, EVAL_SCRIPT, phases.test.encode())
+        prepare = await asyncio.to_thread(box.exec, ["/bin/bash", "/eval_prepare.sh"], timeout)
+        log = prepare.output
+        test = None
+        if prepare.exit_code is not None:
+            changed = await self._changed(box)
+            reverted = await self._revert(box, base, changed, runner)
+            row.tampered_files += reverted
+            if reverted:
+                notes.append("put back after the install: " + ", ".join(reverted))
+            left = max(deadline - time.monotonic(), 1.0)
+            test = await asyncio.to_thread(box.exec, ["/bin/bash", EVAL_SCRIPT], left)
+            log += test.output
+        row.durations.tests = time.monotonic() - t_tests
+        row.test_exit_code = test.exit_code if test is not None else None
+        row.test_command_seconds = test_command_seconds(log) or 0.0
+        self.artifacts.write_text(key(art.TEST_OUTPUT), log)
+        if test is None or test.exit_code is None:
+            raise TestTimeout(f"the eval script ran past its {timeout:g} s time limit")
+        with tempfile.TemporaryDirectory(prefix="swegreen-log-") as tmp:
+            log_path = Path(tmp) / art.TEST_OUTPUT
+            log_path.write_text(log)
+            return self._grade(key, row, recipe, log_path, text, None, test.exit_code)
+
+    async def _apply(self, box: RowContainer, notes: list[str]) -> str | None:
+        """The official chain (run_evaluation.run_instance), in the container."""
+        for attempt, command in enumerate(GIT_APPLY_CMDS):
+            if attempt:
+                await asyncio.to_thread(box.shell, "git checkout -- . ; git clean -fd")
+            done = await asyncio.to_thread(
+                box.exec, [*shlex.split(command), DOCKER_PATCH], SETUP_TIMEOUT
+            )
+            notes.append(f"$ {command} patch.diff  -> exit {done.exit_code}\n{done.output}")
+            if done.ok:
+                return command
+        reverse = await asyncio.to_thread(
+            box.exec, ["git", "apply", "--check", "--reverse", DOCKER_PATCH], SETUP_TIMEOUT
+        )
+        notes.append(f"$ git apply --check --reverse -> exit {reverse.exit_code}")
+        if reverse.ok:
+            return "already applied"
+        await asyncio.to_thread(box.shell, "git checkout -- . ; git clean -fd")
+        return None
+
+    async def _runner_files(self, box: RowContainer, recipe: Recipe) -> frozenset[str]:
+        """Files of the repository the test command itself runs (sympy's ``bin/test``)."""
+        tokens = [
+            t.removeprefix("./")
+            for t in shlex.split(recipe.test_cmd)
+            if t and not t.startswith(("-", "/"))
+        ]
+        if not tokens:
+            return frozenset()
+        check = "; ".join(f"[ -f {shlex.quote(t)} ] && echo {shlex.quote(t)}" for t in tokens)
+        found = await asyncio.to_thread(box.shell, check + "; true", SETUP_TIMEOUT)
+        return frozenset(line for line in found.output.splitlines() if line in tokens)
+
+    async def _changed(self, box: RowContainer) -> list[str]:
+        """Paths that differ from HEAD (the base commit), untracked ones included."""
+        status = await asyncio.to_thread(
+            box.exec,
+            ["git", "status", "--porcelain", "-z", "--untracked-files=all", "--no-renames"],
+            SETUP_TIMEOUT,
+        )
+        if not status.ok:
+            raise SandboxCrashed(f"git status failed in the container: {status.output[-500:]}")
+        return [entry[3:] for entry in status.output.split("\0") if len(entry) > 3]
+
+    async def _revert(
+        self, box: RowContainer, base: str, paths: Sequence[str], runner: frozenset[str]
+    ) -> list[str]:
+        """Put every protected path of ``paths`` back to the base commit (tamper.py's rules)."""
+        reverted = []
+        for path in dict.fromkeys(paths):
+            if BUILD_DIRS.intersection(path.split("/")[:-1]) or ".egg-info/" in path:
+                continue  # an install's copies, which no test runs
+            if not await self._protected(box, base, path, runner):
+                continue
+            quoted = shlex.quote(path)
+            done = await asyncio.to_thread(
+                box.shell,
+                f"if git cat-file -e {base}:{quoted} 2>/dev/null; "
+                f"then git checkout {base} -- {quoted}; else rm -f -- {quoted}; fi",
+                SETUP_TIMEOUT,
+            )
+            if not done.ok:
+                raise SandboxCrashed(f"{path} could not be put back: {done.output[-500:]}")
+            reverted.append(path)
+        return reverted
+
+    async def _protected(
+        self, box: RowContainer, base: str, path: str, runner: frozenset[str]
+    ) -> bool:
+        if protected_reason(path, runner):
+            return True
+        name = path.rsplit("/", 1)[-1]
+        if name not in SECTIONED:
+            return False
+        quoted = shlex.quote(path)
+        before = await asyncio.to_thread(box.shell, f"git show {base}:{quoted}", SETUP_TIMEOUT)
+        after = await asyncio.to_thread(
+            box.shell, f"[ -f {quoted} ] && [ ! -L {quoted} ] && cat -- {quoted}", SETUP_TIMEOUT
+        )
+        return sections_changed(
+            name, before.output if before.ok else None, after.output if after.ok else None
+        )
