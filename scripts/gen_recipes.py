@@ -183,6 +183,9 @@ def translate(repo: str, version: str, spec: dict[str, Any], up: dict[str, Any])
         )
     if evals:
         out["eval_commands"] = evals
+    if evals != spec.get("eval_commands", []):
+        # The instance images run upstream's own (the Docker backend's eval script).
+        out["upstream_eval_commands"] = spec["eval_commands"]
     if spec.get("install"):
         out["install"] = spec["install"]
     out["test_cmd"] = spec["test_cmd"]

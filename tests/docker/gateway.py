@@ -95,8 +95,8 @@ class Gateway:
         try:
             while await self._one(reader, writer):
                 pass
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # a client gone, or the gateway stopping: the connection ends quietly
         finally:
             writer.close()
 

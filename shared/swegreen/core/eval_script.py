@@ -26,9 +26,9 @@ from swebench.harness.constants import (
     TEST_EXIT_CODE_VAR,
 )
 from swebench.harness.utils import parse_eval_script, record_test_exit_code
+from swebench.utils import get_modified_files
 
 from swegreen.core.dataset import Instance
-from swegreen.core.patches import inspect_patch
 from swegreen.core.recipes import Recipe
 
 HEREDOC = "EOF_114329324912"
@@ -39,8 +39,10 @@ _CONDA_LINES = re.compile(r"^\s*(source /opt/miniconda3/bin/activate|conda activ
 
 
 def modified_test_files(test_patch: str) -> list[str]:
-    """Files the test patch modifies (not creates): reset to the base commit around the run."""
-    return [f.old_path for f in inspect_patch(test_patch).files if f.old_path is not None]
+    """Files the test patch modifies (not creates): reset to the base commit around the run.
+    Upstream's own function: a file that git lists without a ---/+++ header (a mode change,
+    an empty new file) is not one of them there either."""
+    return get_modified_files(test_patch)
 
 
 def get_test_directives(instance: Instance, style: str) -> list[str]:
@@ -123,13 +125,18 @@ def official_lines(
     """The commands of swebench 4.1.0's ``make_eval_script_list_py``; ``conda`` keeps its
     activation lines (for the instance images, which have the ``testbed`` env)."""
     files = modified_test_files(instance.test_patch)
-    reset_tests = f"git checkout {instance.base_commit} {' '.join(files)}" if files else ":"
+    reset_tests = f"git checkout {instance.base_commit} {' '.join(files)}"
+    if not files and not conda:
+        reset_tests = ":"  # upstream's form checks out the commit itself: the image has it
     apply_test_patch = f"git apply -v - <<'{HEREDOC}'\n{instance.test_patch}\n{HEREDOC}"
     test_command = " ".join(
         [recipe.test_cmd, *get_test_directives(instance, recipe.directive_style)]
     )
     activate = list(CONDA_ACTIVATE) if conda else []
-    lines = [*activate, f"cd {workdir}", *recipe.eval_commands]
+    evals = recipe.eval_commands
+    if conda and recipe.upstream_eval_commands is not None:
+        evals = recipe.upstream_eval_commands
+    lines = [*activate, f"cd {workdir}", *evals]
     lines += [
         f"git config --global --add safe.directory {workdir}",
         f"cd {workdir}",

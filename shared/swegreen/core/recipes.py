@@ -80,6 +80,11 @@ class Recipe(BaseModel):
     install: str | None = Field(None, description="Installs the repository into the environment.")
     test_cmd: str
     eval_commands: tuple[str, ...] = Field((), description="Shell steps at the top of eval.sh.")
+    upstream_eval_commands: tuple[str, ...] | None = Field(
+        None,
+        description="Upstream's eval commands where the engine runs others (locale-gen needs "
+        "root): what the official instance images run (the Docker backend).",
+    )
     log_parser: str = "parse_log_pytest"
     eval_type: Literal["pass_and_fail", "fail_only"] = "pass_and_fail"
     directive_style: Literal["paths", "django"] = "paths"
@@ -117,7 +122,9 @@ class Recipe(BaseModel):
         )
 
     def digest(self) -> str:
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        # Upstream's eval commands are the instance images' (the engine runs none of them).
+        data = self.model_dump_json(exclude={"upstream_eval_commands"})
+        return hashlib.sha256(data.encode()).hexdigest()[:16]
 
 
 def _installs_project(install: str | None) -> bool:

@@ -1,0 +1,235 @@
+"""The Docker backend on a real Docker engine, through a stand-in of AgentBeats' Docker
+gateway: the sample's rows, in instance images laid out like the official ones, get the
+verdicts the engine's own backend gives, with no call the platform would refuse.
+
+Needs a Docker daemon (``../shared/tools/docker-here.sh`` sets one up as root) and the
+``debian:bookworm-slim`` image it makes; skipped with that message elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from docker.errors import APIError
+
+import docker
+from swegreen.containers.daemon import answers
+from swegreen.core.dataset import load_dataset
+from swegreen.core.ports import PatchResult
+from swegreen.evaluation.engine import Engine, build_engine
+from swegreen.evaluation.settings import LocalSettings
+from swegreen.sample import SampleBenchmark
+
+from .conftest import RunSample, sample_config
+from .docker.gateway import Gateway, running
+from .docker.sample_images import BASE, TEMPLATE, build_instances
+
+WHY_NOT = answers(os.environ)
+pytestmark = pytest.mark.skipif(
+    WHY_NOT is not None,
+    reason=f"{WHY_NOT}: run ../shared/tools/docker-here.sh as root to set up a daemon",
+)
+
+FORCE_PASS = """\
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().outcome = "passed"
+"""
+
+
+def new_file(path: str, text: str) -> str:
+    lines = text.splitlines()
+    body = "".join(f"+{line}\n" for line in lines)
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+        f"@@ -0,0 +1,{len(lines)} @@\n{body}"
+    )
+
+
+# Code the eval-time install runs (ledger's recipe installs the project): it writes a
+# test configuration that makes every test pass, after the patch's files were checked.
+INSTALL_TIME = new_file(
+    "setup.py",
+    "from pathlib import Path\n"
+    "from setuptools import setup\n"
+    f"Path('tests/conftest.py').write_text({FORCE_PASS!r})\n"
+    "setup()\n",
+)
+
+
+@pytest.fixture(scope="module")
+def images(sample: SampleBenchmark) -> dict[str, str]:
+    client = docker.from_env()
+    try:
+        return build_instances(
+            client, sample.repos_dir, load_dataset(str(sample.dataset)).instances
+        )
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def gateway(images: dict[str, str]) -> Iterator[Gateway]:
+    upstream = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    folder = tempfile.mkdtemp(prefix="swg-gw-", dir="/tmp")  # socket paths are short
+    try:
+        with running(upstream, f"{folder}/docker.sock") as gw:
+            yield gw
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def docker_engine(
+    settings: LocalSettings, sample: SampleBenchmark, gateway: Gateway, **config: Any
+) -> Engine:
+    cfg = sample_config(sample, backend="docker", docker_images=TEMPLATE, **config)
+    env = {**os.environ, "DOCKER_HOST": f"unix://{gateway.listen}"}
+    return build_engine(settings, cfg, env)
+
+
+def test_the_stand_in_refuses_what_the_platform_refuses(gateway: Gateway) -> None:
+    client = docker.DockerClient(base_url=f"unix://{gateway.listen}")
+    direct = docker.from_env()
+    try:
+        refused = [
+            lambda: client.images.list(),
+            lambda: client.api.remove_image(BASE),
+            lambda: client.api.prune_images(),
+            lambda: client.api.import_image_from_url("http://127.0.0.1:9/x.tar"),
+        ]
+        for call in refused:
+            with pytest.raises(APIError) as caught:
+                call()
+            assert caught.value.status_code == 403
+        # A container the gateway did not make is another caller's.
+        other = direct.api.create_container(BASE, command=["true"])["Id"]
+        try:
+            with pytest.raises(APIError) as caught:
+                client.api.start(other)
+            assert caught.value.status_code == 403
+            assert other not in {c.id for c in client.containers.list(all=True)}
+        finally:
+            direct.api.remove_container(other, force=True)
+    finally:
+        client.close()
+        direct.close()
+
+
+def test_the_sample_gets_the_engine_verdicts_through_the_gateway(
+    run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, gateway: Gateway
+) -> None:
+    before = len(gateway.refused)
+    engine = docker_engine(settings, sample, gateway)
+    try:
+        described = engine.describe()
+        outcome = run_sample(str(sample.crafted), run_id="docker-crafted", engine=engine)
+    finally:
+        engine.close()
+    assert described["backend"] == "docker" and described["docker_engine"]
+    assert described["container"]["cap_drop"] == "ALL"
+    got = {r.instance_id: (r.status.value, r.reason) for r in outcome.results}
+    want = {iid: (e["status"], e["reason"]) for iid, e in sample.expected.items()}
+    assert got == want
+    for row in outcome.results:
+        if row.reason in ("patch_does_not_apply", "test_timeout"):
+            continue  # never in a container / an error row, which keeps no provenance
+        assert row.isolation == "docker"
+        assert row.environment["backend"] == "docker"
+        assert str(row.environment["image_id"]).startswith("sha256:")
+        assert row.environment["image"] == TEMPLATE.format(
+            arch="x86_64", official_id=row.instance_id.replace("__", "_1776_")
+        )
+    assert gateway.refused[before:] == []  # every call the backend made is one the platform allows
+    client = docker.DockerClient(base_url=f"unix://{gateway.listen}")
+    try:
+        assert client.containers.list(all=True) == []  # every row's container removed
+    finally:
+        client.close()
+
+
+def test_what_the_patch_and_its_install_change_of_the_tests_is_put_back(
+    sample: SampleBenchmark, settings: LocalSettings, gateway: Gateway
+) -> None:
+    """A test configuration that passes every test: from the patch, and written by the
+    patch's code during the eval-time install. Both are put back; the fix is absent, so
+    the rows end no_op, not resolved."""
+    dataset = load_dataset(str(sample.dataset))
+    rows = {i.instance_id: i for i in dataset.instances}
+    engine = docker_engine(settings, sample, gateway)
+    try:
+        by_patch = asyncio.run(
+            engine.evaluator.evaluate(
+                "docker-tamper",
+                rows["sample__calculator-1"],
+                PatchResult(new_file("tests/conftest.py", FORCE_PASS), "tamper"),
+            )
+        )
+        by_install = asyncio.run(
+            engine.evaluator.evaluate(
+                "docker-tamper", rows["sample__ledger-1"], PatchResult(INSTALL_TIME, "tamper")
+            )
+        )
+    finally:
+        engine.close()
+    assert (by_patch.status.value, by_patch.reason) == ("no_op", "no_f2p_pass")
+    assert by_patch.tampered_files == ["tests/conftest.py"]
+    assert (by_install.status.value, by_install.reason) == ("no_op", "no_f2p_pass")
+    assert by_install.tampered_files == ["tests/conftest.py"]
+
+
+def test_an_image_that_cannot_be_had_is_an_error_row_that_says_why(
+    run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, gateway: Gateway
+) -> None:
+    one = {"instance_ids": ["sample__calculator-1"], "max_attempts": 1}
+    nowhere = "127.0.0.1:9/nope/{official_id}:latest"  # a pull, refused by the registry
+    engine = build_engine(
+        settings,
+        sample_config(sample, backend="docker", docker_images=nowhere, **one),
+        {**os.environ, "DOCKER_HOST": f"unix://{gateway.listen}"},
+    )
+    try:
+        missing = run_sample("gold", run_id="docker-missing", engine=engine, **one).results[0]
+    finally:
+        engine.close()
+    assert (missing.status.value, missing.reason) == ("error", "image_unavailable")
+    assert "127.0.0.1:9/nope" in missing.detail
+
+    engine = build_engine(
+        settings,
+        sample_config(
+            sample, backend="docker", docker_images=nowhere, docker_disk_reserve_gb=1e9, **one
+        ),
+        {**os.environ, "DOCKER_HOST": f"unix://{gateway.listen}"},
+    )
+    try:
+        full = run_sample("gold", run_id="docker-full", engine=engine, **one).results[0]
+    finally:
+        engine.close()
+    assert (full.status.value, full.reason) == ("error", "disk_full")
+    assert "GiB of disk is free" in full.detail
+
+
+def test_auto_falls_back_to_the_engine_where_no_daemon_answers(
+    sample: SampleBenchmark, settings: LocalSettings, tmp_path: Path
+) -> None:
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
+    engine = build_engine(settings, sample_config(sample, backend="auto"), env)
+    try:
+        assert engine.describe()["backend"] == "engine"
+    finally:
+        engine.close()
+    from swegreen.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="DOCKER_HOST"):
+        build_engine(settings, sample_config(sample, backend="docker"), env)
