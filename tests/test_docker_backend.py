@@ -93,7 +93,7 @@ def gateway(images: dict[str, str]) -> Iterator[Gateway]:
 def docker_engine(
     settings: LocalSettings, sample: SampleBenchmark, gateway: Gateway, **config: Any
 ) -> Engine:
-    cfg = sample_config(sample, backend="docker", docker_images=TEMPLATE, **config)
+    cfg = sample_config(sample, environments="docker", docker_images=TEMPLATE, **config)
     env = {**os.environ, "DOCKER_HOST": f"unix://{gateway.listen}"}
     return build_engine(settings, cfg, env)
 
@@ -195,7 +195,7 @@ def test_an_image_that_cannot_be_had_is_an_error_row_that_says_why(
     nowhere = "127.0.0.1:9/nope/{official_id}:latest"  # a pull, refused by the registry
     engine = build_engine(
         settings,
-        sample_config(sample, backend="docker", docker_images=nowhere, **one),
+        sample_config(sample, environments="docker", docker_images=nowhere, **one),
         {**os.environ, "DOCKER_HOST": f"unix://{gateway.listen}"},
     )
     try:
@@ -208,7 +208,7 @@ def test_an_image_that_cannot_be_had_is_an_error_row_that_says_why(
     engine = build_engine(
         settings,
         sample_config(
-            sample, backend="docker", docker_images=nowhere, docker_disk_reserve_gb=1e9, **one
+            sample, environments="docker", docker_images=nowhere, docker_disk_reserve_gb=1e9, **one
         ),
         {**os.environ, "DOCKER_HOST": f"unix://{gateway.listen}"},
     )
@@ -224,7 +224,7 @@ def test_auto_falls_back_to_the_engine_where_no_daemon_answers(
     sample: SampleBenchmark, settings: LocalSettings, tmp_path: Path
 ) -> None:
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
-    engine = build_engine(settings, sample_config(sample, backend="auto"), env)
+    engine = build_engine(settings, sample_config(sample, environments="auto"), env)
     try:
         assert engine.describe()["backend"] == "engine"
     finally:
@@ -232,4 +232,4 @@ def test_auto_falls_back_to_the_engine_where_no_daemon_answers(
     from swegreen.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="DOCKER_HOST"):
-        build_engine(settings, sample_config(sample, backend="docker"), env)
+        build_engine(settings, sample_config(sample, environments="docker"), env)

@@ -59,7 +59,7 @@ def parse_request(text: str, defaults: Mapping[str, Any]) -> tuple[AssessmentReq
     except ConfigError as exc:
         raise RequestError(str(exc)) from None
     server = build_config(("server defaults", defaults))
-    for key in ("isolation", "backend"):
+    for key in ("isolation", "environments"):
         # Who runs the green agent decides how participant code is sandboxed, not a request.
         if getattr(config, key) != getattr(server, key):
             raise RequestError(

@@ -115,7 +115,7 @@ class EvalConfig(BaseModel):
         "(an explicit opt-in to the weakest mode: process group, limits and a clean "
         "environment only). See docs/security.md.",
     )
-    backend: Literal["engine", "docker", "auto"] = Field(
+    environments: Literal["engine", "docker", "auto"] = Field(
         "engine",
         description="Where rows are evaluated: 'engine' (environments the engine builds "
         "itself, sandboxed by `isolation`), 'docker' (each row in a fresh container of its "

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from swegreen.core import agentswe
+from swegreen.core.images import image_name
 
 Dialect = Literal["universal", "standard", "json", "xml", "agentswe"]
 DIALECTS: tuple[Dialect, ...] = ("universal", "standard", "json", "xml", "agentswe")
@@ -41,7 +42,6 @@ AUTO = "auto"
 # SKILL_TAG_PREFIX + dialect, e.g. "task-dialect:xml" (docs/agentbeats.md).
 EXTENSION_URI = "urn:swegreen:task-dialect:v1"
 SKILL_TAG_PREFIX = "task-dialect:"
-IMAGE_PREFIX = "docker.io/swebench/sweb.eval.x86_64."
 
 REPLY = (
     "Reply with your change as a unified diff against the base commit, exactly as `git diff` "
@@ -91,8 +91,9 @@ class Rendered:
 
 
 def docker_image(instance_id: str) -> str:
-    """SWE-bench's evaluation image for an instance, as mini-swe-agent names it."""
-    return f"{IMAGE_PREFIX}{instance_id.replace('__', '_1776_').lower()}:latest"
+    """SWE-bench's evaluation image for an instance, as mini-swe-agent names it (x86_64,
+    with the registry written out: the images the participants' own tools pull)."""
+    return "docker.io/" + image_name(instance_id, "official", "x86_64")
 
 
 def universal(data: Mapping[str, Any]) -> dict[str, Any]:

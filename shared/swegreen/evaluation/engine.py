@@ -67,16 +67,16 @@ class Engine:
 def choose_backend(config: EvalConfig, host_env: Mapping[str, str]) -> str:
     """``engine`` or ``docker``; ``auto`` asks the Docker engine. A ``docker`` backend
     whose daemon does not answer is refused here, before any row."""
-    if config.backend == "engine":
+    if config.environments == "engine":
         return "engine"
     why_not = answers(host_env)
     if why_not is None:
         return "docker"
-    if config.backend == "auto":
+    if config.environments == "auto":
         return "engine"
     raise ConfigError(
-        f"backend = 'docker' but {why_not}; set DOCKER_HOST to the engine's socket (on "
-        "AgentBeats: mount framework.docker at /var/run/docker.sock) or use backend = 'engine'"
+        f"environments = 'docker' but {why_not}; set DOCKER_HOST to the engine's socket (on "
+        "AgentBeats: mount framework.docker at /var/run/docker.sock) or use environments = 'engine'"
     )
 
 
