@@ -233,3 +233,64 @@ def test_auto_falls_back_to_the_engine_where_no_daemon_answers(
 
     with pytest.raises(ConfigError, match="DOCKER_HOST"):
         build_engine(settings, sample_config(sample, environments="docker"), env)
+
+
+def test_a_workbench_is_a_container_of_its_own_with_the_history_cut(
+    sample: SampleBenchmark, settings: LocalSettings, gateway: Gateway
+) -> None:
+    from swegreen.evaluation.workbench import CAPTURE_CAP
+
+    inst = next(
+        i for i in load_dataset(str(sample.dataset)).instances
+        if i.instance_id == "sample__calculator-1"
+    )  # fmt: skip
+    engine = docker_engine(settings, sample, gateway)
+
+    async def scenario() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        workbenches = engine.workbenches()
+        assert workbenches.available
+        async with workbenches.open("workbench", inst) as bench:
+            run = bench.run
+            seen["python"] = bench.python_version
+            seen["history"] = (await run("git log --all --oneline | wc -l", 30)).output
+            seen["head"] = (await run("git rev-parse HEAD", 30)).output.strip()
+            await run("python -c 'import calculator'", 30)  # leaves __pycache__ behind
+            seen["clean"] = (await run("git status --short", 30)).output
+            edit = "sed -i 's/return sum/return 0 + sum/' calculator/stats.py && echo new > NEW.txt"
+            assert (await run(edit, 30)).exit_code == 0
+            seen["diff"] = (await run("git add -A && git diff --cached --stat", 30)).output
+            gone = await bench.run_discarded("echo lost > LOST.txt && ls LOST.txt", 30)
+            seen["discarded"] = (gone.output, (await run("ls LOST.txt", 30)).exit_code)
+            seen["net"] = (await run("ls /sys/class/net", 30)).output.split()
+            seen["daemon"] = (await run("sleep 6017 & echo started", 30)).output
+            alive = (
+                "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null"
+                " | grep -c '^sleep 6017 $'"
+            )
+            seen["after"] = (await run(alive, 30)).output
+            slow = await run("echo partial; sleep 30", 1)
+            seen["slow"] = (slow.exit_code, slow.output)
+            flood = await run("yes", 30)
+            seen["flood"] = len(flood.output)
+        return seen
+
+    try:
+        seen = asyncio.run(scenario())
+    finally:
+        engine.close()
+    assert seen["python"] == "3.11"  # Debian bookworm's, in the sample images
+    assert seen["history"].strip() == "1"  # the image's later commits are not there
+    assert seen["head"] == inst.base_commit
+    assert seen["clean"] == ""
+    assert "2 files changed" in seen["diff"]
+    assert seen["discarded"] == ("LOST.txt\n", 2)
+    assert seen["net"] == ["lo"]
+    assert "started" in seen["daemon"] and seen["after"].strip() == "0"  # it died
+    assert seen["slow"] == (None, "partial\n")
+    assert seen["flood"] == CAPTURE_CAP
+    client = docker.DockerClient(base_url=f"unix://{gateway.listen}")
+    try:
+        assert client.containers.list(all=True) == []  # the workbench's container removed
+    finally:
+        client.close()

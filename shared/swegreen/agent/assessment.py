@@ -29,7 +29,6 @@ from swegreen.core.ports import ProgressEvent
 from swegreen.core.scrub import Scrubber
 from swegreen.core.stop_rule import StopRule
 from swegreen.evaluation.engine import Engine, LocalSettings, build_engine
-from swegreen.evaluation.workbench import Workbenches
 from swegreen.sample import resolve_sample
 from swegreen.sandbox.isolation import Isolation
 from swegreen.stores import artifacts as art
@@ -172,16 +171,11 @@ class Assessment:
             isolation=self.settings.isolation,
             scrubber=self.settings.scrubber,
         )
-        workbenches = (
-            Workbenches(engine.testbeds)
-            if config.interactive and engine.testbeds is not None
-            else None
-        )
-        if config.interactive and engine.testbeds is None:
-            await self.notify("note: the interactive mode is not offered on the docker backend yet")
-        elif workbenches is not None and not workbenches.available:
+        workbenches = engine.workbenches() if config.interactive else None
+        if workbenches is not None and not workbenches.available:
             await self.notify(
-                "note: the interactive mode is not offered: its commands need isolation = bwrap"
+                "note: the interactive mode is not offered: its commands need isolation = "
+                "bwrap or landlock, or environments = docker"
             )
         participant = A2AParticipant(
             role,

@@ -23,11 +23,13 @@ from swegreen.environments.interpreters import InterpreterSearch
 from swegreen.environments.manager import EnvManager
 from swegreen.evaluation.base_validation import BaseValidator
 from swegreen.evaluation.docker_backend import DockerEvaluator
+from swegreen.evaluation.docker_workbench import DockerWorkbenches
 from swegreen.evaluation.evaluate import Evaluator
 from swegreen.evaluation.runner import Runner
 from swegreen.evaluation.settings import LocalSettings
 from swegreen.evaluation.testbed import TestbedOptions
 from swegreen.evaluation.testbeds import Testbeds
+from swegreen.evaluation.workbench import Workbenches
 from swegreen.repositories.repo_cache import RepoCache
 from swegreen.sandbox.isolation import Isolation
 from swegreen.sandbox.local import LocalSandbox
@@ -58,6 +60,14 @@ class Engine:
             return {"backend": "docker", **self.evaluator.describe()}
         assert self.isolation is not None
         return {"backend": "engine", **self.isolation.describe()}
+
+    def workbenches(self) -> Workbenches | DockerWorkbenches:
+        """Where interactive participants' commands run: a container of the row's image
+        on the Docker backend, else a copy of the prepared workspace in the sandbox."""
+        if isinstance(self.evaluator, DockerEvaluator):
+            return DockerWorkbenches(self.evaluator)
+        assert self.testbeds is not None
+        return Workbenches(self.testbeds)
 
     @property
     def notes(self) -> list[str]:
