@@ -26,6 +26,7 @@ interpreter the tests use (.venv-a2a03; made if missing).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -114,11 +115,15 @@ def amber_command(port: int, proxy: str | None) -> list[str]:
     return ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *entry]
 
 
-def start_green(image: str, port: int, proxy: str | None) -> dict[str, Any]:
+def start_green(
+    image: str, port: int, proxy: str | None, docker_socket: str | None = None
+) -> dict[str, Any]:
     subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
+    # framework.docker: Amber mounts its gateway's socket at /var/run/docker.sock
+    mount = ["-v", f"{docker_socket}:/var/run/docker.sock"] if docker_socket else []
     argv = [
         "docker", "run", "-d", "--name", CONTAINER, "--network", "host",
-        "--cap-drop", "ALL", "--security-opt", "no-new-privileges:true",
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges:true", *mount,
         "--entrypoint", "/usr/bin/env", image,
     ]  # fmt: skip
     command = amber_command(port, proxy)
@@ -220,6 +225,13 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=-1, help="sample rows (-1: all eight)")
     parser.add_argument("--gateway", type=Path, default=os.environ.get("AGENTBEATS_GATEWAY"))
     parser.add_argument("--keep", action="store_true", help="leave the container running")
+    parser.add_argument(
+        "--docker",
+        action="store_true",
+        help="hand the green a Docker engine as framework.docker does, behind a stand-in of "
+        "Amber's Docker gateway (tests/docker/gateway.py): rows are graded in the sample's "
+        "instance images (tests/docker/sample_images.py, built here)",
+    )
     args = parser.parse_args()
     if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         say("no Docker daemon answers: run ../shared/tools/docker-here.sh (as root) first")
@@ -237,10 +249,14 @@ def main() -> int:
     instances = load_dataset(str(sample.dataset)).instances
     gold = {i.instance_id: i.patch for i in instances}
     running: dict[str, tuple[str, Any]] = {}
+    stack = contextlib.ExitStack()
     try:
+        socket_path, gateway = None, None
+        if args.docker:
+            socket_path, gateway = docker_handed_in(stack, sample, instances)
         running = start_participants(work, gold)
         port = free_port()
-        started = start_green(args.image, port, None)
+        started = start_green(args.image, port, None, socket_path)
         report.update(started)
         say(f"green agent up as uid {started['uid']}, card in {started['card_seconds']} s")
         config = {
@@ -253,6 +269,10 @@ def main() -> int:
                 sample.root / "participant-repos" / "{instance_id}.git"
             ),
         }
+        if args.docker:
+            from tests.docker.sample_images import TEMPLATE
+
+            config["docker_images"] = TEMPLATE
         green = f"http://127.0.0.1:{port}/"
         rows = len(instances) if args.rows < 0 else args.rows
         failures, report["verdicts"], report["assessment_seconds"] = [], {}, {}
@@ -266,7 +286,18 @@ def main() -> int:
             report["driven_by"] = how
             failures += check(name, outcome, rows, report)
             say(f"{name}: {report['verdicts'][name]}")
+        if gateway is not None:
+            report["docker_calls_refused"] = sorted(set(gateway.refused))
+            report["docker_calls"] = len(gateway.allowed)
+            left = docker_lib().DockerClient(base_url=f"unix://{socket_path}")
+            report["containers_left"] = len(left.containers.list(all=True))
+            left.close()
+            if gateway.refused or report["containers_left"]:
+                failures.append(
+                    f"docker: refused {gateway.refused}, {report['containers_left']} left"
+                )
     finally:
+        stack.close()
         logs = subprocess.run(["docker", "logs", CONTAINER], capture_output=True, text=True)
         (work / "green.log").write_text(logs.stdout + logs.stderr)
         if not args.keep:
@@ -279,6 +310,32 @@ def main() -> int:
         say(f"FAILED: {line}")
     say(f"logs in {work}")
     return 1 if failures else 0
+
+
+def docker_lib() -> Any:
+    import docker
+
+    return docker
+
+
+def docker_handed_in(stack: contextlib.ExitStack, sample: Any, instances: Any) -> tuple[str, Any]:
+    """The sample's instance images built, and the gateway stand-in on a socket the
+    green's non-root user can open (as Amber's helper makes it)."""
+    from tests.docker.gateway import running as gateway_running
+    from tests.docker.sample_images import build_instances
+
+    t0 = time.monotonic()
+    client = docker_lib().from_env()
+    build_instances(client, sample.repos_dir, instances)
+    client.close()
+    say(f"sample images ready in {time.monotonic() - t0:.0f} s")
+    folder = tempfile.mkdtemp(prefix="swg-gw-", dir="/tmp")
+    os.chmod(folder, 0o755)
+    socket_path = f"{folder}/docker.sock"
+    gateway = stack.enter_context(gateway_running("unix:///var/run/docker.sock", socket_path))
+    os.chmod(socket_path, 0o666)
+    stack.callback(shutil.rmtree, folder, True)
+    return socket_path, gateway
 
 
 def check(name: str, outcome: dict[str, Any], rows: int, report: dict[str, Any]) -> list[str]:

@@ -107,6 +107,30 @@ def test_shards_partition_the_selection_whatever_the_file_order() -> None:
     assert [len(s) for s in shards] == [7, 7, 6]
 
 
+@pytest.mark.parametrize("num_shards", [1, 3, 7, 20, 31])
+def test_contiguous_shards_partition_the_selection_in_runs_of_ids(num_shards: int) -> None:
+    """The Docker backend's sharding: each shard a run of neighbouring ids (one repository
+    mostly), the union exactly the selection, sizes within one of each other."""
+    rows = [raw_row(i, repo=repo) for i in range(10) for repo in ("a/x", "b/y", "c/z")]
+    ds = dataset_of(list(reversed(rows)))
+    whole = [i.instance_id for i in select_instances(ds, Selection(max_rows=-1))]
+    shards = [
+        [
+            i.instance_id
+            for i in select_instances(
+                ds,
+                Selection(max_rows=-1, shard_index=k, num_shards=num_shards, shard_by="contiguous"),
+            )
+        ]
+        for k in range(num_shards)
+    ]
+    assert [i for shard in shards for i in shard] == whole  # in order, each row once
+    sizes = [len(s) for s in shards]
+    assert max(sizes) - min(sizes) <= 1
+    if num_shards == 3:
+        assert [{i.split("__")[0] for i in shard} for shard in shards] == [{"a"}, {"b"}, {"c"}]
+
+
 @pytest.mark.parametrize(
     "bad",
     [

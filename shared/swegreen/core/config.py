@@ -66,7 +66,9 @@ class EvalConfig(BaseModel):
         1,
         ge=1,
         le=1000,
-        description="Shards the selection is dealt to, round-robin by instance id.",
+        description="Shards the selection is dealt to: round-robin by instance id; in "
+        "contiguous runs of ids where rows are graded in Docker images (environments docker "
+        "or auto), so that a shard's images share their layers.",
     )
     eval_timeout: float | None = Field(
         None,
@@ -319,6 +321,7 @@ class EvalConfig(BaseModel):
             repos=self.repos,
             shard_index=self.shard_index,
             num_shards=self.num_shards,
+            shard_by="round_robin" if self.environments == "engine" else "contiguous",
         )
 
     def public(self) -> dict[str, Any]:

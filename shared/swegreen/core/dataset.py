@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
@@ -303,6 +303,10 @@ class Selection(BaseModel):
     repos: tuple[str, ...] = ()
     shard_index: int = 0
     num_shards: int = 1
+    # round_robin: every shard a mix of repositories (balanced time); contiguous: each
+    # shard a run of neighbouring ids, so its rows share repositories and versions, and
+    # their instance images share layers (the Docker backend: a runner keeps every image).
+    shard_by: Literal["round_robin", "contiguous"] = "round_robin"
 
     @model_validator(mode="after")
     def _check(self) -> Selection:
@@ -354,4 +358,8 @@ def select_instances(dataset: Dataset, selection: Selection) -> list[Instance]:
     rows.sort(key=lambda r: r.instance_id)
     if selection.max_rows >= 0:
         rows = rows[: selection.max_rows]
+    if selection.shard_by == "contiguous":
+        # shard k: rows [k*n/s, (k+1)*n/s): sizes differ by one at most, none left out
+        n, s, k = len(rows), selection.num_shards, selection.shard_index
+        return rows[k * n // s : (k + 1) * n // s]
     return rows[selection.shard_index :: selection.num_shards]
