@@ -1,8 +1,8 @@
 """Measure the Docker backend's own cost per row against the eval script's own time.
 
 The bundled sample, graded with gold and with empty patches in instance images built here
-like the official ones (tests/docker/sample_images.py), on the Docker engine directly and
-through the stand-in of AgentBeats' Docker gateway (tests/docker/gateway.py). Per row:
+like the official ones (tests/docker_support/sample_images.py), on the Docker engine directly and
+through the stand-in of AgentBeats' Docker gateway (tests/docker_support/gateway.py). Per row:
 
   * eval script: the exec of its two phases (install, then the tests);
   * overhead: everything else of the row (container made and removed, patch copied in
@@ -37,8 +37,8 @@ from swegreen.core.dataset import load_dataset  # noqa: E402
 from swegreen.core.sources import source_for  # noqa: E402
 from swegreen.evaluation.engine import LocalSettings, build_engine  # noqa: E402
 from swegreen.sample import build_sample  # noqa: E402
-from tests.docker.gateway import running  # noqa: E402
-from tests.docker.sample_images import TEMPLATE, build_instances  # noqa: E402
+from tests.docker_support.gateway import running  # noqa: E402
+from tests.docker_support.sample_images import TEMPLATE, build_instances  # noqa: E402
 
 
 def one_run(work: Path, sample_dir: Path, patches: str, host: str, run_id: str) -> list:

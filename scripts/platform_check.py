@@ -229,8 +229,8 @@ def main() -> int:
         "--docker",
         action="store_true",
         help="hand the green a Docker engine as framework.docker does, behind a stand-in of "
-        "Amber's Docker gateway (tests/docker/gateway.py): rows are graded in the sample's "
-        "instance images (tests/docker/sample_images.py, built here)",
+        "Amber's Docker gateway (tests/docker_support/gateway.py): rows are graded in the sample's "
+        "instance images (tests/docker_support/sample_images.py, built here)",
     )
     args = parser.parse_args()
     if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
@@ -270,7 +270,7 @@ def main() -> int:
             ),
         }
         if args.docker:
-            from tests.docker.sample_images import TEMPLATE
+            from tests.docker_support.sample_images import TEMPLATE
 
             config["docker_images"] = TEMPLATE
         green = f"http://127.0.0.1:{port}/"
@@ -321,8 +321,8 @@ def docker_lib() -> Any:
 def docker_handed_in(stack: contextlib.ExitStack, sample: Any, instances: Any) -> tuple[str, Any]:
     """The sample's instance images built, and the gateway stand-in on a socket the
     green's non-root user can open (as Amber's helper makes it)."""
-    from tests.docker.gateway import running as gateway_running
-    from tests.docker.sample_images import build_instances
+    from tests.docker_support.gateway import running as gateway_running
+    from tests.docker_support.sample_images import build_instances
 
     t0 = time.monotonic()
     client = docker_lib().from_env()

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 from docker.errors import APIError
 
-import docker
 from swegreen.containers.daemon import answers
 from swegreen.core.dataset import load_dataset
 from swegreen.core.ports import PatchResult
@@ -28,8 +28,8 @@ from swegreen.evaluation.settings import LocalSettings
 from swegreen.sample import SampleBenchmark
 
 from .conftest import RunSample, sample_config
-from .docker.gateway import Gateway, running
-from .docker.sample_images import BASE, TEMPLATE, build_instances
+from .docker_support.gateway import Gateway, running
+from .docker_support.sample_images import BASE, TEMPLATE, build_instances
 
 WHY_NOT = answers(os.environ)
 pytestmark = pytest.mark.skipif(

@@ -118,6 +118,8 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "env_files_at_base",
         "network_instances",
         "isolation",
+        "environments",
+        "docker_images",
     ]
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 

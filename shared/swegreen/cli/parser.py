@@ -67,6 +67,18 @@ def config_flags(p: argparse.ArgumentParser) -> None:
         "are allowed (a container without capabilities); or the weakest, process, an "
         "explicit opt-in (docs/security.md)",
     )
+    g.add_argument(
+        "--environments",
+        choices=["engine", "docker", "auto"],
+        help="where rows are evaluated: engine (environments built here, default), docker "
+        "(each row in a container of its instance image, on DOCKER_HOST's engine), or "
+        "auto (docker when a daemon answers)",
+    )
+    g.add_argument(
+        "--docker-images",
+        help="with docker: official (Docker Hub, default), epoch (ghcr.io) or a template "
+        "with {instance_id}, {official_id}, {arch}",
+    )
 
 
 def local_flags(p: argparse.ArgumentParser, evaluates: bool = True) -> None:

@@ -125,11 +125,7 @@ class Images:
                     permanent=True,
                 ) from None
             except APIError as exc:
-                raise ImageUnavailable(
-                    f"pulling {name} failed: {exc.explanation or exc} (a registry's rate "
-                    "limit, e.g. Docker Hub's 10 anonymous pulls an hour, ends like this: "
-                    "docker_images = 'epoch' pulls from ghcr.io instead)"
-                ) from None
+                raise ImageUnavailable(f"pulling {name} failed: {_why(exc)}") from None
             seconds = time.monotonic() - t0
         found = await asyncio.to_thread(self._inspect, name)
         if found is None:
@@ -168,3 +164,15 @@ def split_tag(name: str) -> tuple[str, str]:
     else:
         tag = "latest"
     return (f"{head}/{last}" if head else last), tag
+
+
+def _why(exc: APIError) -> str:
+    said = str(exc.explanation or exc)
+    if "toomanyrequests" in said or "rate limit" in said.lower():
+        return (
+            f"{said} (the registry's rate limit: Docker Hub allows 10 anonymous pulls an "
+            "hour per address; docker_images = 'epoch' pulls from ghcr.io instead)"
+        )
+    if "no such host" in said or "dial tcp" in said or "timeout" in said.lower():
+        return f"{said} (the Docker engine cannot reach the registry from this host)"
+    return said

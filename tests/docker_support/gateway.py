@@ -9,7 +9,7 @@ stop, wait, logs, archive, remove, ...); container listing filtered to its own.
 Refused (403, as the gateway answers): build, image list, load, import, remove, prune,
 another's containers, network connect/disconnect, everything else.
 
-Run it by hand: ``python -m tests.docker.gateway /tmp/gw.sock`` (upstream: the default
+Run it by hand: ``python -m tests.docker_support.gateway /tmp/gw.sock`` (upstream: the default
 socket), then ``DOCKER_HOST=unix:///tmp/gw.sock``.
 """
 

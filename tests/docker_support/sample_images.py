@@ -6,7 +6,7 @@ stand-in of conda's activation: a function, no conda), git and GNU patch.
 Built from ``debian:bookworm-slim`` (which ``../shared/tools/docker-here.sh`` makes) with
 Debian's python3 and the sample recipe's pins from PyPI, downloaded on the host: no image
 registry is needed. Rebuilt only when what they are made of changes (a label keeps its
-digest). ``python -m tests.docker.sample_images`` builds them all.
+digest). ``python -m tests.docker_support.sample_images`` builds them all.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+import docker
 from docker.errors import ImageNotFound
 
-import docker
 from swegreen.core.dataset import Instance
 from swegreen.core.images import image_name
 
