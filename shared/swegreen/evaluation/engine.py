@@ -5,7 +5,7 @@ with settings they parsed; nothing here reads the process environment by itself.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from swegreen.containers.container import Limits
 from swegreen.containers.daemon import answers, connect
@@ -46,6 +46,7 @@ class Engine:
     artifacts: ScrubbedArtifacts
     isolation: Isolation | None
     scrubber: Scrubber
+    remarks: list[str] = field(default_factory=list)  # what the user should know of this engine
 
     def close(self) -> None:
         self.store.close()
@@ -71,7 +72,7 @@ class Engine:
 
     @property
     def notes(self) -> list[str]:
-        return list(self.isolation.notes) if self.isolation is not None else []
+        return [*(self.isolation.notes if self.isolation is not None else []), *self.remarks]
 
 
 def choose_backend(config: EvalConfig, host_env: Mapping[str, str]) -> str:
@@ -204,9 +205,15 @@ def build_engine(
     artifacts = ScrubbedArtifacts(LocalArtifacts(settings.output_dir), scrubber)
     store = SqliteStore(settings.store_path)
     evaluator: RowEvaluator
+    remarks: list[str] = []
     if choose_backend(config, host_env) == "docker":
         evaluator = build_docker_evaluator(config, host_env, artifacts, recipes)
         testbeds, isolation = None, None
+        if config.base_validation:
+            remarks.append(
+                "base_validation runs on the engine's environments only: the Docker backend "
+                "grades in the official images, where the base run is upstream's own"
+            )
     else:
         isolation = isolation or Isolation.probe(config.isolation)
         evaluator = build_evaluator(
@@ -214,4 +221,4 @@ def build_engine(
         )
         testbeds = evaluator.testbeds
     runner = Runner(evaluator=evaluator, store=store, artifacts=artifacts, progress=progress)
-    return Engine(runner, evaluator, testbeds, store, artifacts, isolation, scrubber)
+    return Engine(runner, evaluator, testbeds, store, artifacts, isolation, scrubber, remarks)
