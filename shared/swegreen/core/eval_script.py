@@ -81,10 +81,13 @@ PHASE_BREAK = "# ---- the test phase runs in a sandbox of its own from here ----
 _KEEP_FOR_TESTS = re.compile(r"^\s*(export|source|\.|conda\s+activate)\s")
 
 
-def split_phases(lines: list[str], workdir: str) -> EvalPhases:
+def split_phases(lines: list[str], workdir: str, pin_path: str | None = None) -> EvalPhases:
     """Split an eval script's commands where the test files are reset (the last
     ``git checkout`` before the start marker, else the test patch's ``git apply``). The
-    test phase starts again from the working directory and the exports made before."""
+    test phase starts again from the working directory and the exports made before.
+    ``pin_path``: the test phase's own commands before the start marker (the reset and
+    the test patch's ``git apply``) find their tools there, not on the environment's
+    PATH, whose first directory the participant's install may have filled."""
     start = next((i for i, ln in enumerate(lines) if START_TEST_OUTPUT in ln), len(lines))
     cut = next(
         (i for i in range(start - 1, -1, -1) if lines[i].startswith("git checkout ")),
@@ -94,11 +97,27 @@ def split_phases(lines: list[str], workdir: str) -> EvalPhases:
         cut = next((i for i in range(start) if lines[i].startswith("git apply")), start)
     prelude = [f"cd {workdir}"] + [ln for ln in lines[:cut] if _KEEP_FOR_TESTS.match(ln)]
     test = record_test_exit_code([*prelude, *lines[cut:]])
+    if pin_path is not None:
+        test = _pinned(test, len(prelude), pin_path)
     if any(ln.startswith(f"{TEST_EXIT_CODE_VAR}=") for ln in test):
         # The phase's exit status is the test command's: the engine reads it from the
         # process, where nothing the tests print can reach it.
         test.append(f'exit "${TEST_EXIT_CODE_VAR}"')
     return EvalPhases(prepare=_script(lines[:cut]), test=_script(test))
+
+
+def _pinned(lines: list[str], start: int, pin_path: str) -> list[str]:
+    """``lines`` from ``start`` on with ``PATH`` pinned, but between the markers (the test
+    command, the record of its exit code)."""
+    pin = f"PATH={shlex.quote(pin_path)}"
+    out = [*lines[:start], f'SWEGREEN_PATH="$PATH"; {pin}']
+    for line in lines[start:]:
+        if line.startswith(":") and START_TEST_OUTPUT in line:
+            out.append('PATH="$SWEGREEN_PATH"')
+        out.append(line)
+        if line.startswith(":") and END_TEST_OUTPUT in line:
+            out.append(pin)
+    return out
 
 
 def make_eval_script(
@@ -108,11 +127,16 @@ def make_eval_script(
 
 
 def eval_phases(
-    instance: Instance, recipe: Recipe, workdir: str, test_wrapper: str | None = None
+    instance: Instance,
+    recipe: Recipe,
+    workdir: str,
+    test_wrapper: str | None = None,
+    pin_path: str | None = None,
 ) -> EvalPhases:
     if instance.eval_script:
-        return adapt_eval_phases(instance.eval_script, workdir, test_wrapper)
-    return split_phases(official_lines(instance, recipe, workdir, test_wrapper), workdir)
+        return adapt_eval_phases(instance.eval_script, workdir, test_wrapper, pin_path)
+    lines = official_lines(instance, recipe, workdir, test_wrapper)
+    return split_phases(lines, workdir, pin_path)
 
 
 def official_lines(
@@ -173,7 +197,9 @@ def adapt_eval_script(script: str, workdir: str, test_wrapper: str | None = None
     return adapt_eval_phases(script, workdir, test_wrapper).script
 
 
-def adapt_eval_phases(script: str, workdir: str, test_wrapper: str | None = None) -> EvalPhases:
+def adapt_eval_phases(
+    script: str, workdir: str, test_wrapper: str | None = None, pin_path: str | None = None
+) -> EvalPhases:
     """An official eval script, made to run outside its image."""
     lines = [ln for ln in parse_eval_script(script) if not _CONDA_LINES.match(ln)]
     lines = [ln.replace("/testbed", workdir) for ln in lines]
@@ -181,7 +207,7 @@ def adapt_eval_phases(script: str, workdir: str, test_wrapper: str | None = None
         if START_TEST_OUTPUT in line and i + 1 < len(lines):
             lines[i + 1] = sandboxed(lines[i + 1], test_wrapper)
             break
-    return split_phases(lines, workdir)
+    return split_phases(lines, workdir, pin_path)
 
 
 def _script(lines: list[str]) -> str:

@@ -38,6 +38,7 @@ from swegreen.sandbox.recorder import (
     python_path,
 )
 from swegreen.sandbox.tamper import Guard, runner_files
+from swegreen.sandbox.tools import SYSTEM_PATH
 from swegreen.stores import artifacts as art
 
 # What the install step may have left in the sandbox's HOME that the test phase would run:
@@ -111,7 +112,9 @@ class EvalRuns(TestbedsBase):
         policy = self.policy_for(testbed)
         services = await self._services(recipe, policy)
         wrapper = self.sandbox.test_wrapper(policy, services, await self._readonly(testbed))
-        phases = eval_phases(testbed.instance, recipe, str(testbed.repo), wrapper)
+        phases = eval_phases(
+            testbed.instance, recipe, str(testbed.repo), wrapper, pin_path=SYSTEM_PATH
+        )
         host = testbed.host_dir
         log_path = host / art.TEST_OUTPUT
         log_path.unlink(missing_ok=True)

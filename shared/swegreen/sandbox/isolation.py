@@ -23,6 +23,7 @@ from swegreen.sandbox.limits import (
     CGROUP_ROOT,
     _find_cgroup,
 )
+from swegreen.sandbox.tools import SYSTEM_PATH, tool
 
 IsolationMode = Literal["bwrap", "landlock", "process"]
 PR_SET_DUMPABLE = 4  # linux/prctl.h
@@ -177,9 +178,9 @@ class Isolation:
             notes.append("the engine is not dumpable: its environment and memory are root's")
         drop = _drop_to(uid)
         netns = None
-        for cmd in (("unshare", "--net"), ("unshare", "--net", "--map-current-user")):
-            if shutil.which(cmd[0]) is None:
-                break
+        unshare = shutil.which("unshare", path=SYSTEM_PATH)  # never one on a sandbox's PATH
+        candidates = [(unshare, "--net"), (unshare, "--net", "--map-current-user")]
+        for cmd in candidates if unshare is not None else []:
             ok = subprocess.run([*drop, *cmd, "true"], capture_output=True, timeout=30, check=False)
             if ok.returncode == 0:
                 netns = cmd
@@ -277,7 +278,7 @@ class Isolation:
         argv: list[str] = []
         if self.seccomp is not None:
             # bubblewrap reads the filter from an fd: opened afresh for every sandbox
-            argv += ["sh", "-c", f'exec "$@" {SECCOMP_FD}<"$0"', str(self.seccomp)]
+            argv += [tool("sh"), "-c", f'exec "$@" {SECCOMP_FD}<"$0"', str(self.seccomp)]
         argv += _drop_to(self.sandbox_uid)
         argv += [
             self.bwrap,
@@ -375,7 +376,7 @@ def _drop_to(uid: int | None) -> list[str]:
     """The prefix that runs a command as ``uid`` (its own group, no others), or nothing."""
     if uid is None:
         return []
-    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+    return [tool("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
 
 
 def _seccomp_file() -> Path:

@@ -32,7 +32,6 @@ import contextlib
 import os
 import resource
 import shlex
-import shutil
 import signal
 import stat
 from collections.abc import Mapping
@@ -56,6 +55,7 @@ from swegreen.sandbox.limits import (
     _oom_kills,
     _remove_cgroup,
 )
+from swegreen.sandbox.tools import tool
 
 OUTER_GRACE = 30  # seconds the outer `timeout` waits beyond the engine's own limit
 
@@ -65,25 +65,31 @@ OUTER_GRACE = 30  # seconds the outer `timeout` waits beyond the engine's own li
 # hosts on the internet do (a connect times out; tests of connect timeouts need exactly
 # that) instead of failing at once with "network unreachable". Resolvers are made
 # unreachable so DNS fails fast. Each step may fail on a host without veth: lo still works.
-NETNS_INIT = (
-    "ip link set lo up 2>/dev/null;"
-    " ip link add swg0 type veth peer name swg1 2>/dev/null"
-    " && ip link set swg0 up && ip link set swg1 up"
-    " && ip addr add 192.0.2.1/24 dev swg0"
-    " && ip neigh add 192.0.2.2 lladdr 02:00:00:00:00:02 dev swg0 nud permanent"
-    " && ip route add default via 192.0.2.2 dev swg0"
-    " && for ns in $(awk '$1 == \"nameserver\" {print $2}' /etc/resolv.conf 2>/dev/null);"
-    " do ip route add unreachable $ns 2>/dev/null; done;"
-    " true"
-)
+def netns_init() -> str:
+    """Shell that shapes the test's network namespace; its tools by absolute path (it runs
+    with CAP_NET_ADMIN, before the drop: tools.py)."""
+    ip, awk = tool("ip"), tool("awk")
+    return (
+        f"{ip} link set lo up 2>/dev/null;"
+        f" {ip} link add swg0 type veth peer name swg1 2>/dev/null"
+        f" && {ip} link set swg0 up && {ip} link set swg1 up"
+        f" && {ip} addr add 192.0.2.1/24 dev swg0"
+        f" && {ip} neigh add 192.0.2.2 lladdr 02:00:00:00:00:02 dev swg0 nud permanent"
+        f" && {ip} route add default via 192.0.2.2 dev swg0"
+        f" && for ns in $({awk} '$1 == \"nameserver\" {{print $2}}' /etc/resolv.conf 2>/dev/null);"
+        f" do {ip} route add unreachable $ns 2>/dev/null; done;"
+        " true"
+    )
 
 
 def cpu_quota_view(cpus: float) -> str:
     """``process`` mode: shell that makes /sys/fs/cgroup show a CFS quota of ``cpus``, as
     Docker's --cpus does. Runs inside a private mount namespace, so nothing outside sees it."""
     quota = int(cpus * 100000)
+    mount, mkdir = tool("mount"), tool("mkdir")
     return (
-        "mount -t tmpfs swegreen-cgroup /sys/fs/cgroup 2>/dev/null && mkdir -p /sys/fs/cgroup/cpu"
+        f"{mount} -t tmpfs swegreen-cgroup /sys/fs/cgroup 2>/dev/null"
+        f" && {mkdir} -p /sys/fs/cgroup/cpu"
         f" && echo {quota} > /sys/fs/cgroup/cpu/cpu.cfs_quota_us"
         " && echo 100000 > /sys/fs/cgroup/cpu/cpu.cfs_period_us"
         " && echo 1024 > /sys/fs/cgroup/cpu/cpu.shares; true"
@@ -108,7 +114,7 @@ class LocalSandbox:
         self.isolation = isolation
         # Landlock's TCP layer, made once (64,512 port rules) and lent to every launch
         self._tcp_fd = confine.tcp_ruleset() if self.confined else None
-        self._bash = shutil.which("bash", path="/usr/bin:/bin") or "/bin/bash"
+        self._bash = tool("bash")
         self._seccomp = seccomp.keyring_filter().hex() if seccomp.supported() else None
 
     @property
@@ -177,12 +183,13 @@ class LocalSandbox:
         Otherwise the network is cut here, where the host allows it."""
         isolate = self.isolates(policy)
         if self.bwrap:
-            steps = [NETNS_INIT] if isolate else []
+            steps = [netns_init()] if isolate else []
             if readonly:
                 files = " ".join(shlex.quote(f) for f in readonly)
+                mount = tool("mount")
                 steps.append(
                     f'for f in {files}; do [ -f "$f" ] && [ ! -L "$f" ]'
-                    ' && mount --bind "$f" "$f" && mount -o remount,bind,ro "$f"; done; true'
+                    f' && {mount} --bind "$f" "$f" && {mount} -o remount,bind,ro "$f"; done; true'
                 )
             steps += [s.rstrip(";") for s in services]
             if not steps:
@@ -190,18 +197,20 @@ class LocalSandbox:
             dropped = ",".join(
                 (["-net_admin"] if isolate else []) + (["-sys_admin"] if readonly else [])
             )
-            drop = f"setpriv --bounding-set={dropped} --inh-caps={dropped} -- " if dropped else ""
-            init = shlex.quote("; ".join(steps) + f'; exec {drop}"$0" "$@"')
-            return f"bash -c {init}"
+            setpriv = tool("setpriv")
+            drop = f"{setpriv} --bounding-set={dropped} --inh-caps={dropped} -- " if dropped else ""
+            # "$0" is the word before -c (`bash`): the system's bash runs instead
+            init = shlex.quote("; ".join(steps) + f'; exec {drop}{self._bash} "$@"')
+            return f"{self._bash} -c {init}"
         cpu_view = self.shows_cpu_quota(policy)
         if not isolate and not cpu_view and not services:
             return None
-        steps = [NETNS_INIT] if isolate else []
+        steps = [netns_init()] if isolate else []
         if cpu_view:
             assert policy.cpus is not None
             steps.append(cpu_quota_view(policy.cpus))
         steps += [s.rstrip(";") for s in services]
-        init = shlex.quote("; ".join(steps) + '; exec "$0" "$@"')
+        init = shlex.quote("; ".join(steps) + f'; exec {self._bash} "$@"')
         prefix = ""
         if (isolate or cpu_view) and self.isolation.netns_cmd is not None:
             unshare, *flags = self.isolation.netns_cmd
@@ -209,7 +218,7 @@ class LocalSandbox:
                 ["--mount"] if cpu_view else []
             )
             prefix = " ".join([unshare, *flags, "--"]) + " "
-        return f"{prefix}bash -c {init}"
+        return f"{prefix}{self._bash} -c {init}"
 
     def cpu_view(self, policy: SandboxPolicy, host_dir: Path) -> tuple[tuple[Path, str], ...]:
         """Under bubblewrap: files that make /sys/fs/cgroup show the recipe's CPU quota, as
@@ -285,7 +294,8 @@ class LocalSandbox:
             rlimits[resource.RLIMIT_NPROC] = (policy.max_processes, policy.max_processes)
         pass_fds: tuple[int, ...] = ()
         outer = int(timeout) + OUTER_GRACE
-        argv = ["timeout", "--signal=TERM", "--kill-after=5", str(outer)]
+        # every tool by absolute path: the run's env has the environment's bin first on PATH
+        argv = [tool("timeout"), "--signal=TERM", "--kill-after=5", str(outer)]
         mounts = mounts or Mounts()
         if self.bwrap:
             net = policy.network if network is None else network
@@ -297,7 +307,7 @@ class LocalSandbox:
             argv += self.isolation._bwrap_prefix(
                 inside, cwd, network=net, caps=caps, shm_mb=policy.shm_mb
             )
-            argv += ["bash", SCRIPT_INSIDE]
+            argv += [self._bash, SCRIPT_INSIDE]
         else:
             script.chmod(0o644)  # the sandbox's uid reads it
             argv += _drop_to(self.isolation.sandbox_uid)
@@ -308,11 +318,11 @@ class LocalSandbox:
                 spec, pass_fds = self.confinement(mounts, script, network=net)
                 argv += [*confine_argv(spec), self._bash, str(script)]
             else:
-                argv += ["bash", str(script)]
+                argv += [self._bash, str(script)]
         if cgroups:
             # Join the cgroups before exec'ing: every descendant is then counted.
             joins = " && ".join(f'echo $$ > "{c / "cgroup.procs"}"' for c in cgroups)
-            argv = ["sh", "-c", f'{joins} && exec "$@"', "sh", *argv]
+            argv = [tool("sh"), "-c", f'{joins} && exec "$@"', "sh", *argv]
         watched = [*mounts.writable, *([mounts.tmp] if mounts.tmp else [])]
         watchdog = DiskWatch(watched, policy.disk_mb) if policy.disk_mb and watched else None
         try:

@@ -1,0 +1,30 @@
+"""The system tools the engine starts around participant code, by absolute path.
+
+A sandbox's environment puts the row's environment ``bin`` first on ``PATH``, and that
+directory is the participant's to fill (a console script its patch declares, a file one
+workbench command writes). Any tool the engine, or the privileged wrapper of the test
+command, found through that ``PATH`` would run the participant's file outside the sandbox
+or before the privilege drop. So every such tool is looked up once in the system's own
+directories, which no sandbox can write, and called by that path.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+
+from swegreen.core.errors import SandboxUnavailable
+
+SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@functools.cache
+def tool(name: str) -> str:
+    """The absolute path of ``name`` in the system's directories."""
+    found = shutil.which(name, path=SYSTEM_PATH)
+    if found is None:
+        raise SandboxUnavailable(
+            f"{name} is not in {SYSTEM_PATH}: the sandbox calls it there (never through a "
+            "PATH a participant can write); install it (scripts/install-system-deps.sh)"
+        )
+    return found

@@ -1,0 +1,81 @@
+"""Integrity, round three: the tools around participant code are the system's.
+
+The row's environment ``bin`` is first on the sandbox's PATH, and the patch's eval-time
+install fills it (console scripts and scripts its packaging declares are in the installed
+RECORD, so the environment guard keeps them). Every tool the engine starts around the
+tests (the outer ``timeout``, ``sh``, ``setpriv``), the privileged wrapper of the test
+command (``ip``, ``mount``, ``awk``, ``setpriv``, ``bash``) and the test phase's own
+commands (the test patch's ``git``) must be the system's: a planted one that runs says so
+in the log, with its uid and capabilities, and then runs the real tool.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from swegreen.core.dataset import load_dataset
+from swegreen.evaluation.settings import LocalSettings
+from swegreen.sample import SampleBenchmark
+from swegreen.stores import artifacts as art
+from tests.conftest import RunSample
+from tests.test_integrity import crafted_patch, write
+
+INSTANCE = "sample__ledger-1"  # its recipe installs the project at evaluation time
+TOOLS = ("timeout", "sh", "bash", "setpriv", "ip", "mount", "awk", "git", "unshare", "mkdir")
+MARK = "SWEGREEN-PLANTED"
+PLANTED = f'''
+import os, shutil, sys
+
+
+def main():
+    name = os.path.basename(sys.argv[0])
+    with open("/proc/self/status") as fh:
+        caps = next(line.split()[1] for line in fh if line.startswith("CapEff"))
+    sys.stderr.write(f"{MARK} {{name}} uid={{os.getuid()}} caps={{caps}}\\n")
+    sys.stderr.flush()
+    real = shutil.which(name, path="/usr/sbin:/usr/bin:/sbin:/bin")
+    os.execv(real, [real, *sys.argv[1:]])
+'''
+SHELL_PLANT = f"""#!/bin/sh
+echo "{MARK} $(basename "$0") uid=$(id -u) caps=$(grep CapEff /proc/self/status)" >&2
+PATH=/usr/sbin:/usr/bin:/sbin:/bin exec "$(basename "$0")" "$@"
+"""
+
+
+def console_scripts(repo: Path) -> None:
+    """Entry points in pyproject.toml: pip writes a launcher per tool into bin/."""
+    write(repo / "ledger" / "planted.py", PLANTED)
+    entries = "".join(f'{t} = "ledger.planted:main"\n' for t in TOOLS)
+    write(repo / "pyproject.toml", "\n[project.scripts]\n" + entries, True)
+
+
+def data_scripts(repo: Path) -> None:
+    """Shell scripts as setup.py's ``scripts``: copied into bin/ as they are."""
+    for tool in TOOLS:
+        write(repo / "bin" / tool, SHELL_PLANT)
+        (repo / "bin" / tool).chmod(0o755)
+    names = ", ".join(repr(f"bin/{t}") for t in TOOLS)
+    write(repo / "setup.py", f"from setuptools import setup\nsetup(scripts=[{names}])\n")
+
+
+@pytest.mark.parametrize("plant", [console_scripts, data_scripts])
+def test_tools_named_like_the_engine_s_never_run_in_their_place(
+    plant, run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, tmp_path: Path
+) -> None:
+    inst = next(i for i in load_dataset(str(sample.dataset)).instances if i.instance_id == INSTANCE)
+    repo = sample.repos_dir / inst.repo.replace("/", "__")
+    patch = crafted_patch(repo, inst.base_commit, tmp_path / "work", plant)
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text(
+        json.dumps({"instance_id": INSTANCE, "model_name_or_path": "x", "model_patch": patch})
+    )
+    run_id = f"tools-{plant.__name__.replace('_', '-')}"
+    [row] = run_sample(str(predictions), run_id=run_id, instance_ids=[INSTANCE]).results
+    log = (settings.output_dir / art.instance_key(run_id, INSTANCE, art.TEST_OUTPUT)).read_text()
+    assert "Successfully installed ledger" in log  # the install ran: the plants were made
+    planted = [line for line in log.splitlines() if line.startswith(MARK)]
+    assert planted == []
+    assert (row.status.value, row.reason) == ("no_op", "no_f2p_pass")  # graded as its code
