@@ -139,3 +139,19 @@ def test_the_script_really_runs_and_records_the_exit_code(tmp_path: Path) -> Non
     assert "new_test.py" in log  # the test patch was applied before the tests ran
     assert ">>>>> Test Exit Code: 3" in log
     assert json.loads((repo / "tests" / "data.json").read_text()) == {}  # reset afterwards
+
+
+def test_the_test_phase_finds_its_own_tools_on_the_pinned_path_only() -> None:
+    """Everything of the test phase but the test command runs with PATH pinned to the
+    system's: the reset and the test patch's `git` cannot be the environment's."""
+    test = eval_phases(instance(), RECIPE, "/w", "WRAP", pin_path="/usr/bin:/bin").test
+    lines = test.splitlines()
+    pin = lines.index('SWEGREEN_PATH="$PATH"; PATH=/usr/bin:/bin')
+    restore = lines.index('PATH="$SWEGREEN_PATH"')
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f": '{START_TEST_OUTPUT}"))
+    end = next(i for i, ln in enumerate(lines) if ln.startswith(": '>>>>> End Test Output"))
+    repin = lines.index("PATH=/usr/bin:/bin")
+    gits = [i for i, ln in enumerate(lines) if ln.startswith("git ")]
+    assert pin < min(gits) and restore < start < end < repin < max(gits)
+    assert all(not (restore < i < repin) for i in gits)  # no git outside the pin
+    assert "PATH" not in eval_phases(instance(), RECIPE, "/w", "WRAP").test  # not asked
