@@ -26,11 +26,9 @@ from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 
 from swegreen.containers.container import Limits, RowContainer
 from swegreen.containers.images import Images
-from swegreen.core.classify import Reason
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import SandboxCrashed, TestTimeout
 from swegreen.core.eval_script import image_eval_phases, test_command_seconds
-from swegreen.core.grading import unapplied_report
 from swegreen.core.images import image_name, image_template
 from swegreen.core.ports import ArtifactStore
 from swegreen.core.recipes import Recipe, RecipeBook, tests_need_network
@@ -122,28 +120,32 @@ class DockerEvaluator(PatchEvaluator):
             + (f", pulled in {image.pull_seconds:.1f}s" if image.pulled else ", already here")
         )
         network = tests_need_network(recipe, instance.instance_id, self.network_instances)
-        limits = Limits(
-            self.limits.memory_bytes, self.limits.pids, network, self.limits.network_mode
-        )
-        name = f"swegreen-{instance.instance_id.lower()}-{uuid.uuid4().hex[:8]}"
-        try:
-            box = await asyncio.to_thread(
-                RowContainer.create,
-                self.client,
-                image.id,
-                name,
-                limits,
-                {LABEL: f"{run_id}/{instance.instance_id}"},
-            )
-        except APIError as exc:
-            raise SandboxCrashed(
-                f"the container could not be made: {exc.explanation or exc}"
-            ) from None
+        box = await self.container(
+            image.id, f"swegreen-{instance.instance_id.lower()}", network,
+            {LABEL: f"{run_id}/{instance.instance_id}"},
+        )  # fmt: skip
         try:
             row.durations.setup = time.monotonic() - t_setup
             return await self._in_container(key, row, recipe, box, text, notes)
         finally:
             await asyncio.to_thread(box.remove)
+
+    async def container(
+        self, image_id: str, prefix: str, network: bool, labels: dict[str, str]
+    ) -> RowContainer:
+        """A started container of ``image_id`` under this backend's limits."""
+        limits = Limits(
+            self.limits.memory_bytes, self.limits.pids, network, self.limits.network_mode
+        )
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        try:
+            return await asyncio.to_thread(
+                RowContainer.create, self.client, image_id, name, limits, labels
+            )
+        except APIError as exc:
+            raise SandboxCrashed(
+                f"the container could not be made: {exc.explanation or exc}"
+            ) from None
 
     async def _in_container(
         self,
@@ -161,15 +163,7 @@ class DockerEvaluator(PatchEvaluator):
         method = await self._apply(box, notes)
         row.durations.apply = time.monotonic() - t_apply
         if method is None:
-            detail = (
-                "the patch does not apply to the base commit "
-                "(git apply, --3way, --reject and patch --fuzz=5 all failed)"
-            )
-            return self._finish(
-                key,
-                row.unapplied(Reason.PATCH_DOES_NOT_APPLY, detail),
-                unapplied_report(instance, text),
-            )
+            return self._does_not_apply(key, row, text)
         row.apply_method = method
         base = instance.base_commit
         runner = await self._runner_files(box, recipe)

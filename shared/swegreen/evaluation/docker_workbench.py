@@ -15,13 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from docker.errors import APIError
-
-from swegreen.containers.container import Limits, RowContainer
+from swegreen.containers.container import RowContainer
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import EnvSetupFailed, SandboxCrashed
 from swegreen.core.ports import CommandRun
@@ -127,21 +124,10 @@ class DockerWorkbenches:
     async def open(self, scope: str, instance: Instance) -> AsyncIterator[DockerWorkbench]:
         ev = self.evaluator
         image = await ev.images.get(ev.image_for(instance))
-        limits = Limits(ev.limits.memory_bytes, ev.limits.pids, False)
-        name = f"swegreen-bench-{instance.instance_id.lower()}-{uuid.uuid4().hex[:8]}"
-        try:
-            box = await asyncio.to_thread(
-                RowContainer.create,
-                ev.client,
-                image.id,
-                name,
-                limits,
-                {"swegreen.workbench": f"{scope}/{instance.instance_id}"},
-            )
-        except APIError as exc:
-            raise SandboxCrashed(
-                f"the workbench container could not be made: {exc.explanation or exc}"
-            ) from None
+        box = await ev.container(
+            image.id, f"swegreen-bench-{instance.instance_id.lower()}", False,
+            {"swegreen.workbench": f"{scope}/{instance.instance_id}"},
+        )  # fmt: skip
         try:
             script = DETACH.replace("{byproducts}", " ".join(shlex.quote(p) for p in BYPRODUCTS))
             detached = await asyncio.to_thread(box.shell, script, 600.0)

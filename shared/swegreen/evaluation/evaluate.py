@@ -126,6 +126,17 @@ class PatchEvaluator:
         """Apply ``text`` where this backend runs tests, run the eval script, grade."""
         raise NotImplementedError
 
+    def _does_not_apply(self, key: Key, row: RowBuilder, text: str) -> InstanceResult:
+        detail = (
+            "the patch does not apply to the base commit "
+            "(git apply, --3way, --reject and patch --fuzz=5 all failed)"
+        )
+        return self._finish(
+            key,
+            row.unapplied(Reason.PATCH_DOES_NOT_APPLY, detail),
+            unapplied_report(row.instance, text),
+        )
+
     def _too_large(self, key: Key, row: RowBuilder, oversized: OversizedPatch) -> InstanceResult:
         """Never applied, parsed or stored whole: the row keeps its size and hash."""
         row.info = oversized.info
@@ -302,15 +313,7 @@ class Evaluator(PatchEvaluator):
             row.durations.apply = time.monotonic() - t_apply
             notes.append(applied.log)
             if not applied.applied:
-                detail = (
-                    "the patch does not apply to the base commit "
-                    "(git apply, --3way, --reject and patch --fuzz=5 all failed)"
-                )
-                return self._finish(
-                    key,
-                    row.unapplied(Reason.PATCH_DOES_NOT_APPLY, detail),
-                    unapplied_report(instance, text),
-                )
+                return self._does_not_apply(key, row, text)
             row.apply_method = applied.method
             try:
                 check_applied(row.info, testbed.repo)
