@@ -59,11 +59,12 @@ def get_test_directives(instance: Instance, style: str) -> list[str]:
     return directives
 
 
-def sandboxed(command: str, wrapper: str | None) -> str:
-    """The test command, run through the sandbox's wrapper (e.g. a network namespace)."""
+def sandboxed(command: str, wrapper: str | None, shell: str = "bash") -> str:
+    """The test command, run through the sandbox's wrapper (e.g. a network namespace) by
+    ``shell`` (the engine names the system's, by absolute path: tools.py)."""
     if not wrapper:
         return command
-    return f"{wrapper} bash -c {shlex.quote(command)}"
+    return f"{wrapper} {shell} -c {shlex.quote(command)}"
 
 
 @dataclass(frozen=True)
@@ -132,10 +133,11 @@ def eval_phases(
     workdir: str,
     test_wrapper: str | None = None,
     pin_path: str | None = None,
+    shell: str = "bash",
 ) -> EvalPhases:
     if instance.eval_script:
-        return adapt_eval_phases(instance.eval_script, workdir, test_wrapper, pin_path)
-    lines = official_lines(instance, recipe, workdir, test_wrapper)
+        return adapt_eval_phases(instance.eval_script, workdir, test_wrapper, pin_path, shell)
+    lines = official_lines(instance, recipe, workdir, test_wrapper, shell=shell)
     return split_phases(lines, workdir, pin_path)
 
 
@@ -145,6 +147,7 @@ def official_lines(
     workdir: str = "/testbed",
     test_wrapper: str | None = None,
     conda: bool = False,
+    shell: str = "bash",
 ) -> list[str]:
     """The commands of swebench 4.1.0's ``make_eval_script_list_py``; ``conda`` keeps its
     activation lines (for the instance images, which have the ``testbed`` env)."""
@@ -175,7 +178,7 @@ def official_lines(
         reset_tests,
         apply_test_patch,
         f": '{START_TEST_OUTPUT}'",
-        sandboxed(test_command, test_wrapper),
+        sandboxed(test_command, test_wrapper, shell),
         f": '{END_TEST_OUTPUT}'",
         reset_tests,
     ]
@@ -198,14 +201,18 @@ def adapt_eval_script(script: str, workdir: str, test_wrapper: str | None = None
 
 
 def adapt_eval_phases(
-    script: str, workdir: str, test_wrapper: str | None = None, pin_path: str | None = None
+    script: str,
+    workdir: str,
+    test_wrapper: str | None = None,
+    pin_path: str | None = None,
+    shell: str = "bash",
 ) -> EvalPhases:
     """An official eval script, made to run outside its image."""
     lines = [ln for ln in parse_eval_script(script) if not _CONDA_LINES.match(ln)]
     lines = [ln.replace("/testbed", workdir) for ln in lines]
     for i, line in enumerate(lines):
         if START_TEST_OUTPUT in line and i + 1 < len(lines):
-            lines[i + 1] = sandboxed(lines[i + 1], test_wrapper)
+            lines[i + 1] = sandboxed(lines[i + 1], test_wrapper, shell)
             break
     return split_phases(lines, workdir, pin_path)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swegreen.core.recipes import Recipe
+from swegreen.sandbox.tools import tool
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,9 @@ SERVICES: dict[str, Service] = {
     "httpbin": Service(
         name="httpbin",
         packages=("httpbin==0.10.4",),
-        start="{python} -m httpbin.core --port {port}",
+        # -I: the service's own environment only, never the workspace it is started in
+        # (it starts before the test wrapper drops its capabilities)
+        start="{python} -I -m httpbin.core --port {port}",
         exports={"HTTPBIN_URL": "http://127.0.0.1:{port}/"},
     ),
 }
@@ -53,8 +56,9 @@ def start_script(service: Service, python: Path, port: int | None = None) -> str
     exports = " ".join(
         f"{k}={shlex.quote(v.format(port=port))}" for k, v in service.exports.items()
     )
+    seq, sleep = tool("seq"), tool("sleep")  # not the PATH the environment's bin leads
     return (
         f"({start} >/dev/null 2>&1 &);"
-        f" for _ in $(seq 1 200); do (echo > /dev/tcp/127.0.0.1/{port}) 2>/dev/null && break;"
-        f" sleep 0.05; done;" + (f" export {exports};" if exports else "")
+        f" for _ in $({seq} 1 200); do (echo > /dev/tcp/127.0.0.1/{port}) 2>/dev/null && break;"
+        f" {sleep} 0.05; done;" + (f" export {exports};" if exports else "")
     )

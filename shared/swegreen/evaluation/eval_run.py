@@ -38,7 +38,7 @@ from swegreen.sandbox.recorder import (
     python_path,
 )
 from swegreen.sandbox.tamper import Guard, runner_files
-from swegreen.sandbox.tools import SYSTEM_PATH
+from swegreen.sandbox.tools import SYSTEM_PATH, tool
 from swegreen.stores import artifacts as art
 
 # What the install step may have left in the sandbox's HOME that the test phase would run:
@@ -113,7 +113,12 @@ class EvalRuns(TestbedsBase):
         services = await self._services(recipe, policy)
         wrapper = self.sandbox.test_wrapper(policy, services, await self._readonly(testbed))
         phases = eval_phases(
-            testbed.instance, recipe, str(testbed.repo), wrapper, pin_path=SYSTEM_PATH
+            testbed.instance,
+            recipe,
+            str(testbed.repo),
+            wrapper,
+            pin_path=SYSTEM_PATH,
+            shell=tool("bash"),
         )
         host = testbed.host_dir
         log_path = host / art.TEST_OUTPUT

@@ -199,8 +199,7 @@ class LocalSandbox:
             )
             setpriv = tool("setpriv")
             drop = f"{setpriv} --bounding-set={dropped} --inh-caps={dropped} -- " if dropped else ""
-            # "$0" is the word before -c (`bash`): the system's bash runs instead
-            init = shlex.quote("; ".join(steps) + f'; exec {drop}{self._bash} "$@"')
+            init = shlex.quote("; ".join(steps) + f'; exec {drop}"$0" "$@"')
             return f"{self._bash} -c {init}"
         cpu_view = self.shows_cpu_quota(policy)
         if not isolate and not cpu_view and not services:
@@ -210,7 +209,7 @@ class LocalSandbox:
             assert policy.cpus is not None
             steps.append(cpu_quota_view(policy.cpus))
         steps += [s.rstrip(";") for s in services]
-        init = shlex.quote("; ".join(steps) + f'; exec {self._bash} "$@"')
+        init = shlex.quote("; ".join(steps) + '; exec "$0" "$@"')
         prefix = ""
         if (isolate or cpu_view) and self.isolation.netns_cmd is not None:
             unshare, *flags = self.isolation.netns_cmd
