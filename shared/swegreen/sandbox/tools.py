@@ -28,3 +28,8 @@ def tool(name: str) -> str:
             "PATH a participant can write); install it (scripts/install-system-deps.sh)"
         )
     return found
+
+
+def optional_tool(name: str) -> str | None:
+    """``tool`` for what a step can do without (iproute2 on a minimal host)."""
+    return shutil.which(name, path=SYSTEM_PATH)
