@@ -3,12 +3,15 @@ caller's environment says, and works on checkouts the sandbox owns."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from swegreen.core.errors import WorkspaceTampering
 from swegreen.repositories import trusted_git
 
 from .helpers import make_repo
@@ -54,3 +57,72 @@ def test_plain_git_commands_work_on_a_checkout_the_sandbox_owns(tmp_path: Path) 
         ["git", "rev-parse", "--show-toplevel"], cwd=repo, env=env, capture_output=True, text=True
     )
     assert top.returncode == 0 and top.stdout.strip() == str(repo), top.stderr
+
+
+# What makes a key of git's documentation one that runs a program or reads another file.
+RUNS_PROGRAMS = re.compile(
+    r"(command|cmd|program|driver|textconv|\.clean$|\.smudge$|\.process$|helper$|hookspath"
+    r"|fsmonitor$|\.pager$|editor$|askpass$|external$|gitproxy$|^include|\.path$|\.update$"
+    r"|uploadpack$|receivepack$|packobjectshook$)",
+    re.IGNORECASE,
+)
+DOC_ONLY = {  # named like program keys in the documentation, but they run nothing
+    "advice.waitingforeditor", "completion.commands", "core.fsmonitorhookversion",
+    "color.pager", "fsck.gitmodulespath", "help.htmlpath", "instaweb.modulepath",
+    "http.sslcapath", "mergetool.meld.hasoutput", "pack.writebitmaphashcache",
+    "gitcvs.dbdriver", "merge.<driver>.name", "merge.<driver>.recursive",
+    "diff.<driver>.binary", "diff.<driver>.cachetextconv", "core.sparsecheckoutcone",
+    "sendemail.smtpserveroption", "submodule.<name>.path", "credential.usehttppath",
+    "column.clean", "diff.<driver>.wordregex", "diff.<driver>.xfuncname",
+    "notes.rewrite.<command>", "rebase.abbreviatecommands",
+}  # fmt: skip
+
+
+def documented_program_keys() -> list[str]:
+    listed = subprocess.run(["git", "help", "--config"], capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("this git cannot list its configuration keys (git help --config)")
+    keys = []
+    for key in listed.stdout.split():
+        if "." not in key or key.lower() in DOC_ONLY or not RUNS_PROGRAMS.search(key):
+            continue
+        keys.append(re.sub(r"<[^>]+>", "evil", key))
+    return sorted(set(keys))
+
+
+def test_a_prepared_git_naming_any_documented_program_key_is_refused(tmp_path: Path) -> None:
+    """Every key git documents that names a program (or another configuration file),
+    planted into a prepared repository's own configuration: the engine refuses to use it
+    before any git of its runs there (reseat, and a testbed's first copy)."""
+    keys = documented_program_keys()
+    assert "filter.evil.smudge" in keys and "include.path" in keys and len(keys) > 25
+    repo = tmp_path / "repo"
+    make_repo(repo, {"a.txt": "a\n"})
+    trusted_git.check_config(repo / ".git")  # the engine's own: nothing to refuse
+    missed = []
+    for key in keys:
+        planted = tmp_path / f"planted-{len(missed)}-{key}"
+        subprocess.run(["cp", "-a", str(repo / ".git"), str(planted)], check=True)
+        subprocess.run(
+            ["git", "config", "--file", str(planted / "config"), key, "touch /tmp/owned"],
+            check=True,
+        )
+        try:
+            trusted_git.check_config(planted)
+        except WorkspaceTampering as exc:
+            assert key.lower() in str(exc).lower()
+        else:
+            missed.append(key)
+    assert missed == []
+
+
+def test_a_reseat_from_a_tampered_prepared_git_is_refused(tmp_path: Path) -> None:
+    repo, other = tmp_path / "repo", tmp_path / "other"
+    make_repo(repo, {"a.txt": "a\n"})
+    make_repo(other, {"a.txt": "a\n"})
+    subprocess.run(
+        ["git", "-C", str(repo), "config", "filter.evil.smudge", "touch /tmp/owned"], check=True
+    )
+    with pytest.raises(WorkspaceTampering, match=r"filter\.evil\.smudge"):
+        asyncio.run(trusted_git.reseat(other, repo / ".git"))
+    assert (other / ".git" / "config").read_text().count("evil") == 0  # left as it was

@@ -17,6 +17,7 @@ from swegreen.evaluation.testbed import (
     PIP_CACHE,
     Testbed,
 )
+from swegreen.repositories import trusted_git
 from swegreen.sandbox import overlay
 from swegreen.sandbox.environ import scratch_dir
 
@@ -42,6 +43,8 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
             notes: list[str] = []
             t0 = time.monotonic()
             prepared = await self.prepared(instance, recipe, notes)
+            # the engine's git runs over a copy of it before any sandbox does
+            await asyncio.to_thread(trusted_git.check_config, prepared.repo / ".git")
             if self._copy_on_write(prepared.repo):
                 mounted = await asyncio.to_thread(
                     overlay.mount, prepared.repo, host_dir / "layers", repo

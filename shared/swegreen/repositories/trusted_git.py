@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -146,4 +147,57 @@ def _replace(trusted: Path, target: Path) -> None:
 async def reseat(repo: Path, trusted_git_dir: Path) -> None:
     """Replace ``repo/.git`` (whatever the sandbox made of it) with a copy of
     ``trusted_git_dir``, reading nothing of the old one."""
+    await asyncio.to_thread(check_config, trusted_git_dir)
     await asyncio.to_thread(_replace, trusted_git_dir, repo / ".git")
+
+
+# Keys of git's configuration (git help --config) that name a program to run, or another
+# file to read configuration from. The engine writes none into a prepared repository, so
+# one there means that repository was written by someone else.
+PROGRAM_KEYS = re.compile(
+    r"""^(
+        include\.path | includeif\..*\.path
+      | filter\..+\.(clean|smudge|process)
+      | diff\..+\.(command|textconv) | diff\.external
+      | merge\..+\.driver
+      | (difftool|mergetool|man|browser|guitool)\..+\.(cmd|path)
+      | gpg(\..+)?\.program | gpg\.ssh\.defaultkeycommand
+      | credential(\..+)?\.helper
+      | core\.(fsmonitor|hookspath|pager|editor|askpass|sshcommand|gitproxy|alternaterefscommand)
+      | sequence\.editor | pager\..+ | alias\..+
+      | remote\..+\.(uploadpack|receivepack|proxy|vcs)
+      | uploadpack\.packobjectshook | submodule\..+\.update | sendemail\..+
+    )$""",
+    re.VERBOSE,
+)
+
+
+def check_config(git_dir: Path) -> None:
+    """Refuse a trusted ``.git`` whose own configuration names a program or includes
+    another file (read without following includes; no program runs to read it)."""
+    config = git_dir / "config"
+    if not config.is_file() or config.is_symlink():
+        raise WorkspaceTampering(f"the prepared repository's git configuration ({config}) is gone")
+    files = [config, *git_dir.glob("config.worktree"), *git_dir.glob("modules/**/config")]
+    keys = []
+    for path in files:
+        listed = subprocess.run(
+            ["git", "config", "--file", str(path), "--no-includes", "--name-only", "--list"],
+            capture_output=True,
+            text=True,
+            env={"PATH": os.defpath, "GIT_CONFIG_NOSYSTEM": "1", "HOME": os.devnull},
+            check=False,
+        )
+        if listed.returncode != 0:
+            raise WorkspaceTampering(
+                f"the prepared repository's git configuration ({path.name}) does not read: "
+                + listed.stderr[-300:]
+            )
+        keys += listed.stdout.splitlines()
+    found = [key for key in keys if PROGRAM_KEYS.match(key.lower())]
+    if found:
+        raise WorkspaceTampering(
+            "the prepared repository's git configuration names programs or other files "
+            f"({', '.join(found[:5])}): it was written by something other than the engine; "
+            "remove the cache's prepared workspace to have it made again"
+        )
