@@ -12,6 +12,7 @@ in the log, with its uid and capabilities, and then runs the real tool.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,46 @@ def test_tools_named_like_the_engine_s_never_run_in_their_place(
     planted = [line for line in log.splitlines() if line.startswith(MARK)]
     assert planted == []
     assert (row.status.value, row.reason) == ("no_op", "no_f2p_pass")  # graded as its code
+
+
+# Install-time code that writes the gold fix as the bytecode cache of the unfixed source:
+# stamped with that source's mtime and size, so Python would load it instead.
+FORGE_PYC = """
+import importlib.util, os
+from importlib._bootstrap_external import _code_to_timestamp_pyc
+from setuptools import setup
+
+SOURCE = "ledger/money.py"
+FIXED = {fixed!r}
+st = os.stat(SOURCE)
+code = compile(FIXED, os.path.abspath(SOURCE), "exec")
+cache = importlib.util.cache_from_source(SOURCE)
+os.makedirs(os.path.dirname(cache), exist_ok=True)
+with open(cache, "wb") as fh:
+    fh.write(_code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size))
+setup()
+"""
+
+
+def test_a_forged_bytecode_cache_is_never_loaded(
+    run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, tmp_path: Path
+) -> None:
+    """The fix exists only as a cache of the unfixed source: the tests must see the source."""
+    inst = next(i for i in load_dataset(str(sample.dataset)).instances if i.instance_id == INSTANCE)
+    repo = sample.repos_dir / inst.repo.replace("/", "__")
+    fixed_tree = tmp_path / "fixed"
+    crafted_patch(repo, inst.base_commit, fixed_tree, lambda r: None)
+    subprocess.run(["git", "-C", str(fixed_tree), "apply", "-"], input=inst.patch, text=True,
+                   check=True)  # fmt: skip
+    fixed = (fixed_tree / "ledger" / "money.py").read_text()
+
+    def forge(r: Path) -> None:
+        write(r / "setup.py", FORGE_PYC.format(fixed=fixed))
+
+    patch = crafted_patch(repo, inst.base_commit, tmp_path / "work", forge)
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text(
+        json.dumps({"instance_id": INSTANCE, "model_name_or_path": "x", "model_patch": patch})
+    )
+    [row] = run_sample(str(predictions), run_id="forged-pyc", instance_ids=[INSTANCE]).results
+    assert (row.status.value, row.reason) == ("no_op", "no_f2p_pass")

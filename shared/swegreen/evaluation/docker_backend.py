@@ -42,6 +42,10 @@ from swegreen.stores import artifacts as art
 EVAL_SCRIPT = "/eval.sh"
 LABEL = "swegreen.row"
 SETUP_TIMEOUT = 300.0  # git and file checks before the tests
+DROP_BYTECODE = (
+    "find /testbed -path /testbed/.git -prune -o -type d -name __pycache__ -prune "
+    "-exec rm -rf {} +"
+)
 BUILD_DIRS = frozenset({"build", ".tox", ".eggs"})  # tamper.BUILD_EXCLUDES, as path parts
 
 
@@ -188,6 +192,8 @@ class DockerEvaluator(PatchEvaluator):
             row.tampered_files += reverted
             if reverted:
                 notes.append("put back after the install: " + ", ".join(reverted))
+            # only the sources count: a cache the install left could hold other code
+            await asyncio.to_thread(box.shell, DROP_BYTECODE, SETUP_TIMEOUT)
             left = max(deadline - time.monotonic(), 1.0)
             test = await asyncio.to_thread(box.exec, ["/bin/bash", EVAL_SCRIPT], left)
             log += test.output

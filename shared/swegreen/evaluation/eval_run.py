@@ -37,7 +37,7 @@ from swegreen.sandbox.recorder import (
     pytest_addopts,
     python_path,
 )
-from swegreen.sandbox.tamper import Guard, runner_files
+from swegreen.sandbox.tamper import Guard, drop_bytecode, runner_files
 from swegreen.sandbox.tools import SYSTEM_PATH, tool
 from swegreen.stores import artifacts as art
 
@@ -157,6 +157,7 @@ class EvalRuns(TestbedsBase):
             reverted = await guard.revert_after_run()
             trusted_git.real_dir(testbed.env.prefix, "the environment")
             reverted += await asyncio.to_thread(env_guard.put_back)
+            await asyncio.to_thread(drop_bytecode, testbed.repo)  # only the sources count
             self.sandbox.lend([testbed.repo / ".git", *(testbed.repo / p for p in reverted)])
             result, recorded = await self._run_tests(
                 testbed, phases.test, env, mounts, policy, log_path, deadline

@@ -48,6 +48,9 @@ OVERRIDES = (
     "protocol.allow=never",
     "safe.directory=*",
 )
+_IDENTITY = frozenset(
+    f"GIT_{who}_{what}" for who in ("AUTHOR", "COMMITTER") for what in ("NAME", "EMAIL", "DATE")
+)
 # Variables that name programs or configuration for git: never passed on.
 _DROPPED = frozenset(
     {
@@ -86,10 +89,12 @@ def environment(base: Mapping[str, str], home: Path) -> dict[str, str]:
     """``base`` without what could point git at configuration or programs, plus: no
     system or global configuration files, and an engine-owned HOME (which git does not
     need to exist)."""
+    # no GIT_* but the commit identity: the rest name programs, configuration, or where
+    # git reads from
     env = {
         k: v
         for k, v in base.items()
-        if k not in _DROPPED and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
+        if k not in _DROPPED and (not k.startswith("GIT_") or k in _IDENTITY)
     }
     # the overrides for every git run with this environment too (`git apply`, the
     # workbench's), not only those built with ``argv``: command-line scope, as `-c`

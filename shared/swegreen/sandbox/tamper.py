@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import configparser
 import fnmatch
+import os
 import shlex
+import shutil
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -180,3 +182,24 @@ class Guard:
             (self.repo / path).unlink(missing_ok=True)
             reverted.append(path)
         return reverted
+
+
+def drop_bytecode(repo: Path) -> int:
+    """Remove every ``__pycache__`` of the checkout (``.git`` aside), following no symlink;
+    returns how many. Python reads a cache whose header matches its source's mtime and
+    size instead of the source, so code that ran before the tests (the install) could
+    leave a fix, or a forged pass, that the source does not hold; the tests compile the
+    sources again."""
+    removed = 0
+    for dirpath, dirnames, _ in os.walk(repo):
+        if dirpath == str(repo):
+            dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in [d for d in dirnames if d == "__pycache__"]:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink()
+            removed += 1
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+    return removed
