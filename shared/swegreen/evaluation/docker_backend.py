@@ -43,8 +43,7 @@ EVAL_SCRIPT = "/eval.sh"
 LABEL = "swegreen.row"
 SETUP_TIMEOUT = 300.0  # git and file checks before the tests
 DROP_BYTECODE = (
-    "find /testbed -path /testbed/.git -prune -o -type d -name __pycache__ -prune "
-    "-exec rm -rf {} +"
+    "find /testbed -path /testbed/.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +"
 )
 BUILD_DIRS = frozenset({"build", ".tox", ".eggs"})  # tamper.BUILD_EXCLUDES, as path parts
 
