@@ -93,7 +93,8 @@ def gateway(images: dict[str, str]) -> Iterator[Gateway]:
 def docker_engine(
     settings: LocalSettings, sample: SampleBenchmark, gateway: Gateway, **config: Any
 ) -> Engine:
-    cfg = sample_config(sample, environments="docker", docker_images=TEMPLATE, **config)
+    config = {"docker_images": TEMPLATE, **config}
+    cfg = sample_config(sample, environments="docker", **config)
     env = {**os.environ, "DOCKER_HOST": f"unix://{gateway.listen}"}
     return build_engine(settings, cfg, env)
 
@@ -193,11 +194,7 @@ def test_an_image_that_cannot_be_had_is_an_error_row_that_says_why(
 ) -> None:
     one = {"instance_ids": ["sample__calculator-1"], "max_attempts": 1}
     nowhere = "127.0.0.1:9/nope/{official_id}:latest"  # a pull, refused by the registry
-    engine = build_engine(
-        settings,
-        sample_config(sample, environments="docker", docker_images=nowhere, **one),
-        {**os.environ, "DOCKER_HOST": f"unix://{gateway.listen}"},
-    )
+    engine = docker_engine(settings, sample, gateway, docker_images=nowhere, **one)
     try:
         missing = run_sample("gold", run_id="docker-missing", engine=engine, **one).results[0]
     finally:
@@ -205,12 +202,8 @@ def test_an_image_that_cannot_be_had_is_an_error_row_that_says_why(
     assert (missing.status.value, missing.reason) == ("error", "image_unavailable")
     assert "127.0.0.1:9/nope" in missing.detail
 
-    engine = build_engine(
-        settings,
-        sample_config(
-            sample, environments="docker", docker_images=nowhere, docker_disk_reserve_gb=1e9, **one
-        ),
-        {**os.environ, "DOCKER_HOST": f"unix://{gateway.listen}"},
+    engine = docker_engine(
+        settings, sample, gateway, docker_images=nowhere, docker_disk_reserve_gb=1e9, **one
     )
     try:
         full = run_sample("gold", run_id="docker-full", engine=engine, **one).results[0]
