@@ -90,3 +90,100 @@ def test_what_is_not_the_projects_is_put_back_through_no_link(tmp_path: Path) ->
     assert runner.stat().st_ino == (source / SITE / "_pytest" / "runner.py").stat().st_ino
     assert (view / SITE / "six.py").read_text() == "S = 1\n"
     assert not (view / SITE / "zz.pth").exists() and not (view / SITE / "linked.pth").exists()
+
+
+FINDER = """from __future__ import annotations
+import sys
+
+MAPPING: dict[str, str] = {mapping!r}
+NAMESPACES: dict[str, list[str]] = {{}}
+PATH_PLACEHOLDER = '__editable__.proj-1.0.finder' + ".__path_hook__"
+
+
+def install():
+    if not any(finder == _EditableFinder for finder in sys.meta_path):
+        sys.meta_path.append(_EditableFinder)
+{extra}
+
+class _EditableFinder:
+    pass
+"""
+
+
+def claim(view: Path, files: dict[str, bytes]) -> None:
+    """What a participant's build step can do: write files and list them in the project's
+    RECORD with their true hashes."""
+    meta = view / SITE / "proj-1.0.dist-info"
+    rows = ["proj-1.0.dist-info/RECORD,,"]
+    for rel, data in files.items():
+        path = view / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        path.write_bytes(data)
+        rows.append(f"{os.path.relpath(view / rel, view / SITE)},{record_hash(data)},{len(data)}")
+    (meta / "RECORD").write_text("\n".join(rows) + "\n")
+
+
+def finder_view(tmp_path: Path, repo: Path) -> tuple[Path, Path]:
+    source, view = make_view(tmp_path)
+    prepared = FINDER.format(mapping={"proj": str(tmp_path / "prepared" / "proj")}, extra="")
+    claim(view, {f"{SITE}/__editable___proj_1_0_finder.py": prepared.encode()})
+    (view / "bin" / "pytest").write_text("#!/bin/python\nfrom pytest import console_main\n")
+    return source, view
+
+
+def test_a_record_never_claims_what_another_distribution_had(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    source, view = finder_view(tmp_path, repo)
+    guard = EnvGuard(
+        view, tmp_path / "backup", source, frozenset({"proj"}), (repo,), frozenset({"pytest"})
+    )
+    guard.snapshot()
+    launcher = (view / "bin" / "pytest").read_bytes()
+    claim(
+        view,
+        {
+            "bin/pytest": b"#!/bin/sh\necho PASSED\n",  # the test runner's launcher
+            f"{SITE}/_pytest/evil.py": b"X = 1\n",  # a new module of pytest's package
+            f"{SITE}/six.py": b"S = 'mine'\n",  # another distribution's module
+            "bin/proj-cli": b"#!/bin/python\nimport proj\n",  # the project's own: kept
+        },
+    )
+    put_back = guard.put_back()
+    assert put_back == ["env:bin/pytest", f"env:{SITE}/_pytest/evil.py", f"env:{SITE}/six.py"]
+    assert (view / "bin" / "pytest").read_bytes() == launcher
+    assert (view / SITE / "six.py").read_text() == "S = 1\n"
+    assert not (view / SITE / "_pytest" / "evil.py").exists()
+    assert (view / "bin" / "proj-cli").exists()
+
+
+def test_a_new_launcher_named_like_the_test_command_is_not_the_projects(tmp_path: Path) -> None:
+    source, view = make_view(tmp_path)
+    guard = EnvGuard(
+        view, tmp_path / "backup", source, frozenset({"proj"}), (), frozenset({"tox", "pytest"})
+    )
+    guard.snapshot()
+    claim(view, {"bin/tox": b"#!/bin/sh\necho ok\n", "bin/proj": b"#!/bin/sh\n"})
+    assert guard.put_back() == ["env:bin/tox"]
+    assert not (view / "bin" / "tox").exists() and (view / "bin" / "proj").exists()
+
+
+def test_the_editable_finder_keeps_the_prepared_code(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    name = f"{SITE}/__editable___proj_1_0_finder.py"
+    honest = FINDER.format(mapping={"proj": str(repo / "proj")}, extra="").encode()
+    outside = FINDER.format(mapping={"proj": "/tmp/elsewhere/proj"}, extra="").encode()
+    appended = FINDER.format(
+        mapping={"proj": str(repo / "proj")}, extra="    import os; os.system('id')\n"
+    ).encode()
+    computed = honest.replace(b"MAPPING: dict[str, str] = {", b"MAPPING = dict(**{")
+    for finder, kept in ((honest, True), (outside, False), (appended, False), (computed, False)):
+        case = tmp_path / f"case-{len(finder)}-{kept}-{hash(finder) % 1000}"
+        source, view = finder_view(case, repo)
+        prepared = (view / name).read_bytes()
+        guard = EnvGuard(view, case / "backup", source, frozenset({"proj"}), (repo,))
+        guard.snapshot()
+        claim(view, {name: finder})
+        put_back = guard.put_back()
+        assert put_back == ([] if kept else [f"env:{name}"]), finder
+        assert (view / name).read_bytes() == (finder if kept else prepared)

@@ -102,13 +102,29 @@ def test_the_guard_puts_back_what_participant_code_changed(tmp_path: Path) -> No
         (repo / "hook.pth").write_text("import evil\n")  # ignored by .gitignore, still seen
         (repo / "build").mkdir()
         (repo / "build" / "conftest.py").write_text("# a build copy: not loaded\n")
+        # configuration pytest would meet on its way up from the tests, and a helper
+        (repo / "tests" / "setup.cfg").write_text("[tool:pytest]\naddopts = -p evil\n")
+        (repo / "pkg" / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts="-p e"\n')
+        (repo / "pytest.toml").write_text('[pytest]\naddopts = ["-p", "evil"]\n')
+        (repo / "tests" / "helpers.py").write_text("import evil\n")
+        (repo / "tests" / "__pycache__").mkdir()
+        (repo / "tests" / "__pycache__" / "x.pyc").write_bytes(b"")  # dropped apart, unlisted
         after_run = await guard.revert_after_run()
         patch_paths = ["pkg/mod.py", "tests/new_test.py"]
         (repo / "tests" / "new_test.py").write_text("x\n")
         return after_run, await guard.revert(patch_paths)
 
     after_run, after_patch = asyncio.run(scenario())
-    assert sorted(after_run) == ["hook.pth", "setup.cfg", "tests/conftest.py", "tests/test_mod.py"]
+    assert sorted(after_run) == [
+        "hook.pth",
+        "pkg/pyproject.toml",
+        "pytest.toml",
+        "setup.cfg",
+        "tests/conftest.py",
+        "tests/helpers.py",
+        "tests/setup.cfg",
+        "tests/test_mod.py",
+    ]
     assert after_patch == ["tests/new_test.py"]
     assert (repo / "pkg" / "mod.py").read_text() == "x = 2\n"
     assert (repo / "tests" / "test_mod.py").read_text() == "def test(): pass\n"
@@ -117,7 +133,9 @@ def test_the_guard_puts_back_what_participant_code_changed(tmp_path: Path) -> No
     assert (repo / "build" / "conftest.py").exists()
     assert not (repo / "tests" / "new_test.py").exists()
     # what is left for git to see is the honest change alone
-    assert git(repo, "status", "--porcelain").stdout.strip() == "M pkg/mod.py"
+    assert (
+        git(repo, "status", "--porcelain").stdout.strip() == "M pkg/mod.py\n?? tests/__pycache__/"
+    )
 
 
 KEY = b"k" * 32

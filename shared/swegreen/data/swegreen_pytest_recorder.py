@@ -10,9 +10,11 @@ workers).
 
 Code under test runs in this process, so it could write lines of its own into the
 channel. Every line is signed (HMAC-SHA256, counter included) with a key the engine
-passes in SWEGREEN_RECORD_KEY, which this module takes out of the environment when it is
-imported, before any conftest or project module is: a line without a valid signature is
-a forgery the engine reports. The module also notes pytest's own machinery (the functions
+passes through an inherited pipe (its descriptor named by SWEGREEN_RECORD_KEY_FD), which
+this module drains and closes when it is imported, before any conftest or project module
+is: the key is in no environment, and the pipe is empty for whoever opens it later (the
+parent shell's copy, through /proc). A line without a valid signature is a forgery the
+engine reports. The module also notes pytest's own machinery (the functions
 that run a test and make its report, and the plugins on the reporting hooks) before the
 tests run, and reports a change (``tamper``) seen after any test or at the end: code that
 replaces ``Function.runtest`` or registers a report-rewriting hook while the tests run is
@@ -31,7 +33,34 @@ import os
 import pytest
 
 _state = {"fd": None, "seq": 0, "session": 0, "baseline": None, "told": set(), "conftests": set()}
-_KEY = os.environ.pop("SWEGREEN_RECORD_KEY", "").encode("ascii")
+
+
+def _take_key():
+    """Read the key from its pipe, once, and close it (nothing if it is not a pipe)."""
+    import stat
+
+    try:
+        fd = int(os.environ.pop("SWEGREEN_RECORD_KEY_FD", ""))
+    except ValueError:
+        return b""
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return b""  # not ours: left alone
+    except OSError:
+        return b""
+    try:
+        os.set_blocking(fd, False)
+        data = os.read(fd, 256)
+    except OSError:
+        return b""
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    key = data.strip()
+    return key if len(key) == 64 else b""
+
+
+_KEY = _take_key()
 _PATH = os.environ.pop("SWEGREEN_RECORD", "")
 _REPO = os.environ.get("SWEGREEN_REPO", "")
 _HOOKS = (

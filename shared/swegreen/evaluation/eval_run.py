@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -23,16 +24,18 @@ from swegreen.evaluation.testbed import (
 )
 from swegreen.processes.procs import ProcResult, run_process
 from swegreen.repositories import trusted_git
-from swegreen.sandbox.env_guard import EnvGuard, project_names
+from swegreen.sandbox.env_guard import EnvGuard, command_words, project_names
 from swegreen.sandbox.environ import free_port
 from swegreen.sandbox.isolation import Mounts, SandboxPolicy
 from swegreen.sandbox.recorder import (
     INSIDE_PATH,
+    KEY_FD_VARIABLE,
     PLUGIN_DIR_INSIDE,
     RecordChannel,
     Recorded,
     covers,
     install_plugin,
+    key_pipe,
     new_key,
     pytest_addopts,
     python_path,
@@ -80,7 +83,15 @@ class EvalRuns(TestbedsBase):
         projects = (
             project_names(source, testbed.env.root / "py") if source is not None else frozenset()
         )
-        guard = EnvGuard(testbed.env.prefix, testbed.host_dir / "env-backup", source, projects)
+        roots = (testbed.repo, *([testbed.prepared / "repo"] if testbed.prepared else []))
+        guard = EnvGuard(
+            testbed.env.prefix,
+            testbed.host_dir / "env-backup",
+            source,
+            projects,
+            roots=roots,
+            commands=command_words(testbed.recipe.test_cmd),
+        )
         guard.snapshot()
         return guard
 
@@ -193,8 +204,10 @@ class EvalRuns(TestbedsBase):
         record = covers(recipe.log_parser, recipe.test_cmd)
         channel = RecordChannel(host / "record")
         key = new_key()
+        key_fd: int | None = None
         if record:
-            env["SWEGREEN_RECORD_KEY"] = key  # the recorder takes it out of the environment
+            key_fd = key_pipe(key)  # inherited, read once by the recorder: in no environment
+            env[KEY_FD_VARIABLE] = str(key_fd)
             plugins = host / "plugins"
             module = install_plugin(plugins)
             env["PYTEST_ADDOPTS"] = pytest_addopts(env.get("PYTEST_ADDOPTS"), module)
@@ -219,8 +232,11 @@ class EvalRuns(TestbedsBase):
                 append=True,
                 timeout=max(1.0, deadline - time.monotonic()),
                 admin=self.sandbox.bwrap,
+                pass_fds=(key_fd,) if key_fd is not None else (),
             )
         finally:
+            if key_fd is not None:
+                os.close(key_fd)
             recorded = await channel.close(key.encode()) if record else None
         return result, recorded
 

@@ -17,10 +17,19 @@ bytecode dropped (Python compiles it again from the source). Even among the proj
 own files, a ``.pth`` line that runs code is allowed only in setuptools' editable-finder
 form, and no distribution may add a ``pytest11`` plugin or a start-up module. Everything
 put back is listed on the row (``env:<path>``). Nothing is followed through a symlink.
+
+The project's ``RECORD`` is the build's own word, and the build is the participant's
+code, so it proves nothing on its own. Three rules do not trust it: a file another
+distribution had (the test runner's launcher, a module of ``_pytest``) or a new file in
+another distribution's directory is never the project's to claim; a new launcher named
+like a word of the test command is not the project's either; and the code that runs at
+every interpreter start, setuptools' editable finder, must be the code the prepared
+install wrote, only its data (which package lives where, inside the checkout) may differ.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import csv
 import hashlib
@@ -34,6 +43,9 @@ from pathlib import Path
 
 # setuptools' editable install (PEP 660): `import __editable___<name>_finder; ...install()`
 _FINDER_LINE = re.compile(r"^import (__editable___\w+_finder); \1\.install\(\)$")
+_FINDER_FILE = re.compile(r"^__editable___\w+_finder\.py$")
+# The finder's data: where each package lives. Everything else in it is code.
+_FINDER_DATA = frozenset({"MAPPING", "NAMESPACES", "PATH_PLACEHOLDER"})
 STARTUP_MODULES = frozenset({"sitecustomize.py", "usercustomize.py"})
 _DIST_DIR = re.compile(r"^(?P<name>[^/]+?)-[^-/]+\.(dist-info|egg-info)$")
 
@@ -76,13 +88,28 @@ class EnvGuard:
     backup: Path  # the engine's, out of the sandbox's sight: private copies kept here
     source: Path | None = None  # the view this one was made from (its hardlinks' twins)
     projects: frozenset[str] = frozenset()
+    # where the project's packages may live (the checkout, as the sandbox sees it)
+    roots: tuple[Path, ...] = ()
+    # the words of the test command: no new launcher may take one of these names
+    commands: frozenset[str] = frozenset()
     _before: dict[str, Entry] = field(default_factory=dict)
     _owned_before: dict[str, str | None] = field(default_factory=dict)
+    _owned_dirs: set[str] = field(default_factory=set)
     _pth_before: set[str] = field(default_factory=set)
+    _finders_before: set[str] = field(default_factory=set)
 
     def snapshot(self) -> None:
         self._before = _scan(self.view)
         self._owned_before = self._project_files()
+        self._owned_dirs = {
+            str(parent) for rel in self._owned_before for parent in Path(rel).parents
+        }
+        self._finders_before = {
+            shape
+            for rel, entry in self._before.items()
+            if _FINDER_FILE.match(rel.rsplit("/", 1)[-1]) and entry.kind == stat.S_IFREG
+            if (shape := finder_shape(_read(self.view / rel), ())) is not None
+        }
         self._pth_before = {
             line
             for rel, entry in self._before.items()
@@ -162,6 +189,10 @@ class EnvGuard:
             return False  # a linked .pth could say anything by the time Python reads it
         if self._unchanged_copy(rel):
             return True  # rewritten with the same bytes (setuptools' easy-install.pth)
+        if self._others(rel):
+            return False  # another distribution's: no RECORD makes it the project's
+        if _FINDER_FILE.match(name) and not self._finder_as_prepared(path):
+            return False  # code at every interpreter start that the prepared one is not
         owner = next((m for m in project if _inside(rel, m) and m.endswith("-info")), None)
         if owner is not None:
             return not (name == "entry_points.txt" and _plugs_into_pytest(path))
@@ -171,6 +202,24 @@ class EnvGuard:
             return True  # removed, a link or a directory: nothing of its own to run
         recorded = project.get(rel)
         return recorded is None or _matches(path, recorded)
+
+    def _others(self, rel: str) -> bool:
+        """Whether ``rel`` was another distribution's before the install: a path that
+        existed and was not the project's, a new one in a directory that existed and
+        held nothing of the project's, or a new launcher named like a test command word."""
+        if rel in self._before:
+            return rel not in self._owned_before and rel not in self._owned_dirs
+        parent = str(Path(rel).parent)
+        if parent == "bin":
+            return rel.rsplit("/", 1)[-1] in self.commands
+        shared = parent in ("bin", ".") or parent.endswith("/site-packages")
+        return not shared and parent in self._before and parent not in self._owned_dirs
+
+    def _finder_as_prepared(self, path: Path) -> bool:
+        if path.is_symlink() or not path.is_file():
+            return True  # removed or a link: nothing of its own to run (.pth rules apply)
+        shape = finder_shape(_read(path), self.roots)
+        return shape is not None and shape in self._finders_before
 
     def _harmless_pth(self, path: Path) -> bool:
         """Only paths in a .pth, or lines that run code which were there before the
@@ -254,6 +303,70 @@ def _code_lines(path: Path) -> list[str]:
     return [ln for ln in lines if ln.startswith(("import ", "import\t"))]
 
 
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def finder_shape(text: str, roots: tuple[Path, ...]) -> str | None:
+    """setuptools' editable finder with its data taken out: the code it runs, to compare
+    with the prepared install's. None where it is not of that form: its data must be
+    literals, and every path in it inside ``roots`` (when given)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        names = {t.id for t in targets if isinstance(t, ast.Name)}
+        if not names & _FINDER_DATA:
+            continue
+        if len(targets) != 1 or node.value is None:
+            return None
+        value = _literal(node.value)
+        if value is None or not _paths_inside(value, next(iter(names)), roots):
+            return None
+        node.value = ast.Constant(None)
+    return ast.dump(tree)
+
+
+def _literal(node: ast.expr) -> object | None:
+    """A literal's value; a sum of strings counts (setuptools writes one)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _literal(node.left), _literal(node.right)
+        return left + right if isinstance(left, str) and isinstance(right, str) else None
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def _paths_inside(value: object, name: str, roots: tuple[Path, ...]) -> bool:
+    if name == "PATH_PLACEHOLDER":
+        return isinstance(value, str)
+    if not isinstance(value, dict):
+        return False
+    paths: list[object] = []
+    for key, item in value.items():
+        if not isinstance(key, str):
+            return False
+        paths += item if isinstance(item, list) else [item]
+    if not all(isinstance(p, str) for p in paths):
+        return False
+    if not roots:
+        return True
+    resolved = [os.path.normpath(str(p)) for p in paths]
+    return all(any(_inside(p, os.path.normpath(r)) for r in roots) for p in resolved)
+
+
 def _plugs_into_pytest(path: Path) -> bool:
     if path.is_symlink() or not path.is_file():
         return False
@@ -268,6 +381,13 @@ def _matches(path: Path, recorded: str) -> bool:
     except ValueError:
         return False
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode() == expected
+
+
+def command_words(test_cmd: str) -> frozenset[str]:
+    """The names a launcher could take to run in the test command's place: every word of
+    it that could name a program (``pytest``, ``tox``, ``python``)."""
+    words = re.findall(r"[A-Za-z0-9_.+-]+", test_cmd)
+    return frozenset(w for w in words if not w.startswith("-") and "=" not in w)
 
 
 def project_names(view: Path, env_prefix: Path) -> frozenset[str]:

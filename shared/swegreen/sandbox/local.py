@@ -276,12 +276,14 @@ class LocalSandbox:
         append: bool = False,
         timeout: float | None = None,
         admin: bool = False,
+        pass_fds: tuple[int, ...] = (),
     ) -> ProcResult:
         """Run ``script`` with bash. Under bubblewrap it sees only ``mounts`` besides the
         system directories and has the host's network only if ``network`` (default: the
         policy's); its output reaches ``log_path`` through a pipe, so nothing inside can
         rewrite what was logged. ``admin``: the script may mount inside its own namespace
-        (the test wrapper's read-only binds), until the wrapper drops the capability."""
+        (the test wrapper's read-only binds), until the wrapper drops the capability.
+        ``pass_fds``: descriptors the script inherits (the recorder's key)."""
         timeout = timeout or policy.timeout
         rlimits: dict[int, tuple[int, int]] = {}
         if policy.memory_mb:
@@ -293,7 +295,7 @@ class LocalSandbox:
         cgroups, memory = self._cgroups(policy)
         if policy.max_processes and not cgroups and not self.isolation.runs_as_root:
             rlimits[resource.RLIMIT_NPROC] = (policy.max_processes, policy.max_processes)
-        pass_fds: tuple[int, ...] = ()
+        confined_fds: tuple[int, ...] = ()
         outer = int(timeout) + OUTER_GRACE
         # every tool by absolute path: the run's env has the environment's bin first on PATH
         argv = [tool("timeout"), "--signal=TERM", "--kill-after=5", str(outer)]
@@ -316,7 +318,7 @@ class LocalSandbox:
                 if mounts.tmp is not None:
                     self._make_tmp(mounts.tmp)
                 net = policy.network if network is None else network
-                spec, pass_fds = self.confinement(mounts, script, network=net)
+                spec, confined_fds = self.confinement(mounts, script, network=net)
                 argv += [*confine_argv(spec), self._bash, str(script)]
             else:
                 argv += [self._bash, str(script)]
@@ -340,7 +342,7 @@ class LocalSandbox:
                     # could rewrite what was logged
                     through_pipe=self.isolates_files or self.isolation.sandbox_uid is not None,
                     append=append,
-                    pass_fds=pass_fds,
+                    pass_fds=(*confined_fds, *pass_fds),
                 )
             )
             if watchdog is not None:

@@ -44,9 +44,27 @@ def plugin_source() -> str:
     return (resources.files("swegreen") / "data" / "swegreen_pytest_recorder.py").read_text()
 
 
+KEY_FD_VARIABLE = "SWEGREEN_RECORD_KEY_FD"
+
+
 def new_key() -> str:
-    """A signing key for one test run's record (hex; passed in SWEGREEN_RECORD_KEY)."""
+    """A signing key for one test run's record (hex; see ``key_pipe``)."""
     return secrets.token_hex(32)
+
+
+def key_pipe(key: str) -> int:
+    """The read end of a pipe that holds ``key`` and nothing more (its write end closed),
+    for the test phase to inherit: the recorder reads it once, when pytest imports it,
+    before any conftest or project module runs. Whoever reads the descriptor after that
+    (the parent shell's copy, through /proc) finds it empty; the key is in no
+    environment. The caller closes the returned descriptor once the run has started."""
+    read, write = os.pipe()
+    try:
+        os.write(write, key.encode("ascii") + b"\n")
+    finally:
+        os.close(write)
+    os.set_inheritable(read, True)
+    return read
 
 
 def install_plugin(directory: Path) -> str:

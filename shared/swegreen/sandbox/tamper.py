@@ -25,7 +25,9 @@ from swegreen.repositories import trusted_git
 
 TEST_DIRS = frozenset({"test", "tests", "testing"})
 TEST_FILE_PATTERNS = ("test_*.py", "*_test.py")
-TEST_CONFIG_FILES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini"})
+TEST_CONFIG_FILES = frozenset(
+    {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini"}
+)
 STARTUP_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
 # Files that hold test configuration in some sections only: protected when those change.
 SECTIONED = {
@@ -161,13 +163,16 @@ class Guard:
 
     async def loader_files(self) -> set[str]:
         """Untracked files, ignored or not, that Python or pytest would load by their name
-        (build products in directories no test runs from are left out)."""
+        or place: test configuration (a ``setup.cfg`` or ``pyproject.toml`` too: pytest
+        takes its options from the first one it meets on the way up from the tests),
+        start-up hooks, anything in a test directory (build products in directories no
+        test runs from are left out)."""
         out = await self._git("ls-files", "-z", "--others", "--", ".", *BUILD_EXCLUDES)
-        names = TEST_CONFIG_FILES | STARTUP_HOOKS
         return {
             p
             for p in out.split("\0")
-            if p and (p.rsplit("/", 1)[-1] in names or p.endswith(".pth"))
+            if p and "__pycache__/" not in p  # bytecode: dropped apart (drop_bytecode)
+            if protected_reason(p, self.runner) or p.rsplit("/", 1)[-1] in SECTIONED
         }
 
     async def snapshot(self) -> None:
