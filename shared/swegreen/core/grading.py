@@ -8,7 +8,9 @@ resulting nested dicts into typed counts for the decision tree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +132,38 @@ def unapplied_report(instance: Instance, patch: str | None) -> dict[str, Any]:
 
 FULL = ResolvedStatus.FULL.value
 PARTIAL = ResolvedStatus.PARTIAL.value
+
+
+def with_failing(grade: Grade, instance: Instance, tests: Mapping[str, str]) -> Grade:
+    """``grade`` with ``tests`` (name -> why) counted as failing although the status the
+    log gives them counts as passing for the official grader (an XFAIL, a skipped
+    pass-to-pass test) because the code under test produced it: swegreen's deliberate
+    difference from the official verdict (docs/fidelity.md). report.json says why, per
+    test, under ``integrity``."""
+    if not tests:
+        return grade
+    report = copy.deepcopy(grade.report)
+    entry = report[instance.instance_id]
+    status = entry["tests_status"]
+    for key in (FAIL_TO_PASS, PASS_TO_PASS):
+        moved = [t for t in status[key]["success"] if t in tests]
+        status[key]["success"] = [t for t in status[key]["success"] if t not in tests]
+        status[key]["failure"] = [*status[key]["failure"], *moved]
+    resolution = get_resolution_status(status)
+    entry["resolved"] = resolution == FULL
+    entry["integrity"] = dict(tests)
+    f2p, p2p = status[FAIL_TO_PASS], status[PASS_TO_PASS]
+    counts = TestCounts(
+        f2p_passed=len(f2p["success"]),
+        f2p_total=grade.counts.f2p_total,
+        p2p_passed=len(p2p["success"]),
+        p2p_total=grade.counts.p2p_total,
+    )
+    return replace(
+        grade,
+        counts=counts,
+        report=report,
+        resolution=resolution,
+        f2p_failing=list(f2p["failure"]),
+        p2p_failing=list(p2p["failure"]),
+    )

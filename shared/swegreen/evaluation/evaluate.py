@@ -20,7 +20,14 @@ from swegreen.core.classify import Reason, Status, TestCounts, classify
 from swegreen.core.config import DEFAULT_MAX_PATCH_BYTES
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import EnvironmentFault, EvaluationFailure, TestTimeout, unevaluated
-from swegreen.core.grading import FULL, PARTIAL, Grade, grade_log, unapplied_report
+from swegreen.core.grading import (
+    FULL,
+    PARTIAL,
+    Grade,
+    grade_log,
+    unapplied_report,
+    with_failing,
+)
 from swegreen.core.patches import (
     EMPTY_PATCH_DETAIL,
     OversizedPatch,
@@ -40,7 +47,8 @@ from swegreen.core.scrub import NO_SCRUBBING, Scrub
 from swegreen.evaluation.apply import apply_patch
 from swegreen.evaluation.base_validation import BaseValidator
 from swegreen.evaluation.testbeds import Testbeds
-from swegreen.sandbox.recorder import Recorded, contradictions
+from swegreen.sandbox.recorder import Recorded, contradictions, forced_outcomes
+from swegreen.sandbox.tamper import protected_reason
 from swegreen.stores import artifacts as art
 
 Key = Callable[[str], str]
@@ -212,12 +220,24 @@ class PatchEvaluator:
             raise EnvironmentFault(
                 f"the test log shows an environment fault: {grade.environment_fault}"
             )
+        forced: dict[str, str] = {}
         if recorded is not None:
             found = contradictions(recorded, grade.status_map, exit_code)
             if found:
                 return self._tampered_log(key, row, grade, found)
+            instance = row.instance
+            forced = forced_outcomes(
+                recorded,
+                grade.status_map,
+                list(instance.FAIL_TO_PASS),
+                list(instance.PASS_TO_PASS),
+                frozenset(p for c in inspect_patch(patch).files for p in c.paths),
+                lambda path: protected_reason(path) is not None,
+            )
+            grade = with_failing(grade, instance, forced)
         status, reason = classify(True, grade.counts)
-        # The tree refines the official verdict; it must never contradict it.
+        # The tree refines the official verdict; it must never contradict it (where
+        # ``forced`` counts tests failing, the verdict is the official one on that view).
         assert (status is Status.RESOLVED) == (grade.resolution == FULL), (status, grade.resolution)
         assert (status is Status.PARTIALLY_RESOLVED) == (grade.resolution == PARTIAL)
         detail = (
@@ -228,6 +248,9 @@ class PatchEvaluator:
                 "exit code contradicts the log): every test counts as failed"
             )
         )
+        if forced:
+            shown = [f"{name}: {why}" for name, why in sorted(forced.items())[:20]]
+            detail = "\n".join(filter(None, [detail, *shown]))
         result = row.result(
             status,
             reason,

@@ -21,6 +21,7 @@ import hmac
 import json
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -100,6 +101,8 @@ class Recorded:
 
     sessions: dict[tuple[int, int], int | None] = field(default_factory=dict)
     outcomes: dict[str, str] = field(default_factory=dict)
+    # a skip or xfail raised while the test ran: {"kind", "marked", "files"}
+    raised: dict[str, dict[str, object]] = field(default_factory=dict)
     tampered: list[str] = field(default_factory=list)
     forged: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
@@ -148,6 +151,9 @@ class Recorded:
         elif kind == "test" and isinstance(event.get("nodeid"), str):
             nodeid = str(event["nodeid"])
             when, outcome = event.get("when"), event.get("outcome")
+            raised = event.get("raised")
+            if isinstance(raised, dict):
+                self.raised[nodeid] = raised
             if when == "call":
                 self.outcomes[nodeid] = str(outcome)
             elif when == "setup" and outcome == "failed":
@@ -206,6 +212,45 @@ def contradictions(rec: Recorded, status_map: dict[str, str], code: int | None) 
         elif status is None and any(s in PASSED_IN_LOG for s in status_map.values()):
             found.append("pytest never finished its session, yet the test command exited 0")
     return found
+
+
+# Statuses the official grader counts as passing: XFAIL always, SKIPPED for a
+# pass-to-pass test (it is "not failed").
+_PASSING_IF_FORCED = {"XFAIL": "xfail", "SKIPPED": "skip"}
+
+
+def forced_outcomes(
+    rec: Recorded,
+    status_map: dict[str, str],
+    fail_to_pass: list[str],
+    pass_to_pass: list[str],
+    changed: frozenset[str],
+    protected: Callable[[str], bool],
+) -> dict[str, str]:
+    """Graded tests whose passing status (XFAIL; SKIPPED for a pass-to-pass test) the
+    code under test produced rather than the tests: ``pytest.xfail()``/``skip()`` (or
+    ``SkipTest``) raised while the test ran, the test carrying no marker for it, and
+    either a file the patch changed (``changed``) on the way, or, for a fail-to-pass
+    test, the call made outside the tests (``protected``: a test file or conftest).
+    Returns name -> why; the engine counts them as failing."""
+    forced: dict[str, str] = {}
+    for name in [*fail_to_pass, *pass_to_pass]:
+        kind = _PASSING_IF_FORCED.get(status_map.get(name, ""))
+        info = rec.raised.get(name)
+        if kind is None or info is None or info.get("kind") != kind or info.get("marked"):
+            continue
+        if kind == "skip" and name not in pass_to_pass:
+            continue  # a skipped fail-to-pass test fails for the official grader already
+        files = [f for f in info.get("files") or [] if isinstance(f, str)]
+        through = [f for f in files if f in changed]
+        caller = files[-1] if files else None
+        if through or (name in fail_to_pass and caller is not None and not protected(caller)):
+            where = through[-1] if through else caller
+            forced[name] = (
+                f"integrity: {status_map[name]} came from a {kind} raised in {where} "
+                "(code under test), not from the test's own marker: counted as failing"
+            )
+    return forced
 
 
 class RecordChannel:
