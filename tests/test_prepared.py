@@ -18,7 +18,7 @@ from swegreen.core.recipes import Recipe, RecipeBook
 from swegreen.evaluation.engine import LocalSettings, build_engine
 from swegreen.evaluation.testbed import Testbed
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox import overlay
+from swegreen.sandbox import overlay, seal
 
 from .conftest import RunSample, sample_config
 
@@ -224,3 +224,62 @@ def test_offline_installs_get_exactly_what_the_setup_downloaded_and_no_network(
         assert "setuptools" in log and second.results  # pip found no build requirement
     finally:
         engine.close()
+
+
+def test_a_prepared_workspace_changed_behind_the_engines_back_is_prepared_again(
+    engine_with_setup, sample: SampleBenchmark
+) -> None:
+    """The seal (sandbox/seal.py): a write into the prepared checkout, even one that puts
+    the same bytes and mtime back, or a file of its environment view replaced, sets it
+    aside and prepares it again, said on the row; links to its environment's files (each
+    evaluation's view) and plain reuse break nothing."""
+    engine, count, _ = engine_with_setup
+    testbeds = engine.testbeds
+    instance = next(
+        i for i in load_dataset(str(sample.dataset)).instances if i.repo == "sample/calculator"
+    )
+
+    async def open_one(name: str) -> Testbed:
+        async with testbeds.open(name, instance) as testbed:
+            return testbed
+
+    first = asyncio.run(open_one("one"))
+    prepared = first.prepared
+    assert prepared is not None and seal.broken(prepared) is None
+    assert "seal_broken" not in asyncio.run(open_one("two")).provenance  # reuse: no incident
+    assert count.read_text().count("setup") == 1
+    some_env_file = next(p for p in (prepared / "env").rglob("*.py") if p.is_file())
+    os.link(some_env_file, prepared.parent / "a-view-of-it")  # what each evaluation's view does
+    assert seal.broken(prepared) is None
+
+    def rewritten(path: Path) -> None:
+        """The same bytes and mtime put back: only the change time tells."""
+        st, data = path.stat(), path.read_bytes()
+        path.write_bytes(data + b"# changed\n")
+        path.write_bytes(data)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    def replaced(path: Path) -> None:
+        data = path.read_bytes()
+        path.unlink()
+        path.write_bytes(data)
+
+    for n, (tamper, target) in enumerate(
+        [
+            (rewritten, prepared / "repo" / "calculator" / "__init__.py"),
+            (replaced, some_env_file),
+        ],
+        start=2,
+    ):
+        if not target.exists():  # the second round: the prepared-again workspace's file
+            target = prepared / target.relative_to(prepared)
+        tamper(target)
+        assert seal.broken(prepared) is not None
+        again = asyncio.run(open_one(f"tampered-{n}"))
+        assert "files changed since it was prepared" in again.provenance["seal_broken"]
+        assert count.read_text().count("setup") == n
+        assert seal.broken(prepared) is None  # the new one is sealed
+        asides = sorted(prepared.parent.glob(f"{prepared.name}.broken-*"))
+        assert asides, "the changed workspace is kept for inspection"
+        for aside in asides:
+            shutil.rmtree(aside)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -30,7 +31,7 @@ from swegreen.evaluation.testbed import (
 )
 from swegreen.processes.locks import file_lock
 from swegreen.processes.procs import run_process
-from swegreen.sandbox import overlay
+from swegreen.sandbox import overlay, seal
 
 
 class PreparedWorkspaces(TestbedsBase):
@@ -44,6 +45,17 @@ class PreparedWorkspaces(TestbedsBase):
         install is the only one an evaluation runs. Its ``env_build_seconds`` are what this
         call spent building (the environment included)."""
         root = self._existing(instance, recipe)
+        incident = None
+        if root is not None and await asyncio.to_thread(seal.broken, root):
+            root, incident = None, await self._set_aside(root, notes)
+        testbed = await self._prepared_at(instance, recipe, notes, root)
+        if incident is not None:  # on the row (its environment record), not only in its log
+            testbed.provenance["seal_broken"] = incident
+        return testbed
+
+    async def _prepared_at(
+        self, instance: Instance, recipe: Recipe, notes: list[str], root: Path | None
+    ) -> Testbed:
         if root is None:
             setup_commit, provenance = await self.setup_source(instance, recipe)
             elsewhere = setup_commit != instance.environment_setup_commit
@@ -80,6 +92,28 @@ class PreparedWorkspaces(TestbedsBase):
             index_url=index_url,
             provenance=info.get("provenance") or {},
         )
+
+    async def _set_aside(self, root: Path, notes: list[str]) -> str | None:
+        """A prepared workspace whose seal broke is moved aside (kept for inspection: rows
+        using it now go on, their mounts hold it) and prepared again by the caller.
+        Returns the incident (None: no incident, or another evaluation handled it)."""
+        async with file_lock(self.options.prepared_root / ".locks" / f"{root.name}.lock"):
+            why = await asyncio.to_thread(seal.broken, root)
+            if why is None or not (root / PREPARED_COMPLETE).exists():
+                return None  # another evaluation has already prepared it again
+            stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+            aside = root.with_name(f"{root.name}.broken-{stamp}")
+            await asyncio.to_thread(root.rename, aside)
+        if why == seal.UNSEALED:  # made before seals existed: no incident, nothing to keep
+            await asyncio.to_thread(shutil.rmtree, aside, True)
+            notes.append(f"prepared workspace {root.name} prepared again: {why}")
+            return None
+        incident = (
+            f"prepared workspace {root.name}: {why}; set aside as {aside} and prepared "
+            "again (docs/security.md, the seal)"
+        )
+        notes.append(f"INCIDENT: {incident}")
+        return incident
 
     def _copy_on_write(self, prepared_repo: Path) -> bool:
         """Whether an evaluation may mount its checkout over ``prepared_repo`` (overlay.py):
@@ -207,6 +241,7 @@ class PreparedWorkspaces(TestbedsBase):
             )
             # the sandbox's already, so that evaluations mounted on it change no file
             await asyncio.to_thread(self.sandbox.lend, [root / "repo"])
+            await asyncio.to_thread(seal.seal, root)  # checked before every reuse
             (root / PREPARED_COMPLETE).write_text(str(time.time()))
         except BaseException:
             await asyncio.to_thread(shutil.rmtree, root, True)
