@@ -153,6 +153,7 @@ def test_a_row_evaluates_from_the_artifacts_alone(
     finally:
         evaluator.testbeds.close()
     assert (result.status, result.durations.env_build) == (Status.RESOLVED, 0.0), result.detail
+    assert "seal_broken" not in result.environment  # sealed again as unpacked
     assert result.base_validation and result.base_validation["cached"] is True
 
 

@@ -43,6 +43,7 @@ from swegreen.core.dataset import Instance
 from swegreen.core.errors import EvaluationFailure
 from swegreen.core.recipes import RecipeBook, prepared_name
 from swegreen.environments.services import SERVICES
+from swegreen.sandbox import seal
 
 PREFIX = "artifacts/"
 SUFFIX = ".tar.zst"
@@ -374,6 +375,12 @@ def unpack(archive: Path, cache: Path) -> None:
                 dest = cache / path
                 dest.unlink(missing_ok=True)
                 os.link(cache / target, dest)
+    # a prepared workspace's seal names its entries' inodes and change times, which
+    # unpacking makes anew: seal it again as unpacked (the archive is the build phase's)
+    for member in listing:
+        parts = member.rstrip("/").split("/")
+        if len(parts) == 3 and parts[0] == "prepared" and parts[2] == seal.SEAL:
+            seal.seal(cache / "prepared" / parts[1])
 
 
 def remove(cache: Path, paths: Iterable[str]) -> None:
