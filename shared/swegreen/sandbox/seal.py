@@ -34,27 +34,32 @@ def digest(root: Path) -> tuple[str, int]:
         if not base.is_dir():
             h.update(f"missing {part}\n".encode())
             continue
-        for dirpath, dirnames, filenames in os.walk(base):  # never descends a symlink
-            dirnames.sort()
-            for name in sorted([*dirnames, *filenames]):
-                path = os.path.join(dirpath, name)
-                st = os.lstat(path)
-                fields = [
-                    os.path.relpath(path, root),
-                    st.st_mode,
-                    st.st_uid,
-                    st.st_gid,
-                    st.st_size if not stat.S_ISDIR(st.st_mode) else 0,
-                    st.st_mtime_ns,
-                    st.st_ino,
-                ]
-                if with_ctime:
-                    fields.append(st.st_ctime_ns)
-                if stat.S_ISLNK(st.st_mode):
-                    fields.append(os.readlink(path))
-                h.update(json.dumps(fields).encode() + b"\n")
-                count += 1
+        count += _walk(h, str(base), part, with_ctime)
     return h.hexdigest(), count
+
+
+def _walk(h: hashlib._Hash, path: str, rel: str, with_ctime: bool) -> int:
+    """Feed every entry under ``path`` (never through a symlink), in name order."""
+    count = 0
+    with os.scandir(path) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        st = entry.stat(follow_symlinks=False)
+        name = f"{rel}/{entry.name}"
+        kind = stat.S_IFMT(st.st_mode)
+        line = (
+            f"{name}\0{st.st_mode}\0{st.st_uid}\0{st.st_gid}\0"
+            f"{0 if kind == stat.S_IFDIR else st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
+        )
+        if with_ctime:
+            line += f"\0{st.st_ctime_ns}"
+        if kind == stat.S_IFLNK:
+            line += f"\0{os.readlink(entry.path)}"
+        h.update(line.encode("utf-8", "surrogateescape") + b"\n")
+        count += 1
+        if kind == stat.S_IFDIR:
+            count += _walk(h, entry.path, name, with_ctime)
+    return count
 
 
 def seal(root: Path) -> None:
