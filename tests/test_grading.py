@@ -7,7 +7,7 @@ from pathlib import Path
 
 from swegreen.core.classify import Status, classify
 from swegreen.core.dataset import parse_rows
-from swegreen.core.grading import grade_log
+from swegreen.core.grading import FULL, grade_log, skipped_against_base, with_failing
 
 from .helpers import raw_row
 
@@ -92,3 +92,25 @@ def test_repo_specific_parsers_are_used(tmp_path: Path) -> None:
         parser="parse_log_django",
     )
     assert (g.counts.f2p_passed, g.counts.p2p_passed) == (1, 0)
+
+
+def test_a_skip_the_base_run_did_not_show_counts_as_failing(tmp_path: Path) -> None:
+    """The official grader keeps a skipped pass-to-pass test; a test the base commit passed
+    and this run skips was skipped by the patch (a feature flag turned off), so swegreen
+    counts it failing, says why, and leaves skips the base run also showed alone."""
+    body = "PASSED t.py::a\nSKIPPED t.py::b\nSKIPPED t.py::c\nPASSED t.py::d"
+    official = grade(tmp_path, body, ["t.py::a"], ["t.py::b", "t.py::c", "t.py::d"])
+    assert official.resolution == FULL  # what the official grader says
+    base = {"t.py::b": "PASSED", "t.py::c": "SKIPPED", "t.py::d": "PASSED"}
+    inst = instance(["t.py::a"], ["t.py::b", "t.py::c", "t.py::d"])
+    forced = skipped_against_base(official.status_map, base, inst.PASS_TO_PASS)
+    assert list(forced) == ["t.py::b"] and "PASSED on the base commit" in forced["t.py::b"]
+    ours = with_failing(official, inst, forced)
+    assert (ours.counts.p2p_passed, ours.counts.p2p_total) == (2, 3)
+    assert ours.p2p_failing == ["t.py::b"]
+    assert classify(True, ours.counts) == classify(True, official.counts.__class__(1, 1, 2, 3))
+    assert classify(True, ours.counts)[0] is Status.BREAKING_RESOLVED
+    entry = ours.report["o__r-1"]
+    assert entry["resolved"] is False and entry["integrity"] == forced
+    assert official.report["o__r-1"]["resolved"] is True  # the original is left as it was
+    assert with_failing(official, inst, {}) is official

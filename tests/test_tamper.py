@@ -13,7 +13,7 @@ import pytest
 
 from swegreen.core.patches import inspect_patch
 from swegreen.repositories.repo_cache import git_env
-from swegreen.sandbox.recorder import Recorded, contradictions
+from swegreen.sandbox.recorder import Recorded, contradictions, forced_outcomes
 from swegreen.sandbox.tamper import Guard, protected_reason, runner_files, sections_changed
 from tests.helpers import git, make_repo
 
@@ -229,3 +229,42 @@ def test_changes_to_pytest_machinery_are_contradictions() -> None:
         "pytest's hook pytest_runtest_makereport (from x) was changed while the tests ran "
         "(noticed after t.py::a)"
     ]
+
+
+def raised(nodeid: str, kind: str, files: list[str], marked: bool = False) -> dict[str, object]:
+    outcome = "skipped"
+    return {
+        **call(nodeid, outcome),
+        "raised": {"kind": kind, "marked": marked, "files": files},
+    }
+
+
+def test_an_xfail_or_skip_the_code_under_test_raised_is_not_a_pass() -> None:
+    """forced_outcomes: only outcomes the patch's code (or, for a fail-to-pass test, code
+    outside the tests) produced count as failing; markers, the tests' own calls and
+    unchanged code keep the official meaning. The record survives storage."""
+    f2p = ["tests/test_a.py::t1", "tests/test_a.py::t2", "tests/test_a.py::t3", "t.py::t4"]
+    p2p = ["tests/test_a.py::p1", "tests/test_a.py::p2", "tests/test_a.py::p3"]
+    record = rec(
+        START,
+        raised(f2p[0], "xfail", ["tests/test_a.py", "pkg/core.py"]),  # the patch's code
+        raised(f2p[1], "xfail", ["tests/test_a.py"]),  # the test's own pytest.xfail()
+        raised(f2p[2], "xfail", [], marked=True),  # a marker (raised in _pytest)
+        raised(f2p[3], "xfail", ["t.py", "pkg/util.py"]),  # unchanged code, outside tests
+        raised(p2p[0], "xfail", ["tests/test_a.py", "pkg/core.py", "pkg/util.py"]),
+        raised(p2p[1], "skip", ["tests/test_a.py", "pkg/util.py"]),  # unchanged: as on base
+        raised(p2p[2], "skip", ["tests/test_a.py", "pkg/core.py"]),
+    )
+    statuses = {n: "XFAIL" for n in [*f2p, p2p[0]]} | {p2p[1]: "SKIPPED", p2p[2]: "SKIPPED"}
+    changed = frozenset({"pkg/core.py"})
+
+    def protected(path: str) -> bool:
+        return protected_reason(path) is not None
+
+    for record_now in (record, Recorded.parse(record.text)):
+        forced = forced_outcomes(record_now, statuses, f2p, p2p, changed, protected)
+        assert sorted(forced) == sorted([f2p[0], f2p[3], p2p[0], p2p[2]])
+        assert "raised in pkg/core.py" in forced[f2p[0]]
+        assert "raised in pkg/util.py" in forced[f2p[3]]
+    # a status the official grader already counts failing is not this rule's business
+    assert forced_outcomes(record, {f2p[0]: "FAILED"}, f2p, p2p, changed, protected) == {}

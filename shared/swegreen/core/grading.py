@@ -9,7 +9,7 @@ resulting nested dicts into typed counts for the decision tree.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -132,6 +132,23 @@ def unapplied_report(instance: Instance, patch: str | None) -> dict[str, Any]:
 
 FULL = ResolvedStatus.FULL.value
 PARTIAL = ResolvedStatus.PARTIAL.value
+
+
+def skipped_against_base(
+    status_map: Mapping[str, str], base: Mapping[str, str], pass_to_pass: Sequence[str]
+) -> dict[str, str]:
+    """Pass-to-pass tests SKIPPED here that PASSED on the base commit (``base``: base
+    validation's statuses). The official grader counts a skipped pass-to-pass test as not
+    failed, yet the dataset's pass-to-pass tests pass under the gold patch by definition:
+    a test the base run passed and this run skips was skipped by what the patch changed
+    (django's ``skipUnlessDBFeature`` on a feature flag the patch turned off, say).
+    Returns name -> why; the engine counts them as failing."""
+    return {
+        name: "integrity: SKIPPED here, PASSED on the base commit (base validation): "
+        "counted as failing"
+        for name in pass_to_pass
+        if status_map.get(name) == "SKIPPED" and base.get(name) == "PASSED"
+    }
 
 
 def with_failing(grade: Grade, instance: Instance, tests: Mapping[str, str]) -> Grade:

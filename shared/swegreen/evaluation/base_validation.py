@@ -20,7 +20,7 @@ from swegreen.core.grading import grade_log, grader_version
 from swegreen.evaluation.testbeds import Testbeds
 from swegreen.processes.locks import file_lock
 
-SCHEMA = 1
+SCHEMA = 2  # 2: the graded tests' statuses on the base commit
 
 
 class BaseValidator:
@@ -85,9 +85,12 @@ class BaseValidator:
                 testbed.recipe.eval_type,
             )
         f2p_passing = [t for t in instance.FAIL_TO_PASS if t not in grade.f2p_failing]
+        graded = [*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS]
         return {
             "ok": grade.log_ok and not f2p_passing and not grade.p2p_failing,
             "log_ok": grade.log_ok,
+            # what each graded test was on the base commit (grading compares: core/grading)
+            "statuses": {t: grade.status_map[t] for t in graded if t in grade.status_map},
             "f2p_passing_on_base": f2p_passing,
             "p2p_failing_on_base": grade.p2p_failing,
             "log": log_copy.name,

@@ -25,6 +25,7 @@ from swegreen.core.grading import (
     PARTIAL,
     Grade,
     grade_log,
+    skipped_against_base,
     unapplied_report,
     with_failing,
 )
@@ -234,7 +235,10 @@ class PatchEvaluator:
                 frozenset(p for c in inspect_patch(patch).files for p in c.paths),
                 lambda path: protected_reason(path) is not None,
             )
-            grade = with_failing(grade, instance, forced)
+        base = (row.base_validation or {}).get("statuses")
+        if isinstance(base, dict) and grade.log_ok:
+            forced.update(skipped_against_base(grade.status_map, base, row.instance.PASS_TO_PASS))
+        grade = with_failing(grade, row.instance, forced)
         status, reason = classify(True, grade.counts)
         # The tree refines the official verdict; it must never contradict it (where
         # ``forced`` counts tests failing, the verdict is the official one on that view).
