@@ -474,6 +474,33 @@ def test_the_tests_cannot_rewrite_the_files_the_wrapper_shows_read_only(tmp_path
     assert (tests / "test_a.py").read_text() == "def test_a():\n    assert False\n"
 
 
+@pytest.mark.skipif(ISO.mode != "bwrap", reason="bubblewrap")
+def test_services_and_the_tests_start_without_the_wrappers_capabilities(tmp_path: Path) -> None:
+    """A recipe's service starts after the wrapper has dropped the capabilities it took for
+    the network and the read-only binds, as the test command does: neither holds
+    CAP_SYS_ADMIN (bit 21) nor CAP_NET_ADMIN (bit 12)."""
+    work = tmp_path / "work"
+    (work / "tests").mkdir(parents=True)
+    (work / "tests" / "test_a.py").write_text("x = 1\n")
+    sandbox = LocalSandbox(ISO)
+    caps = "awk '/^CapEff/ {print $2}' /proc/self/status"
+    service = f"echo service=$({caps}) > {work}/service.txt"
+    wrapper = sandbox.test_wrapper(
+        SandboxPolicy(timeout=60), (service,), readonly=(str(work / "tests" / "test_a.py"),)
+    )
+    script = f"{wrapper} bash -c {shlex.quote(f'echo tests=$({caps})')}\n"
+    result = run(tmp_path, script, SandboxPolicy(timeout=60), admin=True)
+    found = dict(
+        line.split("=", 1)
+        for line in [*result.output.splitlines(), (work / "service.txt").read_text().strip()]
+        if line.startswith(("service=", "tests="))
+    )
+    assert set(found) == {"service", "tests"}, result.output
+    for who, mask in found.items():
+        held = int(mask, 16)
+        assert not held & (1 << 21) and not held & (1 << 12), (who, mask)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the engine must be root to drop the tests' uid")
 def test_a_root_engine_in_process_mode_runs_the_tests_as_their_own_uid(tmp_path: Path) -> None:
     """As in an AWS task (root entry point, no namespaces): the script runs as the sandbox's

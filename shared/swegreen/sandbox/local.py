@@ -193,15 +193,22 @@ class LocalSandbox:
                     f'for f in {files}; do [ -f "$f" ] && [ ! -L "$f" ]'
                     f' && {mount} --bind "$f" "$f" && {mount} -o remount,bind,ro "$f"; done; true'
                 )
-            steps += [s.rstrip(";") for s in services]
-            if not steps:
+            started = [s.rstrip(";") for s in services]
+            if not steps and not started:
                 return None
+            # Only the engine's own steps hold the capabilities; the services start, and
+            # the test command runs, after they are dropped.
+            if started:
+                then = shlex.quote("; ".join(started) + '; exec "$0" "$@"')
+                after = f'{self._bash} -c {then} "$0" "$@"'
+            else:
+                after = '"$0" "$@"'
             dropped = ",".join(
                 (["-net_admin"] if isolate else []) + (["-sys_admin"] if readonly else [])
             )
             setpriv = tool("setpriv")
             drop = f"{setpriv} --bounding-set={dropped} --inh-caps={dropped} -- " if dropped else ""
-            init = shlex.quote("; ".join(steps) + f'; exec {drop}"$0" "$@"')
+            init = shlex.quote("; ".join([*steps, f"exec {drop}{after}"]))
             return f"{self._bash} -c {init}"
         cpu_view = self.shows_cpu_quota(policy)
         if not isolate and not cpu_view and not services:
