@@ -114,12 +114,15 @@ class PipelineMachine(StateParts):
                 ],
             )
         )
-        # Dispatch and Watch hand patches back to the rows' executions.
+        # Dispatch and Watch hand patches back to the rows' executions. The service
+        # authorization reference lists no resource type for these actions (the task
+        # token names the task): a statement scoped to an ARN is refused, "*" is the only
+        # resource they accept. The token, unguessable and held by these two, is the scope.
         for fn in (self.dispatch, self.watch):
             fn.add_to_role_policy(
                 iam.PolicyStatement(
                     actions=["states:SendTaskSuccess", "states:SendTaskFailure"],
-                    resources=[rows_arn],
+                    resources=["*"],
                 )
             )
 

@@ -379,6 +379,10 @@ def test_every_log_group_has_a_retention(template: dict[str, Any]) -> None:
 # Wildcard resources CDK emits for actions that have no resource-level permissions, or
 # that the service names at run time (X-Ray, ECR login, SFN log delivery, ECS task ids).
 WILDCARD_OK = {
+    # no resource type in the service authorization reference: "*" is the only resource
+    # they accept (the task token is the scope)
+    "states:SendTaskSuccess",
+    "states:SendTaskFailure",
     "xray:PutTraceSegments",
     "xray:PutTelemetryRecords",
     "xray:GetSamplingRules",
@@ -422,6 +426,20 @@ def test_iam_is_least_privilege(template: dict[str, Any]) -> None:
         assert not acts & {"dynamodb:Scan", "dynamodb:DeleteTable", "dynamodb:BatchWriteItem"}, role
     assert dynamodb["Stopped"] == {"dynamodb:UpdateItem", "dynamodb:PutItem"}
     assert dynamodb["Presign"] == set() and dynamodb["TaskRetry"] == set()
+    # the task-token callbacks: exactly the two that hand patches back, as authorized
+    callbacks = [
+        (n, s)
+        for n, policy in resources(template, "AWS::IAM::Policy").items()
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+        if _actions(s) & {"states:SendTaskSuccess", "states:SendTaskFailure"}
+    ]
+    assert sorted(n.removeprefix("Workflow").split("ServiceRole")[0] for n, _ in callbacks) == [
+        "Dispatch",
+        "Watch",
+    ]
+    for _, statement in callbacks:
+        assert statement["Resource"] == "*", statement
+        assert _actions(statement) == {"states:SendTaskSuccess", "states:SendTaskFailure"}
     # Resolve reads the Fargate quotas (to fit the run to them), no other service's
     quota_reads = [
         s
