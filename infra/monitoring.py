@@ -3,11 +3,12 @@ execution, with a dead-letter queue), Watch's schedule, the alarms and the dashb
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
@@ -65,13 +66,25 @@ class MonitoringParts:
                 )
             ],
         )
-        # Encrypted with the account's SNS key (alarm texts name runs and functions).
-        self.alarms = sns.Topic(
+        # Encrypted (alarm texts name runs and functions) with a key of the stack's own:
+        # CloudWatch cannot publish to a topic under the AWS managed SNS key, whose policy
+        # no one can change; this key's policy lets CloudWatch, for this account only, make
+        # and read the data keys its alarm messages need ($1 a month, docs/aws.md).
+        key = kms.Key(
             self,
-            "Alarms",
-            display_name="swegreen alarms",
-            master_key=kms.Alias.from_alias_name(self, "SnsKey", "alias/aws/sns"),
+            "AlarmsKey",
+            description="swegreen: the alarm topic's messages",
+            enable_key_rotation=True,
         )
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],  # in a key policy, "*" is this key
+                conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}},
+            )
+        )
+        self.alarms = sns.Topic(self, "Alarms", display_name="swegreen alarms", master_key=key)
         if settings.alarm_email:
             self.alarms.add_subscription(subscriptions.EmailSubscription(settings.alarm_email))
         action = cw_actions.SnsAction(self.alarms)

@@ -668,7 +668,20 @@ def test_failed_executions_and_undelivered_events_raise_alarms(template: dict[st
     (topic,) = resources(template, "AWS::SNS::Topic")
     for alarm in alarms.values():
         assert json.dumps(alarm["Properties"]["AlarmActions"]).count(topic) == 1
-    assert "alias/aws/sns" in json.dumps(template["Resources"][topic]["Properties"])
+    # under a key of the stack's own whose policy lets CloudWatch publish (the AWS managed
+    # SNS key would refuse it), for this account only, and rotated
+    key_ref = template["Resources"][topic]["Properties"]["KmsMasterKeyId"]
+    (key_name,) = resources(template, "AWS::KMS::Key")
+    assert json.dumps(key_ref).count(key_name) == 1, key_ref
+    key = template["Resources"][key_name]["Properties"]
+    assert key["EnableKeyRotation"] is True
+    (cloudwatch,) = [
+        s
+        for s in key["KeyPolicy"]["Statement"]
+        if s.get("Principal", {}).get("Service") == "cloudwatch.amazonaws.com"
+    ]
+    assert _actions(cloudwatch) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    assert "aws:SourceAccount" in cloudwatch["Condition"]["StringEquals"]
 
 
 def _math_alarm(template: dict[str, Any], name: str) -> dict[str, Any]:
