@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from swegreen.sandbox import seccomp
 from swegreen.sandbox.environ import sandbox_env
 from swegreen.sandbox.isolation import Isolation, Mounts, SandboxPolicy
 from swegreen.sandbox.local import LocalSandbox
@@ -513,6 +514,7 @@ def test_a_root_engine_in_process_mode_runs_the_tests_as_their_own_uid(tmp_path:
     grader.write_text("engine's\n")
     script = f"""
 id -u
+grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status
 echo mine > ok.txt && echo wrote-workspace
 echo forged > {grader} && echo wrote-grader
 python -c "import os; os.ftruncate(1, 0)" && echo truncated-log
@@ -521,6 +523,10 @@ exit 0
     result = run(tmp_path, script, SandboxPolicy(timeout=60), iso=weak)
     lines = result.output.splitlines()
     assert lines[0] == str(weak.sandbox_uid)
+    # no-new-privileges, and the same seccomp filter as the other modes (mode 2: a filter)
+    status = dict(line.split(":\t") for line in lines[1:3])
+    assert status["NoNewPrivs"] == "1", lines
+    assert status["Seccomp"] == ("2" if seccomp.supported() else "0"), lines
     assert "wrote-workspace" in lines and (tmp_path / "work" / "ok.txt").read_text() == "mine\n"
     assert "wrote-grader" not in lines and grader.read_text() == "engine's\n"
     assert "truncated-log" not in lines

@@ -18,7 +18,8 @@ itself, for good and for every descendant:
 
 Standard library only, no package imports: it runs with ``-I -S`` before anything from
 the sandboxed tree could be imported. The spec is JSON: ``{"ro": [...], "rw": [...],
-"fifo": [...], "dev": [...], "tcp_fd": int or null, "seccomp": hex}``.
+"fifo": [...], "dev": [...], "tcp_fd": int or null, "seccomp": hex}``; with
+``"landlock": false`` only the seccomp filter is loaded (process mode's launches).
 """
 
 from __future__ import annotations
@@ -169,7 +170,8 @@ def main(argv: list[str]) -> int:
     program = _resolve(argv[2])  # before Landlock hides the directories it searches
     libc = _libc()
     try:
-        landlock(spec, libc)
+        if spec.get("landlock", True):
+            landlock(spec, libc)
         if spec.get("seccomp"):
             load_seccomp(bytes.fromhex(spec["seccomp"]), libc)
     except OSError as exc:

@@ -373,10 +373,19 @@ def _try_once(argv: list[str], failed: str, hint: str) -> None:
 
 
 def _drop_to(uid: int | None) -> list[str]:
-    """The prefix that runs a command as ``uid`` (its own group, no others), or nothing."""
+    """The prefix that runs a command as ``uid`` (its own group, no others), or nothing;
+    with no-new-privileges, so that no set-uid program or file capability on the system
+    gives back what the drop took."""
     if uid is None:
         return []
-    return [tool("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+    return [
+        tool("setpriv"),
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--",
+    ]
 
 
 def _seccomp_file() -> Path:

@@ -327,6 +327,11 @@ class LocalSandbox:
                 net = policy.network if network is None else network
                 spec, confined_fds = self.confinement(mounts, script, network=net)
                 argv += [*confine_argv(spec), self._bash, str(script)]
+            elif self._seccomp is not None:
+                # process mode (AWS's Fargate tasks): no Landlock, but the same seccomp
+                # filter as the other modes, loaded before the script starts
+                spec = {"landlock": False, "seccomp": self._seccomp}
+                argv += [*confine_argv(spec), self._bash, str(script)]
             else:
                 argv += [self._bash, str(script)]
         if cgroups:
