@@ -9,10 +9,10 @@ import os
 
 import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from botocore.config import Config
 
 from swegreen.aws.dynamo_store import DynamoStore
 from swegreen.aws.pipeline import Pipeline, PipelineSettings
+from swegreen.aws.pipeline.base import signing_s3
 
 SERVICE = "swegreen"
 logger = Logger(service=SERVICE)
@@ -29,8 +29,9 @@ def settings() -> PipelineSettings:
 def pipeline() -> Pipeline:
     s = settings()
     table = boto3.resource("dynamodb").Table(s.table)
-    # SigV4 for the sandbox's pre-signed URLs (Presign).
-    s3 = boto3.client("s3", config=Config(signature_version="s3v4"))
+    # the sandbox's pre-signed URLs (Presign): SigV4, the bucket's regional endpoint
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
+    s3 = signing_s3(region, os.environ)
     return Pipeline(s, s3, DynamoStore(table), boto3.client("service-quotas"))
 
 

@@ -173,7 +173,11 @@ class MonitoringParts:
             statistic="Maximum",
             period=minute,
         )
-        dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name="swegreen")
+        # named after the stack: dashboard names are unique per account and region, so a
+        # second stack in the account (another region's, a test deployment) must not clash
+        dashboard = cloudwatch.Dashboard(
+            self, "Dashboard", dashboard_name=f"{Stack.of(self).stack_name}-swegreen"
+        )
         dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Rows written, by status", left=list(rows.values()), stacked=True, width=12

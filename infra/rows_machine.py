@@ -99,11 +99,12 @@ class RowsMachine(StateParts):
             # the row's, as Presign chose it: closed unless its tests need the internet
             {"AwsvpcConfiguration.$": "$.sandbox.awsvpc"},
             record_error,
+            before=presign,  # each attempt's own URLs, valid just past its deadline
         )
         for step in (dispatch, dispatch_wait, presign, classify):
             step.add_catch(record_error, result_path="$.error")
         has_patch = sfn.Choice(self, "HasPatch")
-        has_patch.when(sfn.Condition.is_string("$.patch.patch_key"), presign.next(evaluate))
+        has_patch.when(sfn.Condition.is_string("$.patch.patch_key"), evaluate)
         has_patch.otherwise(classify)
         evaluated.next(classify)
         dispatch.next(has_patch)

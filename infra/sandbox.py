@@ -118,6 +118,12 @@ class Sandbox(Construct):
             },
             CLOSED: self._closed_network(settings, bucket, runs_prefix, artifacts_prefix),
         }
+        # The interface endpoints' private DNS answers for the whole VPC: the build tasks
+        # and the open rows resolve ECR and Logs to them too, so they are let in as well
+        # (else they could neither pull their image nor write their logs).
+        self.endpoints.add_ingress_rule(
+            self.security_group, ec2.Port.tcp(443), "build tasks and open rows"
+        )
         self.cluster = ecs.Cluster(
             self,
             "Cluster",
@@ -258,10 +264,11 @@ class Sandbox(Construct):
             self,
             "Endpoints",
             vpc=self.vpc,
-            description="swegreen interface endpoints: HTTPS from the row tasks",
+            description="swegreen interface endpoints: HTTPS from the tasks",
             allow_all_outbound=False,
         )
-        endpoints.add_ingress_rule(group, ec2.Port.tcp(443), "the row tasks")
+        endpoints.add_ingress_rule(group, ec2.Port.tcp(443), "closed rows")
+        self.endpoints = endpoints
         group.add_egress_rule(endpoints, ec2.Port.tcp(443), "ECR and CloudWatch Logs endpoints")
         s3_peer = (
             ec2.Peer.prefix_list(settings.s3_prefix_list_id)

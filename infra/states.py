@@ -13,6 +13,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from infra.settings import retention
+from swegreen.aws.pipeline.models import SANDBOX_TASK_SECONDS  # URLs signed just past it
 
 # Throttling and service hiccups: retried with jitter. Anything else goes to RecordError.
 LAMBDA_RETRYABLE = [
@@ -21,9 +22,6 @@ LAMBDA_RETRYABLE = [
     "Lambda.SdkClientException",
     "Lambda.TooManyRequestsException",
 ]
-# What the state machine gives one Fargate task; the evaluate task's pre-signed URLs
-# outlive it (swegreen.aws.pipeline.SANDBOX_URL_SECONDS).
-SANDBOX_TASK_HOURS = 3
 # ECS's own API errors: retried in place (RunTask throttled, a service hiccup).
 ECS_RETRYABLE = [
     "ECS.AmazonECSException",
@@ -76,12 +74,14 @@ class StateParts:
         environment: list[dict[str, str]],
         network: dict[str, Any],
         on_failure: sfn.IChainable,
+        before: sfn.INextable | None = None,
     ) -> tuple[sfn.IChainable, sfn.Pass]:
         """A Fargate task that survives its infrastructure: Spot first, and after a failure
         TaskRetry decides (capacity, Spot interruption, image pull, network start-up:
         again, with full jitter, on-demand after Spot failed twice; out of memory or a
-        crash: ``on_failure`` with the error at ``$.error``). Returns the first state and
-        the one reached on success."""
+        crash: ``on_failure`` with the error at ``$.error``). ``before`` runs ahead of
+        every attempt (the evaluate task's URLs, signed for that attempt alone). Returns
+        the first state and the one reached on success."""
         first = sfn.Pass(
             self,
             f"{name}FirstAttempt",
@@ -123,10 +123,14 @@ class StateParts:
             self, f"{name}Backoff", time=sfn.WaitTime.seconds_path("$.attempt.wait_seconds")
         )
         again = sfn.Choice(self, f"{name}Again?")
-        again.when(sfn.Condition.boolean_equals("$.attempt.retry", True), backoff.next(capacity))
-        again.otherwise(on_failure)
         decide.next(again)
-        first.next(capacity)
+        start: sfn.IChainable = capacity
+        if before is not None:
+            before.next(capacity)
+            start = before  # type: ignore[assignment]
+        again.when(sfn.Condition.boolean_equals("$.attempt.retry", True), backoff.next(start))
+        again.otherwise(on_failure)
+        first.next(start)
         return first, done
 
     def _run_task(
@@ -156,7 +160,7 @@ class StateParts:
                     ]
                 },
             },
-            "TimeoutSeconds": SANDBOX_TASK_HOURS * 3600,
+            "TimeoutSeconds": SANDBOX_TASK_SECONDS,
             # Only the task's ARN is kept beside the state's input. (A None ResultPath,
             # "discard", would not survive: CustomState drops null members, and the
             # default ResultPath "$" would replace the row's input with the ECS answer.)

@@ -25,6 +25,7 @@ from swegreen.aws.pipeline import (
 )
 from swegreen.core.classify import Status
 from swegreen.sandbox.isolation import DEFAULT_SANDBOX_UID
+from tests.aws.conftest import STACK
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON = "application/json"
@@ -135,9 +136,13 @@ def test_every_row_step_retries_with_jitter_and_falls_back_to_an_error_row(
     assert wait["TimeoutSecondsPath"] == "$.item.wait_seconds"
     assert not [s for s in row.values() if s["Type"] == "Wait" and "Participant" in str(s)]
     assert Item.model_fields["wait_seconds"].annotation is int
-    # The evaluate task's URLs are signed right before it starts.
-    assert row["HasPatch"]["Choices"][0]["Next"] == "Presign"
-    assert row["Presign"]["Next"] == "EvaluateFirstAttempt"
+    # The evaluate task's URLs are signed right before each attempt starts: the first,
+    # and every one TaskRetry sends back after its wait.
+    assert row["HasPatch"]["Choices"][0]["Next"] == "EvaluateFirstAttempt"
+    assert row["EvaluateFirstAttempt"]["Next"] == "Presign"
+    assert row["EvaluateBackoff"]["Next"] == "Presign"
+    assert row["Presign"]["Next"] == "EvaluateCapacity?"
+    assert row["Presign"]["ResultPath"] == "$.sandbox"  # the new URLs replace the old
     assert row["EvaluateDone"]["Next"] == "Classify"
 
 
@@ -158,7 +163,8 @@ def test_fargate_tasks_start_on_spot_and_survive_their_infrastructure(
     row = dict(states(machines[machine]))
     first = row[f"{task}FirstAttempt"]
     assert first["Result"]["capacity"] == "FARGATE_SPOT" and first["ResultPath"] == "$.attempt"
-    assert first["Next"] == f"{task}Capacity?"
+    signs = "Presign" if task == "Evaluate" else f"{task}Capacity?"  # its URLs, per attempt
+    assert first["Next"] == signs
     capacity = row[f"{task}Capacity?"]
     assert capacity["Choices"][0]["StringEquals"] == "FARGATE"
     assert capacity["Choices"][0]["Next"] == f"{task}OnDemand"
@@ -188,7 +194,7 @@ def test_fargate_tasks_start_on_spot_and_survive_their_infrastructure(
     assert again["Choices"][0]["Next"] == f"{task}Backoff"
     backoff = row[f"{task}Backoff"]
     assert backoff["SecondsPath"] == "$.attempt.wait_seconds"
-    assert backoff["Next"] == f"{task}Capacity?"
+    assert backoff["Next"] == signs
     assert set(Attempt.model_fields) >= {"number", "capacity", "wait_seconds", "retry"}
 
 
@@ -711,6 +717,8 @@ def test_a_run_of_error_rows_and_failing_or_throttled_functions_raise_alarms(
         assert {m["MetricName"] for m in stats} == {metric} and len(stats) == 8
         assert alarm["Threshold"] == 1
     (dashboard,) = resources(template, "AWS::CloudWatch::Dashboard").values()
+    # unique per account and region: named after the stack, never a fixed name
+    assert dashboard["Properties"]["DashboardName"] == f"{STACK}-swegreen"
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for title in ("Rows written, by status", "Error rows", "Fargate task retries",
                   "Running tasks", "Lambda errors and throttles"):  # fmt: skip
@@ -848,6 +856,68 @@ def test_rows_run_in_isolated_subnets_that_reach_only_the_endpoints_they_need(
     # the build phase keeps the internet (it fetches repositories and packages)
     build = dict(states(machines["Pipeline"]))["BuildSpot"]["Parameters"]
     assert build["NetworkConfiguration"]["AwsvpcConfiguration"]["AssignPublicIp"] == "ENABLED"
+
+    # Per task kind: the endpoints' private DNS answers for the whole VPC, so every kind
+    # that pulls an image and writes logs must be let in by the endpoints' group.
+    (pipeline_machine,) = [
+        m
+        for n, m in resources(template, "AWS::StepFunctions::StateMachine").items()
+        if not n.startswith("WorkflowRows")
+    ]
+    # the build and prepare tasks' groups, as the rendered definition left them out
+    phase_groups = {
+        ref["Fn::GetAtt"][0]
+        for ref in _all_refs(pipeline_machine["Properties"]["DefinitionString"])
+        if "Fn::GetAtt" in ref and ref["Fn::GetAtt"][1] == "GroupId"
+    }
+    (phase_group,) = phase_groups
+    kinds = {
+        "build and prepare": {"AwsvpcConfiguration": {"SecurityGroups": [phase_group]}},
+        "open row": {"AwsvpcConfiguration": opened},
+        "closed row": {"AwsvpcConfiguration": closed},
+    }
+    ingress = [
+        i["Properties"]
+        for i in resources(template, "AWS::EC2::SecurityGroupIngress").values()
+        if i["Properties"]["GroupId"] == {"Fn::GetAtt": [endpoint_group, "GroupId"]}
+    ] + list(groups[endpoint_group]["Properties"].get("SecurityGroupIngress", []))
+    admitted = {
+        i["SourceSecurityGroupId"]["Fn::GetAtt"][0]
+        for i in ingress
+        if (i["IpProtocol"], i["FromPort"], i["ToPort"]) == ("tcp", 443, 443)
+    }
+    for kind, network in kinds.items():
+        (task_group,) = network["AwsvpcConfiguration"]["SecurityGroups"]
+        task_group = task_group["Fn::GetAtt"][0] if isinstance(task_group, dict) else task_group
+        assert task_group in admitted, (kind, task_group, admitted)
+        props = groups[task_group]["Properties"]
+        out = list(props.get("SecurityGroupEgress", [])) + [
+            e["Properties"]
+            for e in resources(template, "AWS::EC2::SecurityGroupEgress").values()
+            if e["Properties"]["GroupId"] == {"Fn::GetAtt": [task_group, "GroupId"]}
+        ]
+        reaches_endpoints = any(
+            e.get("CidrIp") == "0.0.0.0/0" and e["IpProtocol"] == "-1" for e in out
+        ) or any(
+            e.get("DestinationSecurityGroupId", {}).get("Fn::GetAtt", [None])[0] == endpoint_group
+            for e in out
+        )
+        assert reaches_endpoints, (kind, out)
+        internet = any(e.get("CidrIp") == "0.0.0.0/0" and e["IpProtocol"] == "-1" for e in out)
+        assert internet == (kind != "closed row"), kind  # only the closed rows are shut in
+    assert len(admitted) == 2  # the two task groups, nothing else
+
+
+def _all_refs(value: Any) -> Iterator[dict[str, Any]]:
+    """Every Ref and Fn::GetAtt inside ``value``."""
+    if isinstance(value, dict):
+        if "Ref" in value or "Fn::GetAtt" in value:
+            yield value
+        for item in value.values():
+            yield from _all_refs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _all_refs(item)
 
 
 def _refs(value: Any) -> str:

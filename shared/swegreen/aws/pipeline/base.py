@@ -3,6 +3,7 @@ ways it reads and writes a run's objects."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -16,6 +17,28 @@ from swegreen.aws.pipeline.models import (
 from swegreen.core.config import EvalConfig
 from swegreen.core.dataset import Instance
 from swegreen.stores import artifacts as art
+
+
+def signing_s3(region: str, environ: Mapping[str, str]) -> Any:
+    """The S3 client the Presign step signs the evaluate task's URLs with: SigV4, the
+    bucket's regional endpoint, virtual-hosted addressing. A task in a closed subnet
+    reaches S3 only through the gateway endpoint of its own region; a URL for the global
+    host (``s3.amazonaws.com``, what an unconfigured client signs for outside us-east-1)
+    fails there or redirects, which breaks a SigV4 signature. An emulator's endpoint
+    (``AWS_ENDPOINT_URL[_S3]``, the tests') is kept."""
+    import boto3
+    from botocore.config import Config
+
+    emulated = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
+    return boto3.client(
+        "s3",
+        region_name=region,
+        endpoint_url=emulated or f"https://s3.{region}.amazonaws.com",
+        config=Config(
+            signature_version="s3v4",
+            s3={"addressing_style": "path" if emulated else "virtual"},
+        ),
+    )
 
 
 class PipelineBase:

@@ -28,10 +28,14 @@ SANDBOX_OUTPUTS = (
     art.REPORT,
     art.RESULT,
 )
-# How long the evaluate task's URLs are signed for: longer than the state machine lets the
-# task run (infra/workflow.py, 3 h). They also end with the credentials that signed them
-# (the Presign function's), which is why they are signed right before the task starts.
-SANDBOX_URL_SECONDS = 4 * 3600
+# How long the state machine lets a Fargate task run (infra/states.py).
+SANDBOX_TASK_SECONDS = 3 * 3600
+# How long the evaluate task's URLs are signed for: one attempt's time, just past its
+# deadline (the task's limit, plus the ECS retries before it starts: five, at most 120 s
+# apart). Presign signs them again before every attempt, so a retry never holds a URL
+# that an earlier attempt could still use, or one about to expire. They also end with
+# the credentials that signed them (the Presign function's).
+SANDBOX_URL_SECONDS = SANDBOX_TASK_SECONDS + 15 * 60
 WAIT_MARGIN_SECONDS = 600
 # What one row may take beyond its participant and its eval script (task start, image
 # pull, artifact downloads, retries), for the rows phase's time limit.
