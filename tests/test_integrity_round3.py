@@ -12,7 +12,6 @@ code may run where it was aimed.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -23,9 +22,9 @@ from swegreen.core.dataset import load_dataset
 from swegreen.core.results import InstanceResult
 from swegreen.evaluation.settings import LocalSettings
 from swegreen.sample import SampleBenchmark
-from swegreen.stores import artifacts as art
 from tests.conftest import RunSample
-from tests.test_integrity import crafted_patch, write
+from tests.test_integrity import REWRITE_REPORTS, write
+from tests.test_integrity_tools import evaluate_crafted
 
 INSTANCE = "sample__ledger-1"  # its recipe installs the project at evaluation time
 MARK = "SWEGREEN-PLANTED"
@@ -114,21 +113,14 @@ def finder_replaced(repo: Path) -> None:
 
 # -- pytest options from configuration the build step leaves ---------------------------------
 
-FORCE_PASS_PLUGIN = f"""
+FORCE_PASS_PLUGIN = (
+    f"""
 import sys
 
-import pytest
-
 sys.stderr.write({SAID} + " plugin\\n")
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    report.outcome = "passed"
-    report.longrepr = None
 """
+    + REWRITE_REPORTS
+)
 
 
 def config_left_by_build(where: str, text: str) -> Callable[[Path], None]:
@@ -315,17 +307,7 @@ def evaluate(
     settings: LocalSettings,
     tmp_path: Path,
 ) -> tuple[InstanceResult, str]:
-    inst = next(i for i in load_dataset(str(sample.dataset)).instances if i.instance_id == INSTANCE)
-    repo = sample.repos_dir / inst.repo.replace("/", "__")
-    patch = crafted_patch(repo, inst.base_commit, tmp_path / "work", plant)
-    predictions = tmp_path / "predictions.jsonl"
-    predictions.write_text(
-        json.dumps({"instance_id": INSTANCE, "model_name_or_path": "x", "model_patch": patch})
-    )
-    run_id = f"round3-{name}"
-    [row] = run_sample(str(predictions), run_id=run_id, instance_ids=[INSTANCE]).results
-    log = settings.output_dir / art.instance_key(run_id, INSTANCE, art.TEST_OUTPUT)
-    return row, log.read_text() if log.exists() else ""
+    return evaluate_crafted(plant, f"round3-{name}", run_sample, sample, settings, tmp_path)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

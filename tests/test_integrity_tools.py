@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from swegreen.core.dataset import load_dataset
+from swegreen.core.results import InstanceResult
 from swegreen.evaluation.settings import LocalSettings
 from swegreen.sample import SampleBenchmark
 from swegreen.stores import artifacts as art
@@ -62,10 +64,16 @@ def data_scripts(repo: Path) -> None:
     write(repo / "setup.py", f"from setuptools import setup\nsetup(scripts=[{names}])\n")
 
 
-@pytest.mark.parametrize("plant", [console_scripts, data_scripts])
-def test_tools_named_like_the_engine_s_never_run_in_their_place(
-    plant, run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, tmp_path: Path
-) -> None:
+def evaluate_crafted(
+    plant: Callable[[Path], None],
+    run_id: str,
+    run_sample: RunSample,
+    sample: SampleBenchmark,
+    settings: LocalSettings,
+    tmp_path: Path,
+) -> tuple[InstanceResult, str]:
+    """``plant``'s crafted patch on INSTANCE, graded by the real engine in the real
+    sandbox: the row, and its test log ("" where none was written)."""
     inst = next(i for i in load_dataset(str(sample.dataset)).instances if i.instance_id == INSTANCE)
     repo = sample.repos_dir / inst.repo.replace("/", "__")
     patch = crafted_patch(repo, inst.base_commit, tmp_path / "work", plant)
@@ -73,9 +81,17 @@ def test_tools_named_like_the_engine_s_never_run_in_their_place(
     predictions.write_text(
         json.dumps({"instance_id": INSTANCE, "model_name_or_path": "x", "model_patch": patch})
     )
-    run_id = f"tools-{plant.__name__.replace('_', '-')}"
     [row] = run_sample(str(predictions), run_id=run_id, instance_ids=[INSTANCE]).results
-    log = (settings.output_dir / art.instance_key(run_id, INSTANCE, art.TEST_OUTPUT)).read_text()
+    log = settings.output_dir / art.instance_key(run_id, INSTANCE, art.TEST_OUTPUT)
+    return row, log.read_text() if log.exists() else ""
+
+
+@pytest.mark.parametrize("plant", [console_scripts, data_scripts])
+def test_tools_named_like_the_engine_s_never_run_in_their_place(
+    plant, run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, tmp_path: Path
+) -> None:
+    run_id = f"tools-{plant.__name__.replace('_', '-')}"
+    row, log = evaluate_crafted(plant, run_id, run_sample, sample, settings, tmp_path)
     assert "Successfully installed ledger" in log  # the install ran: the plants were made
     planted = [line for line in log.splitlines() if line.startswith(MARK)]
     assert planted == []

@@ -218,6 +218,9 @@ def test_temp_dirs_share_no_top_level_directory_with_the_checkout(tmp_path: Path
     ):
         scratch = scratch_dir(checkout, "s")
         assert scratch.parts[:2] != checkout.resolve().parts[:2]
+    # the same instance prepared in two caches at once: two scratch dirs, never one
+    one, two = (scratch_dir(tmp_path / c / "prepared" / "x.1" / "repo", "s-x.1") for c in "ab")
+    assert one != two and one.name.startswith("s-x.1-")
 
 
 BWRAP_ONLY = pytest.mark.skipif(ISO.mode != "bwrap", reason="bubblewrap cannot run here")

@@ -3,6 +3,7 @@ settings, without credentials), its HOME and TMPDIR, and a free loopback port.""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import socket
@@ -35,10 +36,13 @@ def scratch_dir(checkout: Path, name: str) -> Path:
     """A directory for a test run's HOME and TMPDIR under a different top-level directory
     than the checkout, as in the official images (/testbed beside /tmp). Tools that make
     paths relative only within a shared root (docutils' relative_path) then see the same
-    absolute temp paths as upstream, not ``../tmp/...``."""
-    top = checkout.resolve().parts[:2]
+    absolute temp paths as upstream, not ``../tmp/...``. Its name carries a digest of the
+    checkout's path: two caches (two engines, two users) preparing the same instance at
+    once never share one."""
+    where = checkout.resolve()
+    name = f"{name}-{hashlib.sha256(str(where).encode()).hexdigest()[:10]}"
     for root in SCRATCH_ROOTS:
-        if root.resolve().parts[:2] != top and os.access(root, os.W_OK):
+        if root.resolve().parts[:2] != where.parts[:2] and os.access(root, os.W_OK):
             return root / name
     return checkout.parent / name
 
