@@ -71,6 +71,12 @@ def test_run_prints_the_leaderboard_and_writes_agentbeats_results(
     assert report["schema_version"] == 2
     assert report["resolved_ids"] == report["completed_ids"] == report["submitted_ids"] == ids
     assert (report["total_instances"], report["error_ids"], report["incomplete_ids"]) == (2, [], [])
+    # pytest's own record (the log's second witness) was written in a real CLI run: its key
+    # reached the recorder through the launch (an empty record once hid a lost key)
+    for iid in ids:
+        record = tmp_path / "results" / "cli-gold" / "instances" / iid / "test_record.jsonl"
+        events = [json.loads(json.loads(line)["e"]) for line in record.read_text().splitlines()]
+        assert {e["event"] for e in events} >= {"start", "test", "finish"}, iid
     # every file of the run is as readable as a file the user writes (not mkstemp's 0600)
     umask = os.umask(0)
     os.umask(umask)

@@ -38,6 +38,7 @@ def run(
     files: tuple[tuple[Path, str], ...] = (),
     tmp: Path | None = None,
     admin: bool = False,
+    pass_fds: tuple[int, ...] = (),
 ):
     """``script`` in a sandbox that may write ``tmp_path`` (its workspace) and runs the
     system's Python 3 as ``python`` (the test's own interpreter lives out of its sight)."""
@@ -66,6 +67,7 @@ def run(
             log_path=tmp_path / "log.txt",
             mounts=Mounts(writable=(work,), files=files, tmp=tmp),
             admin=admin,
+            pass_fds=pass_fds,
         )
     )
 
@@ -561,3 +563,49 @@ def test_a_shielded_engine_keeps_its_secrets_from_code_of_its_own_uid() -> None:
     assert driver("open").split() == ["0", "True"]  # readable without the shield
     code, seen = driver("shield").split()
     assert code != "0" and seen == "False"
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "landlock", "process"])
+def test_the_recorders_key_reaches_the_script_whatever_descriptors_are_free(
+    mode: str, tmp_path: Path
+) -> None:
+    """The key's pipe survives every launch, even when the engine's lowest free descriptor
+    is one the launch redirects (bubblewrap's seccomp filter is read from descriptor 9):
+    with every descriptor below 10 taken, the script still reads the key, once."""
+    from swegreen.sandbox.recorder import KEY_FD_VARIABLE, key_pipe, new_key
+
+    iso = ISO if mode == ISO.mode else None
+    if iso is None:
+        try:
+            iso = Isolation.probe(mode)
+        except Exception as exc:  # a mode this host cannot run
+            pytest.skip(f"{mode}: {exc}")
+    # a busy engine's lowest free descriptor is often low: in a fresh process whose
+    # lowest free one is 9, the key's pipe still lands at 10 or above
+    probe = (
+        "import os\n"
+        "for n in range(3, 9):\n"
+        "    try: os.fstat(n)\n"
+        "    except OSError: os.dup2(0, n)\n"
+        "from swegreen.sandbox.recorder import key_pipe\n"
+        "print(key_pipe('0' * 64))\n"
+    )
+    placed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert int(placed) >= 10, placed
+    key = new_key()
+    fd = key_pipe(key)
+    try:
+        fd_ref = f'"${KEY_FD_VARIABLE}"'
+        script = (
+            f'read -r k <&{fd_ref}; echo "key=$k"\nread -r again <&{fd_ref}; echo "again=$again"\n'
+        )
+        result = run(
+            tmp_path, script, SandboxPolicy(timeout=60), iso=iso,
+            env_extra={KEY_FD_VARIABLE: str(fd)}, pass_fds=(fd,),
+        )  # fmt: skip
+    finally:
+        os.close(fd)
+    assert f"key={key}" in result.output.splitlines(), result.output
+    assert "again=" in result.output.splitlines()  # read once: nothing is left for a second

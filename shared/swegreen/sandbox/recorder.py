@@ -46,6 +46,7 @@ def plugin_source() -> str:
 
 
 KEY_FD_VARIABLE = "SWEGREEN_RECORD_KEY_FD"
+KEY_FD_MIN = 10
 
 
 def new_key() -> str:
@@ -64,8 +65,12 @@ def key_pipe(key: str) -> int:
         os.write(write, key.encode("ascii") + b"\n")
     finally:
         os.close(write)
-    os.set_inheritable(read, True)
-    return read
+    # At 10 or above: the launch's own redirections use low numbers (the seccomp filter
+    # is read from descriptor 9), and one of them would silently take the key's place.
+    high = fcntl.fcntl(read, fcntl.F_DUPFD, KEY_FD_MIN)
+    os.close(read)
+    os.set_inheritable(high, True)
+    return high
 
 
 def install_plugin(directory: Path) -> str:
