@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as ddb
 from aws_cdk import aws_iam as iam
@@ -80,7 +80,7 @@ class FrontDoor(Construct):
         self.api = apigw.RestApi(
             self,
             "Api",
-            rest_api_name="swegreen",
+            rest_api_name=f"{Stack.of(self).stack_name}-swegreen",  # one per stack
             description="Start SWE-bench Verified evaluations and read their leaderboards",
             deploy_options=apigw.StageOptions(
                 stage_name="v1",

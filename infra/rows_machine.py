@@ -37,8 +37,8 @@ class RowsMachine(StateParts):
             map_execution_type=sfn.StateMachineType.STANDARD,
         )
         rows_map.item_processor(self._row())
-        # Named, so that the functions that hand patches back to it (Dispatch, Watch) can
-        # be granted it by ARN: a reference to it would be a cycle (it invokes them).
+        # Named, so that its ARN is known without a reference to it (Stopped stops its
+        # executions by that ARN; a reference would be a cycle: it invokes the functions).
         rows_name = f"{Stack.of(self).stack_name}-Rows"
         self.rows_machine = self._machine("Rows", rows_map, name=rows_name)
         rows_arn = Stack.of(self).format_arn(

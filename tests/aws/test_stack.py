@@ -932,3 +932,22 @@ def _refs(value: Any) -> str:
         sep, parts = value["Fn::Join"]
         return sep.join(_refs(p) for p in parts)
     return "REF"
+
+
+def test_every_name_is_the_stacks_own(template: dict[str, Any]) -> None:
+    """A second stack in the same account and region (a test deployment, another team's)
+    must not clash: every resource given a name carries the stack's."""
+    named = {
+        "AWS::CloudWatch::Dashboard": "DashboardName",
+        "AWS::ApiGateway::RestApi": "Name",
+        "AWS::StepFunctions::StateMachine": "StateMachineName",
+    }
+    seen = 0
+    for kind, prop in named.items():
+        for name, resource in resources(template, kind).items():
+            value = resource["Properties"].get(prop)
+            if value is None:
+                continue  # CloudFormation makes one up, unique already
+            seen += 1
+            assert STACK in json.dumps(value), (name, value)
+    assert seen >= 3
