@@ -458,6 +458,7 @@ class Emulator:
         task_dir = self.workdir / "tasks" / f"{instance_id}-{task.id[:8]}"
         task_dir.mkdir(parents=True)
         closed = _assign_public_ip(network) == "DISABLED"
+        refused = _pull_refusal(backend, network)
         view = self._own_disk(closed=closed)
         env = {k: str(self.cache_path) if v == CACHE_MOUNT else v for k, v in env.items()}
         command = [*SANDBOX_COMMAND, *command]
@@ -488,12 +489,24 @@ class Emulator:
             # "closed": no public IP (isolated subnets): only the endpoints are reachable
             "network": "closed" if closed else "open",
             "network_cut": relay is not None,
+            # the image pull through the interface endpoints, by the deployed groups' rules
+            "pull": refused or "ok",
         }
         with self._lock:
             self.tasks.append(record)
             reclaim = self.spot_faults.get(row, 0) > 0 and capacity == "FARGATE_SPOT"
             if reclaim:
                 self.spot_faults[row] -= 1
+        if refused is not None:  # the image cannot be pulled: ECS stops it unstarted
+            record["exit_code"] = None
+            with self._ecs_lock:
+                for c in task.containers:
+                    c.exitCode = None
+                    c.last_status = "STOPPED"
+                task.stopped_reason = refused
+                task.stop_code = "TaskFailedToStart"
+                task.desired_status = task.last_status = "STOPPED"
+            return
         if reclaim:  # Spot took the capacity back before the container ran
             record["exit_code"] = None
             with self._ecs_lock:
@@ -550,6 +563,52 @@ class Emulator:
             "--die-with-parent",
             "--",
         ]
+
+
+def _pull_refusal(backend: Any, network: dict[str, Any] | None) -> str | None:
+    """Why the task's image could not be pulled, or None. Fargate pulls through the task's
+    own network interface, and the VPC's interface endpoints answer for ECR and Logs in
+    every subnet (private DNS): each must let the task's groups in on 443, and the task's
+    groups must let HTTPS out to it. The deployed security groups decide, as in AWS."""
+    from moto.ec2.models import ec2_backends
+
+    ec2 = ec2_backends[backend.account_id][backend.region_name]
+    groups: list[str] = []
+    for key, value in (network or {}).items():
+        if key.lower() == "awsvpcconfiguration" and isinstance(value, dict):
+            for inner, setting in value.items():
+                if inner.lower() == "securitygroups":
+                    groups = list(setting)
+    if not groups:
+        return None  # no awsvpc configuration: nothing to model
+
+    def allows(rule: Any, peers: set[str]) -> bool:
+        port = rule.ip_protocol == "-1" or (
+            rule.ip_protocol == "tcp" and rule.from_port <= 443 <= rule.to_port
+        )
+        anywhere = rule.ip_range.get("CidrIp") == "0.0.0.0/0"
+        return port and (anywhere or rule.source_group.get("GroupId") in peers)
+
+    for endpoint in ec2.vpc_end_points.values():
+        if endpoint.vpc_endpoint_type != "Interface":
+            continue
+        mine = set(endpoint.security_group_ids)
+        inbound = any(
+            allows(rule, set(groups))
+            for group in mine
+            for rule in ec2.get_security_group_from_id(group).ingress_rules
+        )
+        outbound = any(
+            allows(rule, mine)
+            for group in groups
+            for rule in ec2.get_security_group_from_id(group).egress_rules
+        )
+        if not (inbound and outbound):
+            return (
+                "CannotPullContainerError: pull image manifest has been retried 1 time(s): "
+                f"failed to resolve ref: {endpoint.service_name}: dial tcp 443: i/o timeout"
+            )
+    return None
 
 
 def _assign_public_ip(network: dict[str, Any] | None) -> str:

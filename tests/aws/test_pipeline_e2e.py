@@ -507,7 +507,11 @@ def test_rows_run_closed_off_unless_their_tests_need_the_internet(cloud: Cloud) 
     reaches only the emulated AWS (and still gave the local verdicts: the tests above); the
     row a request names in ``network_instances`` ran in the open configuration; the build
     phase always has the internet."""
+    kinds = set()
     for task in cloud.emulator.tasks:
+        # every kind pulled its image through the same endpoints and their groups' rules
+        assert task["pull"] == "ok", task
+        kinds.add((task["phase"], task["network"]))
         if task["phase"] != "evaluate":
             assert task["network"] == "open", task["instance_id"]
         elif task["env"]["SWEGREEN_RUN_ID"] == SPOT:
@@ -516,6 +520,7 @@ def test_rows_run_closed_off_unless_their_tests_need_the_internet(cloud: Cloud) 
         else:
             assert (task["network"], task["network_cut"]) == ("closed", True), task
             assert task["env"]["SWEGREEN_TASK_NETWORK"] == "closed"
+    assert kinds >= {("build", "open"), ("evaluate", "open"), ("evaluate", "closed")}, kinds
     (row,) = cloud.rows(SPOT).values()
     assert verdicts({NETWORK_ROW: row}) == {NETWORK_ROW: verdicts(cloud.rows("gold"))[NETWORK_ROW]}
     assert len(cloud.tasks(SPOT, "evaluate")) == 3  # two Spot reclaimed, then on demand
