@@ -206,8 +206,6 @@ class EvalRuns(TestbedsBase):
         key = new_key()
         key_fd: int | None = None
         if record:
-            key_fd = key_pipe(key)  # inherited, read once by the recorder: in no environment
-            env[KEY_FD_VARIABLE] = str(key_fd)
             plugins = host / "plugins"
             module = install_plugin(plugins)
             env["PYTEST_ADDOPTS"] = pytest_addopts(env.get("PYTEST_ADDOPTS"), module)
@@ -221,6 +219,8 @@ class EvalRuns(TestbedsBase):
                 # lent where they are (Landlock lends by path; process mode ignores it)
                 files += [(channel.path, str(channel.path)), (plugins, str(plugins))]
             await channel.open()
+            key_fd = key_pipe(key)  # inherited, read once by the recorder: in no environment
+            env[KEY_FD_VARIABLE] = str(key_fd)
         try:
             result = await self.sandbox.run_script(
                 path,
