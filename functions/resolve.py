@@ -19,6 +19,9 @@ from swegreen.aws.pipeline import StartEvent
 def handler(event: StartEvent, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(run_id=event.run_id)
     out = pipeline().resolve(event)
+    if out["dry_run"]:  # estimated, nothing to start
+        logger.info("estimated", extra={"rows": out["count"]})
+        return out
     logger.info(
         "resolved",
         extra={"rows": out["count"], "builds": out["builds"], "prepares": out["prepares"]},

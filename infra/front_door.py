@@ -22,6 +22,7 @@ from constructs import Construct
 
 from infra.settings import StackSettings, retention
 from swegreen.aws.guardrails import Guardrails
+from swegreen.stores import artifacts as art
 
 
 def run_request_schema(guardrails: Guardrails) -> dict[str, Any]:
@@ -41,6 +42,7 @@ def run_request_schema(guardrails: Guardrails) -> dict[str, Any]:
             "patches": {"type": "string", "minLength": 1},
             "config": guardrails.config_schema(),
             "rebuild_envs": {"type": "boolean"},
+            "dry_run": {"type": "boolean"},
         },
         "additionalProperties": False,
     }
@@ -113,7 +115,7 @@ class FrontDoor(Construct):
         state_machine.grant_start_execution(role)
         state_machine.grant_execution(role, "states:StopExecution")
         table.grant(role, "dynamodb:GetItem")
-        bucket.grant_read(role, f"{runs_prefix}*/results.json")
+        bucket.grant_read(role, f"{runs_prefix}*/{art.RESULT_PAGES}*")
         auth = (
             apigw.AuthorizationType.IAM
             if settings.api_auth == "iam"
@@ -188,37 +190,52 @@ class FrontDoor(Construct):
             ),
         )
         on_run("DELETE", stop, "202")
+        # results.json in pages (Aggregate cuts them under 10 MB, API Gateway's limit):
+        # /results is page 1 (a run that fits: the whole file), /results/{page} the rest.
         results = run.add_resource("results")
-        get_results = apigw.AwsIntegration(
-            service="s3",
-            integration_http_method="GET",
-            path=f"{bucket.bucket_name}/{runs_prefix}{{id}}/results.json",
-            options=apigw.IntegrationOptions(
-                credentials_role=role,
-                request_parameters={"integration.request.path.id": "method.request.path.id"},
-                integration_responses=[
-                    apigw.IntegrationResponse(status_code="200", selection_pattern="2\\d{2}"),
-                    apigw.IntegrationResponse(
-                        status_code="404",
-                        selection_pattern="40[34]",  # S3 says 403 for a missing key
-                        response_templates={JSON: '{"error": "no results for this run (yet)"}'},
-                    ),
-                    apigw.IntegrationResponse(
-                        status_code="429",
-                        selection_pattern="429|503",
-                        response_templates={JSON: '{"error": "throttled: try again"}'},
-                    ),
-                    _BAD_GATEWAY,
-                ],
-            ),
-        )
-        results.add_method(
-            "GET",
-            get_results,
-            request_parameters={"method.request.path.id": True},
-            method_responses=_method_responses("200"),
-            **method_options,
-        )
+        page = results.add_resource("{page}")
+        for resource, page_part, params in (
+            (results, "1", {}),
+            (page, "{page}", {"integration.request.path.page": "method.request.path.page"}),
+        ):
+            integration = apigw.AwsIntegration(
+                service="s3",
+                integration_http_method="GET",
+                path=f"{bucket.bucket_name}/{runs_prefix}{{id}}/{art.RESULT_PAGES}{page_part}.json",
+                options=apigw.IntegrationOptions(
+                    credentials_role=role,
+                    request_parameters={
+                        "integration.request.path.id": "method.request.path.id",
+                        **params,
+                    },
+                    integration_responses=[
+                        apigw.IntegrationResponse(status_code="200", selection_pattern="2\\d{2}"),
+                        apigw.IntegrationResponse(
+                            status_code="404",
+                            selection_pattern="40[34]",  # S3 says 403 for a missing key
+                            response_templates={
+                                JSON: '{"error": "no results for this run (yet), or no such page"}'
+                            },
+                        ),
+                        apigw.IntegrationResponse(
+                            status_code="429",
+                            selection_pattern="429|503",
+                            response_templates={JSON: '{"error": "throttled: try again"}'},
+                        ),
+                        _BAD_GATEWAY,
+                    ],
+                ),
+            )
+            resource.add_method(
+                "GET",
+                integration,
+                request_parameters={
+                    "method.request.path.id": True,
+                    **{k.replace("integration", "method"): True for k in params},
+                },
+                method_responses=_method_responses("200"),
+                **method_options,
+            )
         if api_key_required:
             key = self.api.add_api_key("Key")
             plan = self.api.add_usage_plan(

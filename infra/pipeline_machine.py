@@ -27,18 +27,8 @@ class PipelineMachine(StateParts):
     ) -> None:
         """Builds ``self.state_machine``, and lets Stopped, Dispatch and Watch reach the
         rows' executions."""
-        resolve = self._invoke(
-            "Resolve",
-            self.resolve,
-            {
-                "run_id.$": "$.run_id",
-                "participants.$": "$.participants",
-                "patches.$": "$.patches",
-                "config.$": "$.config",
-                "rebuild_envs.$": "$.rebuild_envs",
-            },
-            result_path="$.resolved",
-        )
+        # The execution's input as it is (StartEvent: what is left out takes its default).
+        resolve = self._invoke("Resolve", self.resolve, None, result_path="$.resolved")
         aggregate = self._invoke(
             "Aggregate", self.aggregate, {"run_id.$": "$.run_id"}, result_path="$.leaderboard"
         )
@@ -97,7 +87,16 @@ class PipelineMachine(StateParts):
         )
         resolve.add_catch(run_failed, result_path="$.failure")
         aggregate.add_catch(run_failed, result_path="$.failure")
-        self.state_machine = self._machine("Pipeline", resolve.next(want_builds))
+        # A dry run ends once Resolve has recorded the run's estimate.
+        dry_run = (
+            sfn.Choice(self, "DryRun?")
+            .when(
+                sfn.Condition.boolean_equals("$.resolved.dry_run", True),
+                sfn.Succeed(self, "Estimated"),
+            )
+            .otherwise(want_builds)
+        )
+        self.state_machine = self._machine("Pipeline", resolve.next(dry_run))
         self._grant_tasks(runs_prefix)
         # A stopped run's rows phase stops with it (its execution is "<run id>-rows").
         self.stopped.add_environment("SWEGREEN_ROWS_MACHINE_ARN", rows_arn)

@@ -18,10 +18,13 @@ Fargate Spot or on-demand (the state machine chooses per attempt: infra/workflow
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
@@ -46,6 +49,18 @@ CLOSED, OPEN = "closed", "open"
 # The evaluate task starts as root, which only the engine stays: the tests run as this uid
 # (swegreen.sandbox.isolation.DEFAULT_SANDBOX_UID, by setpriv), which owns nothing the engine made.
 GRADER_USER = "0:0"
+# A prebuilt image's cache keeps the last few images pulled through (an evaluation run's
+# tasks use one; older ones only cost storage).
+KEEP_FEW_IMAGES = {
+    "rules": [
+        {
+            "rulePriority": 1,
+            "description": "keep the 5 most recent images",
+            "selection": {"tagStatus": "any", "countType": "imageCountMoreThan", "countNumber": 5},
+            "action": {"type": "expire"},
+        }
+    ]
+}
 # Nothing the image does not COPY (container/Dockerfile: pyproject.toml, README.md,
 # shared/): a smaller context, and no tree another process may be writing while it is
 # copied (a test's in-tree wheel build under tests/ once raced the copy).
@@ -137,15 +152,7 @@ class Sandbox(Construct):
             retention=retention(settings.log_retention_days),
             removal_policy=RemovalPolicy.DESTROY,
         )
-        image = ecs.ContainerImage.from_asset(
-            str(ROOT),
-            file="container/Dockerfile",
-            target="sandbox",
-            exclude=IMAGE_EXCLUDES,
-            # the task definitions say X86_64: an image built on an ARM machine must not
-            # deploy tasks that fail at start
-            platform=ecr_assets.Platform.LINUX_AMD64,
-        )
+        image, pull = self._image(settings)
 
         # builder: the build phase; the artifacts read-write, the run's inputs read-only.
         self.builder_definition = self._task_definition(
@@ -198,6 +205,74 @@ class Sandbox(Construct):
             settings.sandbox_memory_mib,
             user=GRADER_USER,
         )
+        for definition in (self.builder_definition, self.task_definition):
+            for statement in pull:
+                definition.obtain_execution_role().add_to_principal_policy(statement)
+
+    def _image(
+        self, settings: StackSettings
+    ) -> tuple[ecs.ContainerImage, list[iam.PolicyStatement]]:
+        """The sandbox image, and what the tasks' execution role needs to pull it.
+
+        Default: built from container/Dockerfile by ``cdk deploy`` (a Docker daemon and the
+        internet on the deploying machine), pushed to the CDK bootstrap's repository. With
+        ``swegreen:sandbox_image``: that image, pinned by digest; one of ECR Public through a
+        pull-through cache rule of this account's ECR (ECR fetches it upstream on the first
+        pull; the tasks only ever talk to their own region's ECR, through the endpoints),
+        whose repositories keep a few images (a creation template's lifecycle rule)."""
+        if not settings.sandbox_image:
+            image = ecs.ContainerImage.from_asset(
+                str(ROOT),
+                file="container/Dockerfile",
+                target="sandbox",
+                exclude=IMAGE_EXCLUDES,
+                # the task definitions say X86_64: an image built on an ARM machine must
+                # not deploy tasks that fail at start
+                platform=ecr_assets.Platform.LINUX_AMD64,
+            )
+            return image, []  # from_asset grants its own pull
+        stack = Stack.of(self)
+        registry, _, path = settings.sandbox_image.partition("/")
+        name = path.split("@")[0].split(":")[0]
+        if registry == "public.ecr.aws":
+            digest = hashlib.sha256(stack.stack_name.encode()).hexdigest()[:8]
+            prefix = f"swegreen-{digest}"  # this stack's own cache namespace
+            ecr.CfnPullThroughCacheRule(
+                self,
+                "ImageCache",
+                ecr_repository_prefix=prefix,
+                upstream_registry_url="public.ecr.aws",
+            )
+            ecr.CfnRepositoryCreationTemplate(
+                self,
+                "ImageCacheRepositories",
+                prefix=prefix,
+                applied_for=["PULL_THROUGH_CACHE"],
+                description="swegreen's sandbox images, as pulled through from ECR Public",
+                image_tag_mutability="MUTABLE",
+                lifecycle_policy=json.dumps(KEEP_FEW_IMAGES),
+            )
+            host = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}"
+            uri = f"{host}/{prefix}/{path}"
+            repository = f"{prefix}/{name}"
+            # the first pull creates the cache's repository and imports the image
+            extra = ["ecr:CreateRepository", "ecr:BatchImportUpstreamImage"]
+        else:
+            uri, repository, extra = settings.sandbox_image, name, []
+        arn = stack.format_arn(service="ecr", resource="repository", resource_name=repository)
+        pull = [
+            iam.PolicyStatement(
+                actions=[
+                    "ecr:BatchCheckLayerAvailability",
+                    "ecr:GetDownloadUrlForLayer",
+                    "ecr:BatchGetImage",
+                    *extra,
+                ],
+                resources=[arn],
+            ),
+            iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+        ]
+        return ecs.ContainerImage.from_registry(uri), pull
 
     def _task_definition(
         self, id: str, cpu: int, memory: int, settings: StackSettings

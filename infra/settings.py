@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from constructs import Node
@@ -40,6 +41,15 @@ FARGATE_MEMORY = {
 }
 
 
+# A prebuilt sandbox image: ECR Public (pulled through a cache rule of this account's ECR,
+# which the closed rows reach through their endpoints) or a private ECR repository; pinned
+# by digest, so a redeploy never changes what evaluates.
+IMAGE_PATTERN = (
+    r"^(public\.ecr\.aws|[0-9]{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?)"
+    r"/[a-z0-9]+(?:[._/-][a-z0-9]+)*(:[\w][\w.-]{0,127})?@sha256:[0-9a-f]{64}$"
+)
+
+
 class StackSettings(BaseModel):
     """Validated: a typo'd or out-of-range context value fails ``cdk synth`` with its name."""
 
@@ -56,6 +66,13 @@ class StackSettings(BaseModel):
         description="the region's S3 prefix list (com.amazonaws.<region>.s3): the rows' "
         "tasks may then send HTTPS to S3's addresses only; empty: anywhere, which from the "
         "isolated subnets is S3 through the gateway endpoint and the VPC's own endpoints",
+    )
+    sandbox_image: str = Field(
+        "",
+        description="a prebuilt sandbox image, pinned by digest: public.ecr.aws/<alias>/"
+        "<name>@sha256:<digest> (pulled through this account's ECR) or an image of this "
+        "account's ECR; empty: cdk deploy builds container/Dockerfile (Docker and the "
+        "internet needed)",
     )
     api_auth: Literal["iam", "api_key"] = "iam"
     sandbox_cpu: int = Field(2048, description="CPU units of a row's evaluate task")
@@ -87,6 +104,18 @@ class StackSettings(BaseModel):
     @classmethod
     def _json(cls, value: Any) -> Any:
         return json.loads(value or "{}") if isinstance(value, str) else value
+
+    @field_validator("sandbox_image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if value and not re.match(IMAGE_PATTERN, value):
+            raise ValueError(
+                f"{value!r} is not an image the tasks can pull: give public.ecr.aws/<alias>/"
+                "<name>@sha256:<digest> or <account>.dkr.ecr.<region>.amazonaws.com/<name>"
+                "@sha256:<digest> (pinned by digest; the closed rows reach ECR only; "
+                "docs/aws.md, 'Deploying without Docker')"
+            )
+        return value
 
     @field_validator("log_retention_days")
     @classmethod

@@ -169,14 +169,15 @@ class StateParts:
         }
 
     def _invoke(
-        self, name: str, fn: lambda_.IFunction, payload: dict, result_path: str
+        self, name: str, fn: lambda_.IFunction, payload: dict | None, result_path: str
     ) -> tasks.LambdaInvoke:
+        """``fn`` called with ``payload`` (an object of paths; None: the state's input)."""
         step = tasks.LambdaInvoke(
             self,
             f"{name}Step",  # construct ids must not clash with the functions'
             state_name=name,
             lambda_function=fn,
-            payload=sfn.TaskInput.from_object(payload),
+            payload=None if payload is None else sfn.TaskInput.from_object(payload),
             payload_response_only=True,
             result_path=result_path,
             retry_on_service_exceptions=False,

@@ -19,8 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
+from swegreen.aws.front_door_client import FrontDoorClient, FrontDoorSettings
 from swegreen.aws.pipeline import ExecutionStopped, StartEvent
 from swegreen.core.stop_rule import EVALUATOR_REASONS
+from swegreen.reports.publish import pages
 from swegreen.sample import SampleBenchmark
 from tests.aws.conftest import STACK
 from tests.aws.local_services import FAKE_CREDENTIALS
@@ -164,7 +166,7 @@ def test_quotes_in_a_request_reach_the_execution_as_valid_json(deployed: Deploye
 def test_missing_results_are_404_with_a_reason(deployed: Deployed) -> None:
     answer = httpx.get(f"{deployed.api}runs/no-such-run/results", timeout=30)
     assert answer.status_code == 404, answer.text
-    assert answer.json() == {"error": "no results for this run (yet)"}
+    assert answer.json() == {"error": "no results for this run (yet), or no such page"}
 
 
 def test_a_run_that_cannot_start_is_recorded_as_failed(deployed: Deployed) -> None:
@@ -421,3 +423,64 @@ def test_cancelling_the_assessment_cancels_its_runs(
     state = deployed.follow(run_id, timeout=120)
     assert status in ("ABORTED", "FAILED"), status
     _ended_as_recorded(deployed, arn, state)
+
+
+def test_a_dry_run_answers_with_its_estimate_and_evaluates_nothing(deployed: Deployed) -> None:
+    answer = httpx.post(
+        f"{deployed.api}runs",
+        json={"patches": "gold", "config": deployed.config(), "dry_run": True},
+        timeout=30,
+    )
+    assert answer.status_code == 202, answer.text
+    run_id = answer.json()["run_id"]
+    state = deployed.follow(run_id)
+    assert state["state"] == "estimated", state.get("error")
+    estimate = state["run"]["provenance"]["estimate"]
+    assert estimate["rows"] == 2
+    assert 0 < estimate["optimistic"]["wall_minutes"] <= estimate["pessimistic"]["wall_minutes"]
+    sfn = deployed.localstack.client("stepfunctions")
+    deadline = time.monotonic() + 60  # the record is estimated a step before the end
+    while (execution := sfn.describe_execution(executionArn=answer.json()["execution_arn"]))[
+        "status"
+    ] == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert execution["status"] == "SUCCEEDED", execution
+    history = sfn.get_execution_history(executionArn=execution["executionArn"])["events"]
+    entered = {
+        e["stateEnteredEventDetails"]["name"] for e in history if "stateEnteredEventDetails" in e
+    }
+    assert "Estimated" in entered and not entered & {"Builds", "Prepares", "RowsPhase"}
+    listed = deployed.localstack.client("s3").list_objects_v2(
+        Bucket=deployed.bucket, Prefix=f"runs/{run_id}/"
+    )
+    assert listed["KeyCount"] == 0
+
+
+def test_results_larger_than_a_response_are_read_page_by_page(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages as Aggregate writes them, served by the API's S3 integrations, joined by the
+    client into the results.json they were cut from (over API Gateway's 10 MB)."""
+    from tests.aws.test_estimate import _big_results
+
+    document = _big_results(10_000, deployed.sample)
+    s3 = deployed.localstack.client("s3")
+    for page in pages(document):
+        s3.put_object(
+            Bucket=deployed.bucket,
+            Key=f"runs/big/results/{page['page']}.json",
+            Body=json.dumps(page).encode(),
+        )
+    first = httpx.get(f"{deployed.api}runs/big/results", timeout=60).json()
+    assert first["page"] == 1 and first["pages"] > 1
+    missing = httpx.get(f"{deployed.api}runs/big/results/{first['pages'] + 1}", timeout=30)
+    assert missing.status_code == 404
+    for name, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+
+    async def read() -> dict[str, Any]:
+        settings = FrontDoorSettings(url=deployed.api, region="us-east-1")
+        async with httpx.AsyncClient(timeout=60) as http:
+            return await FrontDoorClient(settings, http).results("big")
+
+    assert asyncio.run(read()) == document

@@ -584,6 +584,11 @@ def test_quota_refusals_and_throttles_are_waits_and_the_rows_keep_their_verdicts
     assert (capacity["rows"], capacity["builds"]) == (6, 2)
     assert "rows 10 -> 6 tasks of 2 vCPU" in capacity["note"]
     assert capacity["quotas"] == {"on_demand_vcpu": 6.0, "spot_vcpu": 6.0}
+    # ... and estimated the run for that concurrency, with the way to the one asked for
+    estimate = cloud.leaderboard(QUOTA)["provenance"]["estimate"]
+    assert (estimate["rows"], estimate["concurrency"]) == (10, 6)
+    assert "--quota-code L-36FBB829 --desired-value 20" in estimate["raise_quota"]
+    assert 0 < estimate["optimistic"]["usd"] <= estimate["pessimistic"]["usd"]
 
 
 def test_injected_failures_become_error_rows_and_the_run_still_finishes(cloud: Cloud) -> None:

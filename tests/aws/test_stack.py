@@ -508,7 +508,13 @@ def test_the_api_starts_and_reads_runs_with_authentication_and_validation(
     (model,) = resources(template, "AWS::ApiGateway::Model").values()
     schema = model["Properties"]["Schema"]
     assert schema["additionalProperties"] is False
-    assert set(schema["properties"]) == {"participants", "patches", "config", "rebuild_envs"}
+    assert set(schema["properties"]) == {
+        "participants",
+        "patches",
+        "config",
+        "rebuild_envs",
+        "dry_run",
+    }
     assert set(schema["properties"]) == set(RunRequest.model_fields)
     for method in methods.values():  # never a success for an error, never an empty answer
         integration = method["Properties"]["Integration"]
@@ -951,3 +957,90 @@ def test_every_name_is_the_stacks_own(template: dict[str, Any]) -> None:
             seen += 1
             assert STACK in json.dumps(value), (name, value)
     assert seen >= 3
+
+
+PREBUILT = "public.ecr.aws/swegreen/sandbox@sha256:" + "ab" * 32
+
+
+def test_a_prebuilt_image_deploys_without_docker(tmp_path: Path) -> None:
+    """With swegreen:sandbox_image the stack builds no image (no Docker asset to build at
+    deploy): both task definitions pull the digest through this account's ECR (a
+    pull-through cache rule for ECR Public, whose repositories keep a few images), and
+    their execution roles may import it on the first pull."""
+    import aws_cdk as cdk
+
+    from infra.stack import SweGreenStack
+
+    app = cdk.App(outdir=str(tmp_path))
+    stack = SweGreenStack(app, "Prebuilt", settings=StackSettings(sandbox_image=PREBUILT))
+    t = Template.from_stack(stack)
+    manifest = json.loads((tmp_path / "Prebuilt.assets.json").read_text())
+    assert manifest.get("dockerImages", {}) == {}
+    (rule,) = t.find_resources("AWS::ECR::PullThroughCacheRule").values()
+    prefix = rule["Properties"]["EcrRepositoryPrefix"]
+    assert rule["Properties"]["UpstreamRegistryUrl"] == "public.ecr.aws"
+    assert prefix.startswith("swegreen-") and 2 <= len(prefix) <= 30
+    (creation,) = t.find_resources("AWS::ECR::RepositoryCreationTemplate").values()
+    assert creation["Properties"]["Prefix"] == prefix
+    assert creation["Properties"]["AppliedFor"] == ["PULL_THROUGH_CACHE"]
+    lifecycle = json.loads(creation["Properties"]["LifecyclePolicy"])
+    assert lifecycle["rules"][0]["selection"]["countType"] == "imageCountMoreThan"
+    definitions = t.find_resources("AWS::ECS::TaskDefinition")
+    assert len(definitions) == 2
+    for definition in definitions.values():
+        (container,) = definition["Properties"]["ContainerDefinitions"]
+        image = render(container["Image"])
+        assert image.endswith(f".dkr.ecr.REF.REF/{prefix}/{PREBUILT.split('/', 1)[1]}"), image
+    pulls = [
+        s
+        for policy in t.find_resources("AWS::IAM::Policy").values()
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "ecr:BatchImportUpstreamImage" in s["Action"]
+    ]
+    assert len(pulls) == 2  # the builder's and the evaluate task's execution roles
+    # the default stack builds the image at deploy, from the repository's Dockerfile
+    own = SweGreenStack(cdk.App(outdir=str(tmp_path / "own")), "Own", settings=StackSettings())
+    assert not Template.from_stack(own).find_resources("AWS::ECR::PullThroughCacheRule")
+    (built,) = json.loads((tmp_path / "own" / "Own.assets.json").read_text())[
+        "dockerImages"
+    ].values()
+    assert built["source"]["dockerFile"] == "container/Dockerfile"
+    assert built["source"]["dockerBuildTarget"] == "sandbox"
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "ghcr.io/someone/swegreen-sandbox@sha256:" + "ab" * 32,  # the closed rows reach ECR only
+        "public.ecr.aws/swegreen/sandbox:latest",  # not pinned
+        "public.ecr.aws/swegreen/sandbox@sha256:abc",
+    ],
+)
+def test_a_prebuilt_image_the_tasks_cannot_pull_is_refused_with_the_way_to_fix_it(
+    image: str,
+) -> None:
+    with pytest.raises(ValueError, match="pinned by digest; the closed rows reach ECR only"):
+        StackSettings(sandbox_image=image)
+
+
+def test_the_published_image_is_the_one_cdk_deploy_builds() -> None:
+    """The workflow that publishes the prebuilt image builds what the stack's asset does:
+    the Dockerfile's sandbox target for linux/amd64, and names the digest to deploy."""
+    import yaml
+
+    from infra.sandbox import IMAGE_EXCLUDES
+
+    workflow = yaml.safe_load((ROOT / ".github/workflows/sandbox-image.yml").read_text())
+    steps = workflow["jobs"]["publish"]["steps"]
+    (build,) = [s for s in steps if s.get("uses", "").startswith("docker/build-push-action")]
+    assert {k: build["with"][k] for k in ("file", "target", "platforms", "push")} == {
+        "file": "container/Dockerfile",
+        "target": "sandbox",
+        "platforms": "linux/amd64",
+        "push": True,
+    }
+    assert any("swegreen:sandbox_image=$IMAGE@${{ steps.build.outputs.digest }}" in s.get("run", "")
+               for s in steps)  # fmt: skip
+    # docker build reads .dockerignore, the asset IMAGE_EXCLUDES: the same context
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    assert set(IMAGE_EXCLUDES) <= ignored

@@ -12,6 +12,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from swegreen.core.errors import SweGreenError
+from swegreen.reports.publish import joined
 
 _REGION_IN_HOST = re.compile(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com")
 
@@ -88,11 +89,19 @@ class FrontDoorClient:
         return True
 
     async def results(self, run_id: str) -> dict[str, Any]:
-        """GET /runs/{id}/results: the published results.json."""
-        answer = await self._send("GET", f"runs/{run_id}/results")
+        """The published results.json, read page by page (GET /runs/{id}/results, then
+        /results/2 ... as many as page 1 says)."""
+        first = await self._page(run_id, "results")
+        rest = [
+            await self._page(run_id, f"results/{n}") for n in range(2, first.get("pages", 1) + 1)
+        ]
+        return joined([first, *rest])
+
+    async def _page(self, run_id: str, path: str) -> dict[str, Any]:
+        answer = await self._send("GET", f"runs/{run_id}/{path}")
         if answer.status_code != 200:
             raise FrontDoorError(
-                f"GET /runs/{run_id}/results: {answer.status_code} {answer.text[:500]}"
+                f"GET /runs/{run_id}/{path}: {answer.status_code} {answer.text[:500]}"
             )
         return answer.json()
 

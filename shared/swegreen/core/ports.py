@@ -30,7 +30,8 @@ class RunRecord(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     instance_ids: list[str] = Field(default_factory=list)
     provenance: dict[str, Any] = Field(default_factory=dict)
-    state: Literal["running", "finished"] = "running"
+    # "estimated": an AWS dry run, resolved and estimated, never run
+    state: Literal["running", "finished", "estimated"] = "running"
     summary: dict[str, Any] | None = None
     created_at: str = Field(default_factory=utcnow)
     updated_at: str = Field(default_factory=utcnow)

@@ -6,6 +6,7 @@ local run does.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -85,6 +86,39 @@ def result_row(
     row["instances"] = [public_row(r) for r in results]
     row["provenance"] = record.provenance
     return row
+
+
+# A page of results stays well under API Gateway's 10 MB response.
+PAGE_BYTES = 4 * 1024 * 1024
+
+
+def pages(document: dict[str, Any], max_bytes: int = PAGE_BYTES) -> list[dict[str, Any]]:
+    """``document`` (results.json: one result row) as pages of its instances, each a
+    results.json of its own with ``page`` and ``pages`` added and at most ``max_bytes``
+    of instances (one instance bigger than that is a page alone). Page 1 of a run that fits
+    is the whole document, so a reader of one page reads what it always did."""
+    (row,) = document["results"]
+    chunks: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for instance in row["instances"]:
+        n = len(json.dumps(instance)) + 2
+        if chunks[-1] and size + n > max_bytes:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(instance)
+        size += n
+    return [
+        {**document, "results": [{**row, "instances": chunk}], "page": i, "pages": len(chunks)}
+        for i, chunk in enumerate(chunks, start=1)
+    ]
+
+
+def joined(pages: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The results.json that ``pages`` (all of them, in order) were cut from."""
+    first = {k: v for k, v in pages[0].items() if k not in ("page", "pages")}
+    (row,) = first["results"]
+    instances = [i for p in pages for i in p["results"][0]["instances"]]
+    return {**first, "results": [{**row, "instances": instances}]}
 
 
 # Rows whose prediction had no patch at all (upstream: ``model_patch`` empty or None).

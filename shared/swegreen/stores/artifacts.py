@@ -36,6 +36,7 @@ REPORT = "report.json"
 RESULT = "result.json"
 RUN_INFO = "run.json"
 RESULTS = "results.json"
+RESULT_PAGES = "results/"  # results.json in pages of a few MB: "results/<n>.json", from 1
 RUN_REPORT = "run_report.json"  # the official harness's run-level report (publish.run_report)
 REPORT_HTML = "report.html"  # the run for people (reports/html.py)
 INSTANCES = "instances.jsonl"

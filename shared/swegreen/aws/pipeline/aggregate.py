@@ -17,7 +17,7 @@ from swegreen.core.metrics import RunMetrics
 from swegreen.core.results import InstanceResult, utcnow
 from swegreen.core.rows import error_row
 from swegreen.reports.html import render_html
-from swegreen.reports.publish import result_row, run_report
+from swegreen.reports.publish import pages, result_row, run_report
 from swegreen.stores import artifacts as art
 
 
@@ -52,10 +52,12 @@ class AggregateStep(PipelineBase):
         )
         row = result_row(record, metrics, results, model, {role: record.patch_source})
         prefix = f"{self.settings.runs_prefix}{run_id}/"
-        self._put(
-            prefix + art.RESULTS,
-            json.dumps({"participants": {role: record.patch_source}, "results": [row]}, indent=2),
-        )
+        document = {"participants": {role: record.patch_source}, "results": [row]}
+        self._put(prefix + art.RESULTS, json.dumps(document, indent=2))
+        # What the API serves (GET /runs/{id}/results[/{page}]): pages, as its responses
+        # stop at 10 MB and a 10,000-row run's results.json is larger.
+        for page in pages(document):
+            self._put(f"{prefix}{art.RESULT_PAGES}{page['page']}.json", json.dumps(page))
         self._put(prefix + art.INSTANCES, "".join(r.model_dump_json() + "\n" for r in results))
         self._put(
             prefix + art.RUN_REPORT, json.dumps(run_report(record.instance_ids, results), indent=4)

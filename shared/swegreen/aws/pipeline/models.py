@@ -111,6 +111,11 @@ class RunRequest(BaseModel):
     rebuild_envs: bool = Field(
         False, description="build again the environments whose earlier build failed"
     )
+    dry_run: bool = Field(
+        False,
+        description="only resolve the run: its rows, the quotas' concurrency and the "
+        "estimate of its time and cost (GET /runs/{id}), nothing built or evaluated",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> RunRequest:

@@ -9,7 +9,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from swegreen.aws import prebuilt, quotas
+from swegreen.aws import cost_model, prebuilt, quotas
 from swegreen.aws.pipeline.base import PipelineBase
 from swegreen.aws.pipeline.models import (
     CAPACITY_WAIT_SECONDS,
@@ -22,7 +22,7 @@ from swegreen.aws.pipeline.models import (
     Item,
     StartEvent,
 )
-from swegreen.core.config import build_config
+from swegreen.core.config import EvalConfig, build_config
 from swegreen.core.dataset import Dataset, Instance, dataset_digest, parse_rows, select_instances
 from swegreen.core.ports import RunRecord
 from swegreen.core.schedule import slowest_first
@@ -152,9 +152,16 @@ class ResolveStep(PipelineBase):
                     wait_seconds=int(config.participant_timeout) + WAIT_MARGIN_SECONDS,
                 ).model_dump()
             )
+        plan = self.plan(event.run_id, todo, rebuild=event.rebuild_envs)
+        # What the run will take and cost, recorded before any row starts (GET /runs/{id}).
+        forecast = self.forecast(todo, plan, capacity, config.max_concurrent_rows, source, config)
+        record.provenance["estimate"] = forecast.model_dump(mode="json")
+        if event.dry_run:
+            self.store.update_run(record.model_copy(update={"state": "estimated"}))
+            return {"run_id": event.run_id, "dry_run": True, "count": len(items)}
+        self.store.update_run(record)
         with ThreadPoolExecutor(RESOLVE_WRITERS) as pool:  # boto3's clients are thread-safe
             list(pool.map(lambda kv: self._put(*kv), writes))
-        plan = self.plan(event.run_id, todo, rebuild=event.rebuild_envs)
         prefix = f"{self.settings.runs_prefix}{event.run_id}/"
         self._put(prefix + "items.json", json.dumps(items))
         self._put(prefix + "builds.json", json.dumps([b.model_dump() for b in plan.builds]))
@@ -167,6 +174,7 @@ class ResolveStep(PipelineBase):
         waves = math.ceil(len(items) / capacity.rows)
         return {
             "run_id": event.run_id,
+            "dry_run": False,
             "count": len(items),
             "total": len(instances),
             "max_concurrency": capacity.rows,
@@ -185,6 +193,31 @@ class ResolveStep(PipelineBase):
                 min(MAX_EXECUTION_SECONDS, max(1, waves) * row_seconds + CAPACITY_WAIT_SECONDS)
             ),
         }
+
+    def forecast(
+        self,
+        todo: list[Instance],
+        plan: prebuilt.Plan,
+        capacity: quotas.Capacity,
+        asked: int,
+        source: str,
+        config: EvalConfig,
+    ) -> cost_model.Estimate:
+        """The run's estimate: its rows at the concurrency the quotas allow, after the build
+        phase for what the bucket lacks (an A2A participant taking its whole timeout)."""
+        repos = {i.instance_id: i.repo for i in todo}
+        return cost_model.estimate(
+            [i.repo for i in todo],
+            concurrency=capacity.rows,
+            asked_concurrency=asked,
+            build_concurrency=capacity.builds,
+            mirrors=[b.repo for b in plan.builds if b.kind == "repo"],
+            envs=[b.repo for b in plan.builds if b.kind == "env"],
+            prepares=[[repos.get(i, "") for i in p.instance_ids] for p in plan.prepares],
+            participant_minutes=config.participant_timeout / 60 if source == "a2a" else 0.0,
+            vcpu=self.settings.sandbox_vcpu,
+            region=self.s3.meta.region_name or "us-east-1",
+        )
 
     def plan(self, run_id: str, instances: list[Instance], *, rebuild: bool) -> prebuilt.Plan:
         """The build phase's work for ``instances``: the prebuilt artifacts they need that

@@ -1,0 +1,378 @@
+"""What a run of the AWS pipeline will take and cost: a simulation of its two state
+machines, fed by figures measured on real instances here, and what the account's quotas
+and the artifact store change.
+
+Used twice: by Resolve, for the estimate a run records before its rows start (and the
+whole answer of a ``dry_run``), and by ``benchmarks/aws_cost.py`` for docs/aws.md's
+tables. Measured inputs (docs/benchmarks.md): a warm evaluation per repository
+(data/row_seconds.json), what a row downloads and its unpack (benchmarks/artifacts.py), the
+build phase's cold build per instance. Assumed, in two labelled sets (``ASSUMPTIONS``):
+what cannot be measured without an AWS account (a task's start, S3 throughput into a
+task, Spot's discount and reclaim rate).
+
+Per row the Rows machine runs Participant?, Dispatch, HasPatch, Presign, the evaluate
+task's states and Classify (about 11 transitions); a reclaimed Spot task runs the retry
+states and an on-demand task again. Rows are scheduled on ``concurrency`` slots in the
+order given (Resolve's: slowest repositories first); each row's evaluation is its
+repository's figure spread log-normally (seeded: every scenario sees the same rows).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+from swegreen.aws.quotas import ON_DEMAND_VCPU, SPOT_VCPU
+from swegreen.core.recipes import known_network_instances
+from swegreen.core.schedule import expected_seconds
+
+# us-east-1 list prices, USD (2026-11; Fargate Linux/x86, Fargate Spot at its usual ~70%
+# discount (it varies), Lambda x86, Step Functions Standard, DynamoDB on-demand, S3
+# Standard). Data from S3 to tasks goes through the VPC's gateway endpoint: free. Free
+# tiers are ignored.
+PRICES = {
+    "fargate_vcpu_hour": 0.04048,
+    "fargate_gb_hour": 0.004445,
+    "fargate_ephemeral_gb_hour": 0.000111,  # above the 20 GB included
+    "spot_discount": 0.70,
+    "lambda_gb_second": 0.0000166667,
+    "lambda_request": 0.20 / 1e6,
+    "sfn_transition": 0.025 / 1000,
+    "ddb_write_unit": 0.625 / 1e6,
+    "ddb_read_unit": 0.125 / 1e6,
+    "s3_put": 0.005 / 1000,
+    "s3_get": 0.0004 / 1000,
+    "s3_gb_month": 0.023,
+    "logs_ingest_gb": 0.50,
+    "endpoint_hour": 0.01,  # an interface VPC endpoint in one availability zone
+    "kms_key_month": 1.00,
+}
+# The closed sandbox's interface endpoints (ECR api and dkr, CloudWatch Logs) in the
+# stack's two availability zones (infra/sandbox.py).
+ENDPOINT_AZS = 3 * 2
+# Rows whose tests need the internet run with a public IP (swegreen/data/network_instances.json).
+OPEN_SHARE = len(known_network_instances()) / 500
+
+# Measured (docs/benchmarks.md): a warm evaluation per repository, seconds, on 2 cores.
+WARM_EVAL = expected_seconds()
+# The build phase's cold build of one instance (environment + prepared workspace), s.
+COLD_BUILD = {
+    "astropy/astropy": (275.8 + 299.6) / 2,
+    "mwaskom/seaborn": 79.2,
+    "pallets/flask": 55.1,
+    "psf/requests": 32.2,
+    "pydata/xarray": 185.7,
+    "pylint-dev/pylint": 82.5,
+    "pytest-dev/pytest": 52.2,
+    "sphinx-doc/sphinx": 66.1,
+    "sympy/sympy": 34.1,
+    # the validation run's first rows per django version (2026-11-24; environment and
+    # prepared workspace), 37-58 s
+    "django/django": 50.0,
+}
+# A repository's mirror build (clone, fetch the rows' commits, pack): assumed.
+MIRROR_BUILD_SECONDS = 120.0
+ARTIFACT_MB = 263.0  # median a row downloads (mirror + environment + prepared), artifacts.py
+UNPACK_SECONDS = 12.8  # median unpack of those, artifacts.py (measured on a loaded machine)
+# SWE-bench Verified's rows per repository (500) and distinct (repo, version) environments.
+VERIFIED = {
+    "django/django": 231,
+    "sympy/sympy": 75,
+    "sphinx-doc/sphinx": 44,
+    "matplotlib/matplotlib": 34,
+    "scikit-learn/scikit-learn": 32,
+    "astropy/astropy": 22,
+    "pydata/xarray": 22,
+    "pytest-dev/pytest": 19,
+    "pylint-dev/pylint": 10,
+    "psf/requests": 8,
+    "mwaskom/seaborn": 2,
+    "pallets/flask": 1,
+}
+VERIFIED_ENVIRONMENTS = 80
+
+
+@dataclass
+class Scenario:
+    concurrency: int = 100
+    rows: int = 500
+    vcpu: float = 2.0  # the evaluate task (infra/settings.py: sandbox_cpu)
+    memory_gb: float = 8.0
+    ephemeral_gb: float = 50.0
+    build_vcpu: float = 4.0
+    build_memory_gb: float = 16.0
+    task_start_seconds: float = 40.0  # assumed: placement + image pull (billed from the pull)
+    s3_mb_per_second: float = 100.0  # assumed: one task's download from S3
+    spot: bool = True
+    spot_interruptions: float = 0.05  # assumed: share of Spot tasks reclaimed (run again)
+    participant_minutes: float = 0.0  # an A2A participant's time per row (0: predictions)
+    lambda_seconds_per_row: float = 3.0  # Dispatch + Presign + Classify, at 512 MB
+    log_mb_per_row: float = 1.0
+    # The pessimistic set's extras (0: left out, as the optimistic set leaves them):
+    ipv4_hourly: float = 0.0  # a public IPv4 per task (public subnets), USD per hour
+    insights_kb_per_task_minute: float = 0.0  # Container Insights' performance log events
+    watch_always: bool = False  # Watch's per-minute invocation for the whole run
+    unmeasured_factor: float = 1.0  # rows of repositories with no measured warm evaluation
+    longest_first: bool = True  # Resolve's order (swegreen.core.schedule): slowest first
+    spread: float = 0.6  # log-normal sigma of a row's time around its repository's figure
+    seed: int = 0
+    prices: dict[str, float] = field(default_factory=lambda: dict(PRICES))
+
+
+@dataclass
+class Figures:
+    wall_minutes: float
+    task_hours: float
+    transitions: int
+    cost: dict[str, float]
+    row_seconds_median: float
+
+    @property
+    def total(self) -> float:
+        return sum(self.cost.values())
+
+
+# Two labelled sets of what cannot be measured here: the optimistic one is the model's
+# first guess; the pessimistic one an independent reviewer's, with everything the first
+# left out.
+ASSUMPTIONS: dict[str, dict[str, object]] = {
+    "optimistic": {},
+    "pessimistic": {
+        "task_start_seconds": 120.0,
+        "s3_mb_per_second": 50.0,
+        "spot_interruptions": 0.10,
+        "discount": 0.60,
+        "ipv4_hourly": 0.005,
+        "insights_kb_per_task_minute": 50.0,
+        "watch_always": True,
+        # matplotlib and scikit-learn rows compile or run long suites: twice the median
+        "unmeasured_factor": 2.0,
+    },
+}
+
+
+def with_assumptions(name: str, base: dict[str, object]) -> dict[str, object]:
+    """``base`` (Scenario's fields) under the named set of assumptions."""
+    chosen = dict(ASSUMPTIONS[name])
+    out = {**base, **chosen}
+    if "discount" in chosen:
+        out.pop("discount")
+        prices = dict(base.get("prices") or PRICES)  # type: ignore[call-overload]
+        out["prices"] = {**prices, "spot_discount": chosen["discount"]}
+    return out
+
+
+def verified_rows(s: Scenario) -> list[str]:
+    """``s.rows`` rows' repositories in Verified's proportions, in the order the Map takes
+    them: slowest repositories first (Resolve's order), or the dataset's."""
+    repos = [repo for repo in sorted(VERIFIED) for _ in range(VERIFIED[repo])]
+    repos = [repos[i % len(repos)] for i in range(s.rows)]
+    if s.longest_first:
+        fallback = statistics.median(WARM_EVAL.values())
+        repos.sort(key=lambda r: -WARM_EVAL.get(r, fallback))
+    return repos
+
+
+def _hourly(s: Scenario, vcpu: float, memory: float, spot: bool) -> float:
+    p = s.prices
+    hourly = vcpu * p["fargate_vcpu_hour"] + memory * p["fargate_gb_hour"]
+    hourly += max(0.0, s.ephemeral_gb - 20) * p["fargate_ephemeral_gb_hour"]
+    return hourly * ((1 - p["spot_discount"]) if spot else 1.0)
+
+
+def _makespan(seconds: Sequence[float], slots: int) -> float:
+    """When the last of ``seconds`` ends, each started on the first of ``slots`` free."""
+    free = [0.0] * max(1, min(slots, len(seconds)))
+    end = 0.0
+    for x in seconds:
+        began = heapq.heappop(free)
+        end = max(end, began + x)
+        heapq.heappush(free, began + x)
+    return end
+
+
+def simulate(s: Scenario, repos: Sequence[str] | None = None) -> Figures:
+    """The rows phase of a run of ``repos`` (one per row, in the Map's order; default:
+    ``s.rows`` rows in Verified's proportions)."""
+    rows = list(verified_rows(s) if repos is None else repos)
+    rng = random.Random(s.seed)
+    fallback = statistics.median(WARM_EVAL.values())
+    start = s.task_start_seconds + ARTIFACT_MB / s.s3_mb_per_second + UNPACK_SECONDS
+    first_rate = _hourly(s, s.vcpu, s.memory_gb, s.spot)
+    on_demand_rate = _hourly(s, s.vcpu, s.memory_gb, False)
+    task_seconds = 0.0
+    fargate = 0.0
+    row_seconds: list[float] = []  # a row's wall time, participant included
+    interrupted = 0
+    for repo in rows:
+        typical = WARM_EVAL.get(repo, fallback * s.unmeasured_factor)
+        work = start + _lognormal(rng, typical, s.spread)
+        wall = s.participant_minutes * 60 + work + s.lambda_seconds_per_row
+        if s.spot and rng.random() < s.spot_interruptions:
+            # reclaimed halfway on average (billed at Spot), then run again on demand
+            # (TaskRetry: on-demand after Spot failed twice; modelled as at once)
+            interrupted += 1
+            fargate += work / 2 / 3600 * first_rate + work / 3600 * on_demand_rate
+            task_seconds += work * 1.5
+            wall += work / 2 + 10
+        else:
+            fargate += work / 3600 * first_rate
+            task_seconds += work
+        row_seconds.append(wall)
+    end = _makespan(row_seconds, s.concurrency) + 30  # Resolve, the child's start, Aggregate
+    n = len(rows)
+    p = s.prices
+    transitions = n * 11 + interrupted * 5 + 12
+    lambda_gb_s = n * s.lambda_seconds_per_row * 0.5 + 2 * 10 * 1.0
+    watch = 0.0
+    if s.participant_minutes or s.watch_always:  # Watch every minute, 1 s at 512 MB
+        watch = end / 60 * 1.0 * 0.5
+    ipv4 = task_seconds / 3600 * s.ipv4_hourly * OPEN_SHARE  # only the open rows' tasks
+    insights_gb = task_seconds / 60 * s.insights_kb_per_task_minute / 1024 / 1024
+    cost = {
+        "Fargate": fargate,
+        "Lambda": (lambda_gb_s + watch) * p["lambda_gb_second"]
+        + (3 * n + end / 60) * p["lambda_request"],
+        "Step Functions": transitions * p["sfn_transition"],
+        "DynamoDB": n * 4 * p["ddb_write_unit"] + n * 3 * p["ddb_read_unit"],
+        # Per row: 3 artifact GETs, input, patch; 6 uploads and the row; plus the run's.
+        "S3": n * (5 * p["s3_get"] + 8 * p["s3_put"]) + 10 * p["s3_put"],
+        "CloudWatch Logs": (n * s.log_mb_per_row / 1024 + insights_gb) * p["logs_ingest_gb"],
+        "Public IPv4": ipv4,
+        "VPC endpoints": end / 3600 * ENDPOINT_AZS * p["endpoint_hour"],  # the run's hours
+    }
+    median = statistics.median(row_seconds) if row_seconds else 0.0
+    return Figures(end / 60, task_seconds / 3600, transitions, cost, median)
+
+
+def _lognormal(rng: random.Random, mean: float, sigma: float) -> float:
+    mu = math.log(mean) - sigma**2 / 2
+    return rng.lognormvariate(mu, sigma)
+
+
+@dataclass
+class BuildFigures:
+    wall_minutes: float
+    task_hours: float
+    usd: float
+
+
+def build_phase(
+    s: Scenario,
+    mirrors: Sequence[str],
+    envs: Sequence[str],
+    prepares: Sequence[Sequence[str]],
+    concurrency: int,
+) -> BuildFigures:
+    """The build phase's two Maps: ``mirrors`` and ``envs`` (a repository per task), then
+    ``prepares`` (a repository per instance of each task), on ``concurrency`` Spot tasks.
+    An upper bound: an environment's build is taken as its instance's whole cold build,
+    and so is each prepared workspace."""
+    fallback = statistics.median(COLD_BUILD.values())
+    first = [s.task_start_seconds + MIRROR_BUILD_SECONDS for _ in mirrors]
+    first += [s.task_start_seconds + COLD_BUILD.get(r, fallback) for r in envs]
+    second = [s.task_start_seconds + sum(COLD_BUILD.get(r, fallback) for r in p) for p in prepares]
+    seconds = sum(first) + sum(second)
+    wall = _makespan(sorted(first, reverse=True), concurrency) if first else 0.0
+    wall += _makespan(sorted(second, reverse=True), concurrency) if second else 0.0
+    usd = seconds / 3600 * _hourly(s, s.build_vcpu, s.build_memory_gb, True)
+    return BuildFigures(wall / 60, seconds / 3600, usd)
+
+
+def one_time_build(s: Scenario) -> tuple[float, float, float]:
+    """The build phase on a cold artifact store for Verified: (task-hours, USD, artifact
+    GB stored)."""
+    fallback = statistics.median(COLD_BUILD.values())
+    seconds = sum(COLD_BUILD.get(r, fallback) + s.task_start_seconds for r in verified_rows(s))
+    hours = seconds / 3600  # an upper bound: an environment is built once, not per row
+    usd = hours * _hourly(s, s.build_vcpu, s.build_memory_gb, s.spot)
+    stored_gb = (VERIFIED_ENVIRONMENTS * 120 + s.rows * 30 + 12 * 150) / 1000
+    return hours, usd, stored_gb
+
+
+class Bound(BaseModel):
+    """One set of assumptions' figures for a run."""
+
+    wall_minutes: float
+    usd: float
+    build_minutes: float
+    build_usd: float
+
+
+class Estimate(BaseModel):
+    """What Resolve tells a run before its rows start: its time and cost under both sets
+    of assumptions, for the concurrency the account's quotas allow and the artifacts the
+    bucket lacks; and what a larger quota would give."""
+
+    rows: int
+    concurrency: int
+    builds: int  # build-phase tasks (mirrors and environments) the bucket lacks
+    prepares: int  # prepare tasks
+    optimistic: Bound
+    pessimistic: Bound
+    note: str
+    raise_quota: str = ""
+
+
+def estimate(
+    repos: Sequence[str],
+    *,
+    concurrency: int,
+    asked_concurrency: int,
+    build_concurrency: int,
+    mirrors: Sequence[str] = (),
+    envs: Sequence[str] = (),
+    prepares: Sequence[Sequence[str]] = (),
+    participant_minutes: float = 0.0,
+    vcpu: float = 2.0,
+    region: str = "us-east-1",
+) -> Estimate:
+    """The estimate for a run of ``repos`` (one per row, in the Map's order)."""
+    bounds: dict[str, Bound] = {}
+    base: dict[str, object] = {
+        "concurrency": concurrency,
+        "rows": len(repos),
+        "vcpu": vcpu,
+        "participant_minutes": participant_minutes,
+    }
+    for name in ASSUMPTIONS:
+        s = Scenario(**with_assumptions(name, base))  # type: ignore[arg-type]
+        rows = simulate(s, repos) if repos else None
+        build = build_phase(s, mirrors, envs, prepares, build_concurrency)
+        bounds[name] = Bound(
+            wall_minutes=round((rows.wall_minutes if rows else 0.0) + build.wall_minutes, 1),
+            usd=round((rows.total if rows else 0.0) + build.usd, 2),
+            build_minutes=round(build.wall_minutes, 1),
+            build_usd=round(build.usd, 2),
+        )
+    note = (
+        f"{len(repos)} rows, {concurrency} at a time; the build phase first: "
+        f"{len(mirrors) + len(envs)} builds and {len(prepares)} prepare tasks "
+        "(the artifacts the bucket lacks). A model, not a bill: us-east-1 list prices, "
+        "figures measured on 2 cores (docs/aws.md, 'Cost model')."
+    )
+    raise_quota = ""
+    if concurrency < asked_concurrency:
+        want = math.ceil(asked_concurrency * vcpu)
+        raise_quota = (
+            f"{asked_concurrency} rows at a time need {want} vCPUs of Fargate Spot and as "
+            "many on-demand (the fallback): aws service-quotas request-service-quota-increase "
+            f"--region {region} --service-code fargate --quota-code {SPOT_VCPU} "
+            f"--desired-value {want}; the same with --quota-code {ON_DEMAND_VCPU}"
+        )
+    return Estimate(
+        rows=len(repos),
+        concurrency=concurrency,
+        builds=len(mirrors) + len(envs),
+        prepares=len(prepares),
+        optimistic=bounds["optimistic"],
+        pessimistic=bounds["pessimistic"],
+        note=note,
+        raise_quota=raise_quota,
+    )

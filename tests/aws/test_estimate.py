@@ -1,0 +1,134 @@
+"""What a run will take and cost, said before it starts (Resolve's estimate, the dry run),
+and results of any size through the API's pages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from swegreen.aws import cost_model
+from swegreen.aws.pipeline import Pipeline, PipelineSettings, StartEvent
+from swegreen.core.classify import Status
+from swegreen.core.dataset import load_dataset
+from swegreen.core.results import InstanceResult
+from swegreen.reports.publish import PAGE_BYTES, joined, pages, public_row
+from swegreen.sample import SampleBenchmark
+from swegreen.stores.sqlite import SqliteStore
+
+BUCKET = "estimates"
+VERIFIED_500 = cost_model.verified_rows(cost_model.Scenario())
+
+
+def test_fewer_tasks_at_once_take_longer_and_say_how_to_get_more() -> None:
+    asked = cost_model.estimate(
+        VERIFIED_500, concurrency=100, asked_concurrency=100, build_concurrency=50
+    )
+    capped = cost_model.estimate(
+        VERIFIED_500, concurrency=6, asked_concurrency=100, build_concurrency=2,
+        region="eu-west-1",
+    )  # fmt: skip
+    assert asked.raise_quota == ""
+    assert capped.pessimistic.wall_minutes > 10 * asked.pessimistic.wall_minutes
+    assert "--region eu-west-1" in capped.raise_quota
+    assert "--quota-code L-36FBB829 --desired-value 200" in capped.raise_quota
+    assert "L-3032A538" in capped.raise_quota
+    for bound in (asked, capped):
+        assert bound.optimistic.wall_minutes < bound.pessimistic.wall_minutes
+        assert bound.optimistic.usd < bound.pessimistic.usd
+
+
+def test_what_the_bucket_lacks_is_built_first_and_costs_more() -> None:
+    warm = cost_model.estimate(
+        VERIFIED_500, concurrency=100, asked_concurrency=100, build_concurrency=50
+    )
+    cold = cost_model.estimate(
+        VERIFIED_500,
+        concurrency=100,
+        asked_concurrency=100,
+        build_concurrency=50,
+        mirrors=sorted(cost_model.VERIFIED),
+        envs=["django/django"] * 20 + ["astropy/astropy"] * 10,
+        prepares=[["django/django"] * 4] * 60,
+    )
+    assert (warm.builds, warm.prepares, warm.pessimistic.build_usd) == (0, 0, 0)
+    assert (cold.builds, cold.prepares) == (12 + 30, 60)
+    assert cold.pessimistic.build_minutes > 0
+    assert cold.pessimistic.wall_minutes > warm.pessimistic.wall_minutes
+    assert cold.pessimistic.usd > warm.pessimistic.usd
+
+
+@pytest.fixture
+def s3(mocked_s3: Any) -> Any:
+    mocked_s3.create_bucket(Bucket=BUCKET)
+    return mocked_s3
+
+
+def test_a_dry_run_records_its_estimate_and_starts_nothing(
+    s3: Any, sample: SampleBenchmark, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=BUCKET, Key="datasets/sample.jsonl", Body=sample.dataset.read_bytes())
+    store = SqliteStore(tmp_path / "store.sqlite")
+    pipeline = Pipeline(PipelineSettings(table="unused", bucket=BUCKET), s3, store)
+    config = {"dataset": f"s3://{BUCKET}/datasets/sample.jsonl", "max_rows": 3}
+    try:
+        resolved = pipeline.resolve(
+            StartEvent(run_id="dry", patches="gold", config=config, dry_run=True)
+        )
+        assert resolved == {"run_id": "dry", "dry_run": True, "count": 3}
+        record = store.get_run("dry")
+        assert record is not None and record.state == "estimated"
+        estimate = cost_model.Estimate.model_validate(record.provenance["estimate"])
+        assert estimate.rows == 3 and estimate.concurrency == 1
+        # nothing built: the bucket holds no artifacts, so the estimate includes building them
+        assert estimate.builds > 0 and estimate.pessimistic.build_usd > 0
+        listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="runs/")
+        assert listed["KeyCount"] == 0, [o["Key"] for o in listed["Contents"]]
+        # the same request for real records the same estimate and writes the Map's items
+        real = pipeline.resolve(StartEvent(run_id="real", patches="gold", config=config))
+        assert real["dry_run"] is False and real["count"] == 3
+        stored = store.get_run("real")
+        assert stored is not None and stored.state == "running"
+        assert stored.provenance["estimate"] == record.provenance["estimate"]
+    finally:
+        store.close()
+
+
+def _big_results(rows: int, sample: SampleBenchmark) -> dict[str, Any]:
+    """results.json of a run of ``rows`` rows, each with a full detail (as failing rows
+    carry): larger than API Gateway's 10 MB."""
+    base = list(load_dataset(str(sample.dataset)).instances)
+    instances = [
+        public_row(
+            InstanceResult(
+                instance_id=f"{base[n % len(base)].instance_id}.{n:05d}",
+                repo=base[n % len(base)].repo,
+                status=Status.ERROR,
+                reason="sandbox_crashed",
+                detail="x" * 2000,
+                model_name_or_path="m",
+            )
+        )
+        for n in range(rows)
+    ]
+    board = {"total_instances": rows, "resolved_pct": 0.0}
+    return {"participants": {"agent": "m"}, "results": [{**board, "instances": instances}]}
+
+
+def test_ten_thousand_rows_reach_the_caller_in_pages_under_the_apis_limit(
+    sample: SampleBenchmark,
+) -> None:
+    document = _big_results(10_000, sample)
+    assert len(json.dumps(document)) > 10 * 1024 * 1024
+    cut = pages(document)
+    assert len(cut) > 1 and [p["page"] for p in cut] == list(range(1, len(cut) + 1))
+    assert {p["pages"] for p in cut} == {len(cut)}
+    for page in cut:
+        assert len(json.dumps(page)) < PAGE_BYTES + 64 * 1024  # the leaderboard row's fields
+        assert page["participants"] == document["participants"]
+    assert joined(cut) == document
+    # a run that fits is one page: the document as it always was, with page 1 of 1
+    small = _big_results(3, sample)
+    assert pages(small) == [{**small, "page": 1, "pages": 1}]
