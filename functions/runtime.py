@@ -11,6 +11,7 @@ import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
 from swegreen.aws.dynamo_store import DynamoStore
+from swegreen.aws.endpoints import EndpointSpec
 from swegreen.aws.pipeline import Pipeline, PipelineSettings
 from swegreen.aws.pipeline.base import signing_s3
 
@@ -33,6 +34,18 @@ def pipeline() -> Pipeline:
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
     s3 = signing_s3(region, os.environ)
     return Pipeline(s, s3, DynamoStore(table), boto3.client("service-quotas"))
+
+
+@functools.cache
+def ec2() -> object:
+    return boto3.client("ec2")
+
+
+@functools.cache
+def endpoint_spec() -> EndpointSpec | None:
+    """The closed rows' endpoints (SWEGREEN_ENDPOINTS), if this stack makes them per run."""
+    raw = os.environ.get("SWEGREEN_ENDPOINTS")
+    return EndpointSpec.model_validate_json(raw) if raw else None
 
 
 @functools.cache

@@ -5,12 +5,15 @@ the row's callback token. Rows spend no state transitions while they wait."""
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import BotoCoreError, ClientError
 
-from runtime import logger, metrics, pipeline, stepfunctions, tracer
+from runtime import ec2, endpoint_spec, logger, metrics, pipeline, stepfunctions, tracer
+from swegreen.aws import endpoints
 
 
 @logger.inject_lambda_context
@@ -19,5 +22,13 @@ from runtime import logger, metrics, pipeline, stepfunctions, tracer
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
     counts = asyncio.run(pipeline().watch(stepfunctions()))
     metrics.add_metric(name="RowsWaiting", unit=MetricUnit.Count, value=counts["waiting"])
+    # The closed rows' endpoints go once no run is running (they cost by the hour).
+    spec, machine = endpoint_spec(), os.environ.get("SWEGREEN_PIPELINE_ARN")
+    if spec is not None and machine:
+        try:
+            running = endpoints.any_running(stepfunctions(), machine)
+            counts["endpoints_deleted"] = len(endpoints.reap(ec2(), spec, running))
+        except (BotoCoreError, ClientError):  # the next minute tries again
+            logger.exception("endpoints not reaped")
     logger.info("watched", extra=counts)
     return counts

@@ -17,6 +17,7 @@ from infra.bundling import LambdaBundler, sources_hash
 from infra.sandbox import ISOLATION, Sandbox
 from infra.settings import StackSettings, retention
 from infra.states import MAP_RESULTS
+from swegreen.aws.endpoints import TAG
 from swegreen.aws.pipeline import INSTANCE, SANDBOX_INPUT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,7 +115,60 @@ class FunctionParts:
             )
         )
         self.stopped = function("Stopped", 30)
+        self.endpoints: lambda_.Function | None = None
+        if sandbox.endpoint_spec is not None:
+            self._endpoints(function("Endpoints", 900, 256), sandbox.endpoint_spec)
         self._grant_data(table, idempotency, runs_prefix, datasets_prefix, artifacts_prefix)
+
+    def _endpoints(self, fn: lambda_.Function, spec: dict[str, object]) -> None:
+        """Endpoints makes the closed rows' interface endpoints before a run's rows; Watch
+        deletes them when no run runs. Both may touch only endpoints tagged as this
+        stack's (swegreen.aws.endpoints)."""
+        self.endpoints = fn
+        stack = Stack.of(self)
+        spec_json = stack.to_json_string(spec)
+        owner = {"StringEquals": {f"aws:RequestTag/{TAG}": stack.stack_name}}
+        mine = {"StringEquals": {f"ec2:ResourceTag/{TAG}": stack.stack_name}}
+
+        def ec2_arn(kind: str, name: str = "*") -> str:
+            return stack.format_arn(service="ec2", resource=kind, resource_name=name)
+
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["ec2:CreateVpcEndpoint"],
+                resources=[ec2_arn("vpc-endpoint")],
+                conditions=owner,
+            )
+        )
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["ec2:CreateVpcEndpoint"],
+                resources=[ec2_arn("vpc"), ec2_arn("subnet"), ec2_arn("security-group")],
+            )
+        )
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["ec2:CreateTags"],
+                resources=[ec2_arn("vpc-endpoint")],
+                conditions={"StringEquals": {"ec2:CreateAction": "CreateVpcEndpoint"}},
+            )
+        )
+        # private DNS: the endpoint's hosted zone is associated with the VPC
+        fn.add_to_role_policy(
+            iam.PolicyStatement(actions=["route53:AssociateVPCWithHostedZone"], resources=["*"])
+        )
+        for f in (fn, self.watch):
+            f.add_environment("SWEGREEN_ENDPOINTS", spec_json)
+            f.add_to_role_policy(  # Describe* takes no resource but "*"
+                iam.PolicyStatement(actions=["ec2:DescribeVpcEndpoints"], resources=["*"])
+            )
+        self.watch.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["ec2:DeleteVpcEndpoints"],
+                resources=[ec2_arn("vpc-endpoint")],
+                conditions=mine,
+            )
+        )
 
     # ------------------------------------------------------------------ permissions
     def _s3(self, fn: lambda_.IFunction, actions: list[str], *patterns: str) -> None:

@@ -147,7 +147,8 @@ class MonitoringParts:
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             ).add_alarm_action(action)
-        self.dashboard = self._dashboard(rows, errors, sandbox, functions)
+        if settings.dashboard:  # $3 a month past an account's first three
+            self._dashboard(rows, errors, sandbox, functions)
 
     def _dashboard(
         self,

@@ -87,6 +87,15 @@ class PipelineMachine(StateParts):
         )
         resolve.add_catch(run_failed, result_path="$.failure")
         aggregate.add_catch(run_failed, result_path="$.failure")
+        # The closed rows' endpoints, made for this run (none standing: infra/sandbox.py);
+        # if they fail to come up the run goes on and its closed rows say why.
+        start: sfn.IChainable = want_builds
+        if self.endpoints is not None:
+            endpoints = self._invoke(
+                "Endpoints", self.endpoints, {"run_id.$": "$.run_id"}, "$.endpoints"
+            )
+            endpoints.add_catch(want_builds, result_path="$.endpoints_error")
+            start = endpoints.next(want_builds)
         # A dry run ends once Resolve has recorded the run's estimate.
         dry_run = (
             sfn.Choice(self, "DryRun?")
@@ -94,9 +103,19 @@ class PipelineMachine(StateParts):
                 sfn.Condition.boolean_equals("$.resolved.dry_run", True),
                 sfn.Succeed(self, "Estimated"),
             )
-            .otherwise(want_builds)
+            .otherwise(start)
         )
         self.state_machine = self._machine("Pipeline", resolve.next(dry_run))
+        if self.endpoints is not None:  # Watch deletes them when no run of this machine runs
+            self.watch.add_environment(
+                "SWEGREEN_PIPELINE_ARN", self.state_machine.state_machine_arn
+            )
+            self.watch.add_to_role_policy(  # exactly what any_running asks, nothing more
+                iam.PolicyStatement(
+                    actions=["states:ListExecutions"],
+                    resources=[self.state_machine.state_machine_arn],
+                )
+            )
         self._grant_tasks(runs_prefix)
         # A stopped run's rows phase stops with it (its execution is "<run id>-rows").
         self.stopped.add_environment("SWEGREEN_ROWS_MACHINE_ARN", rows_arn)

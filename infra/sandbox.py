@@ -201,7 +201,8 @@ class Sandbox(Construct):
             "sandbox",
             "evaluate",
             image,
-            {},
+            # a Fargate task is a machine of its own: a batch clears the tests' uid between rows
+            {"SWEGREEN_TASK_IS_MACHINE": "1"},
             settings.sandbox_memory_mib,
             user=GRADER_USER,
         )
@@ -376,21 +377,35 @@ class Sandbox(Construct):
                 ],
             )
         )
-        for name, service in (
-            ("EcrApi", ec2.InterfaceVpcEndpointAwsService.ECR),
-            ("EcrDocker", ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER),
-            ("Logs", ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS),
-        ):
-            self.vpc.add_interface_endpoint(
-                name,
-                service=service,
-                subnets=isolated,
-                security_groups=[endpoints],
-                private_dns_enabled=True,
-                open=False,
-            )
+        subnet_ids = self.vpc.select_subnets(**_selection(isolated)).subnet_ids
+        # ECR (API and Docker) and Logs: interface endpoints, billed by the hour. Made by
+        # each run and deleted when none runs (swegreen.aws.endpoints), unless the owner
+        # keeps them standing (swegreen:standing_endpoints).
+        self.endpoint_spec: dict[str, object] | None = None
+        if settings.standing_endpoints:
+            for name, service in (
+                ("EcrApi", ec2.InterfaceVpcEndpointAwsService.ECR),
+                ("EcrDocker", ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER),
+                ("Logs", ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS),
+            ):
+                self.vpc.add_interface_endpoint(
+                    name,
+                    service=service,
+                    subnets=isolated,
+                    security_groups=[endpoints],
+                    private_dns_enabled=True,
+                    open=False,
+                )
+        else:
+            self.endpoint_spec = {
+                "vpc_id": self.vpc.vpc_id,
+                "subnet_ids": subnet_ids,
+                "security_group_id": endpoints.security_group_id,
+                "owner": stack.stack_name,
+                "region": stack.region,
+            }
         return {
-            "Subnets": self.vpc.select_subnets(**_selection(isolated)).subnet_ids,
+            "Subnets": subnet_ids,
             "SecurityGroups": [group.security_group_id],
             "AssignPublicIp": "DISABLED",
         }

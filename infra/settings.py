@@ -74,6 +74,16 @@ class StackSettings(BaseModel):
         "account's ECR; empty: cdk deploy builds container/Dockerfile (Docker and the "
         "internet needed)",
     )
+    standing_endpoints: bool = Field(
+        False,
+        description="keep the closed rows' interface endpoints (ECR, Logs) standing, about "
+        "$44 a month; false: each run makes them (about 2 minutes) and they go when no run "
+        "runs",
+    )
+    dashboard: bool = Field(
+        True,
+        description="a CloudWatch dashboard (free among an account's first three, then $3 a month)",
+    )
     api_auth: Literal["iam", "api_key"] = "iam"
     sandbox_cpu: int = Field(2048, description="CPU units of a row's evaluate task")
     sandbox_memory_mib: int = 8192

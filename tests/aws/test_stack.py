@@ -15,6 +15,7 @@ from infra.front_door import RUN_REQUEST_SCHEMA
 from infra.sandbox import CACHE_MOUNT, GRADER_USER, SANDBOX_UID
 from infra.settings import StackSettings
 from infra.states import MAP_RESULTS
+from swegreen.aws.endpoints import EndpointSpec
 from swegreen.aws.pipeline import (
     SANDBOX_URL_SECONDS,
     Attempt,
@@ -98,7 +99,12 @@ def test_the_pipeline_builds_then_prepares_then_runs_the_rows_within_the_runs_ow
 ) -> None:
     pipeline = machines["Pipeline"]
     top = pipeline["States"]
-    assert pipeline["StartAt"] == "Resolve" and top["Resolve"]["Next"] == "Builds?"
+    assert pipeline["StartAt"] == "Resolve" and top["Resolve"]["Next"] == "DryRun?"
+    # a dry run stops at its estimate; a real one makes its closed rows' endpoints first
+    assert top["DryRun?"]["Choices"][0]["Next"] == "Estimated"
+    assert top["DryRun?"]["Default"] == "Endpoints"
+    assert top["Endpoints"]["Next"] == "Builds?"
+    assert [c["Next"] for c in top["Endpoints"]["Catch"]] == ["Builds?"]
     assert top["Builds?"]["Choices"][0]["Next"] == "Builds"
     assert top["Builds?"]["Default"] == "Prepares?"
     assert top["Builds"]["Next"] == "Prepares?"
@@ -119,7 +125,8 @@ def test_every_row_step_retries_with_jitter_and_falls_back_to_an_error_row(
     machines: dict[str, dict[str, Any]],
 ) -> None:
     row = dict(states(machines["Rows"]))
-    assert row["Participant?"]["Choices"][0]["Next"] == "DispatchWait"
+    assert row["Participant?"]["Choices"][0]["Next"] == "BatchStart"
+    assert row["Participant?"]["Choices"][1]["Next"] == "DispatchWait"
     assert row["Participant?"]["Default"] == "Dispatch"
     for step in ("Dispatch", "DispatchWait", "Presign", "Classify"):
         state = row[step]
@@ -402,6 +409,9 @@ WILDCARD_OK = {
     "logs:PutResourcePolicy",
     "logs:DescribeResourcePolicies",
     "logs:DescribeLogGroups",
+    "ec2:DescribeVpcEndpoints",
+    # private DNS of an interface endpoint: the zone is AWS's own, its ARN unknown to us
+    "route53:AssociateVPCWithHostedZone",
 }
 
 
@@ -488,9 +498,10 @@ def test_the_api_starts_and_reads_runs_with_authentication_and_validation(
     template: dict[str, Any],
 ) -> None:
     methods = resources(template, "AWS::ApiGateway::Method")
-    # POST /runs, GET and DELETE /runs/{id}, GET /runs/{id}/results
+    # POST /runs, GET and DELETE /runs/{id}, GET /runs/{id}/results and .../results/{page}
     assert sorted(m["Properties"]["HttpMethod"] for m in methods.values()) == [
         "DELETE",
+        "GET",
         "GET",
         "GET",
         "POST",
@@ -513,6 +524,7 @@ def test_the_api_starts_and_reads_runs_with_authentication_and_validation(
         "patches",
         "config",
         "rebuild_envs",
+        "batch",
         "dry_run",
     }
     assert set(schema["properties"]) == set(RunRequest.model_fields)
@@ -821,16 +833,14 @@ def test_rows_run_in_isolated_subnets_that_reach_only_the_endpoints_they_need(
         (e["IpProtocol"], e["FromPort"], e["ToPort"]) == ("tcp", 443, 443) for e in egress
     ), egress
     endpoints = resources(template, "AWS::EC2::VPCEndpoint")
-    interface = {
-        _refs(e["Properties"]["ServiceName"]).rsplit(".", 2)[-2:][-1]: e["Properties"]
-        for e in endpoints.values()
-        if e["Properties"]["VpcEndpointType"] == "Interface"
-    }
-    assert set(interface) == {"api", "dkr", "logs"}
-    (endpoint_group,) = {e["SecurityGroupIds"][0]["Fn::GetAtt"][0] for e in interface.values()}
-    for e in interface.values():
-        assert sorted(s["Ref"] for s in e["SubnetIds"]) == sorted(closed["Subnets"])
-        assert e["PrivateDnsEnabled"] is True
+    # ECR and Logs: no standing interface endpoint (they cost by the hour); each run's
+    # Endpoints step makes them in the closed subnets, under the endpoints' group (Watch
+    # deletes them when no run runs; swegreen.aws.endpoints)
+    assert {e["Properties"]["VpcEndpointType"] for e in endpoints.values()} == {"Gateway"}
+    spec = EndpointSpec.model_validate_json(_refs(_function_env(template, "Endpoints")))
+    assert sorted(spec.subnet_ids) == sorted(closed["Subnets"])
+    assert _refs(_function_env(template, "Watch")) == _refs(_function_env(template, "Endpoints"))
+    endpoint_group = spec.security_group_id
     destinations = [
         e.get("DestinationSecurityGroupId", {}).get("Fn::GetAtt", [None])[0]
         or e.get("DestinationPrefixListId")
@@ -912,6 +922,60 @@ def test_rows_run_in_isolated_subnets_that_reach_only_the_endpoints_they_need(
         internet = any(e.get("CidrIp") == "0.0.0.0/0" and e["IpProtocol"] == "-1" for e in out)
         assert internet == (kind != "closed row"), kind  # only the closed rows are shut in
     assert len(admitted) == 2  # the two task groups, nothing else
+
+
+def _function_env(template: dict[str, Any], function: str) -> Any:
+    """The SWEGREEN_ENDPOINTS variable of the function whose logical id has ``function``."""
+    (found,) = (
+        f["Properties"]["Environment"]["Variables"]["SWEGREEN_ENDPOINTS"]
+        for name, f in resources(template, "AWS::Lambda::Function").items()
+        if name.startswith(f"Workflow{function}")
+    )
+    return found
+
+
+def test_only_runs_make_endpoints_and_only_when_none_runs_they_go(
+    template: dict[str, Any], machines: dict[str, dict[str, Any]]
+) -> None:
+    """The Pipeline makes the endpoints after Resolve (not for a dry run) and goes on if
+    that fails; the Endpoints function may create only endpoints tagged as this stack's,
+    and Watch may delete only those; Watch reads whether a run is running."""
+    pipeline = dict(states(machines["Pipeline"]))
+    assert pipeline["DryRun?"]["Default"] == "Endpoints"
+    assert pipeline["Endpoints"]["Next"] == "Builds?"
+    assert [c["Next"] for c in pipeline["Endpoints"]["Catch"]] == ["Builds?"]
+    policies = {
+        name: [
+            s
+            for p in resources(template, "AWS::IAM::Policy").values()
+            if any(r["Ref"].startswith(f"Workflow{name}") for r in p["Properties"]["Roles"])
+            for s in p["Properties"]["PolicyDocument"]["Statement"]
+        ]
+        for name in ("Endpoints", "Watch")
+    }
+
+    def statements(name: str, action: str) -> list[dict[str, Any]]:
+        return [s for s in policies[name] if action in json.dumps(s["Action"])]
+
+    creates = statements("Endpoints", "ec2:CreateVpcEndpoint")
+    (tagged,) = [s for s in creates if "vpc-endpoint" in json.dumps(s["Resource"])]
+    assert "aws:RequestTag/swegreen:endpoints" in json.dumps(tagged["Condition"])
+    (delete,) = statements("Watch", "ec2:DeleteVpcEndpoints")
+    assert "ec2:ResourceTag/swegreen:endpoints" in json.dumps(delete["Condition"])
+    assert not statements("Endpoints", "ec2:DeleteVpcEndpoints")
+    assert statements("Watch", "states:ListExecutions")
+    # a stack that keeps them standing has them in its template instead, and no such step
+    import aws_cdk as cdk
+
+    from infra.stack import SweGreenStack
+
+    standing = SweGreenStack(cdk.App(), "Standing", settings=StackSettings(standing_endpoints=True))
+    t = Template.from_stack(standing).to_json()
+    kinds = [
+        e["Properties"]["VpcEndpointType"] for e in resources(t, "AWS::EC2::VPCEndpoint").values()
+    ]
+    assert sorted(kinds).count("Interface") == 3
+    assert not [n for n in resources(t, "AWS::Lambda::Function") if "Endpoints" in n]
 
 
 def _all_refs(value: Any) -> Iterator[dict[str, Any]]:
@@ -1044,3 +1108,28 @@ def test_the_published_image_is_the_one_cdk_deploy_builds() -> None:
     # docker build reads .dockerignore, the asset IMAGE_EXCLUDES: the same context
     ignored = set((ROOT / ".dockerignore").read_text().split())
     assert set(IMAGE_EXCLUDES) <= ignored
+
+
+def test_the_idle_cost_table_counts_what_the_template_holds(template: dict[str, Any]) -> None:
+    """docs/aws.md's idle cost (cost_model.idle_costs) is priced from these counts."""
+    from swegreen.aws.cost_model import IDLE, idle_costs
+
+    endpoints = resources(template, "AWS::EC2::VPCEndpoint").values()
+    interface = [e for e in endpoints if e["Properties"]["VpcEndpointType"] == "Interface"]
+    assert len(interface) == IDLE["interface_endpoints"] == 0
+    assert len(resources(template, "AWS::KMS::Key")) == IDLE["kms_keys"]
+    assert len(resources(template, "AWS::CloudWatch::Alarm")) == IDLE["alarms"]
+    assert len(resources(template, "AWS::CloudWatch::Dashboard")) == IDLE["dashboards"]
+    schedules = [
+        r["Properties"].get("ScheduleExpression")
+        for r in resources(template, "AWS::Events::Rule").values()
+    ]
+    assert schedules.count(IDLE["watch_schedule"]) == 1
+    assert sum(usd for _, _, usd in idle_costs()) <= 5.0
+    # a stack without the dashboard (an account past its three free ones)
+    import aws_cdk as cdk
+
+    from infra.stack import SweGreenStack
+
+    bare = SweGreenStack(cdk.App(), "NoBoard", settings=StackSettings(dashboard=False))
+    assert not Template.from_stack(bare).find_resources("AWS::CloudWatch::Dashboard")
