@@ -20,23 +20,30 @@ from swegreen.aws.cost_model import (
     PRICES,
     UNPACK_SECONDS,
     Scenario,
+    idle_costs,
     one_time_build,
     simulate,
+    spread,
     with_assumptions,
 )
+from swegreen.aws.pipeline.models import MAX_BATCH_ROWS
 
+# Patches known up front run in batches (Resolve's default; one task per row when the
+# request says "batch": false); an A2A participant's rows one task each.
+B = {"max_batch_rows": MAX_BATCH_ROWS}
 SCENARIOS = [
-    ("predictions, 50 at a time", {"concurrency": 50}),
-    ("predictions, 100 at a time", {"concurrency": 100}),
-    ("predictions, 200 at a time", {"concurrency": 200}),
+    ("predictions, 50 at a time", {"concurrency": 50, **B}),
+    ("predictions, 100 at a time", {"concurrency": 100, **B}),
+    ("predictions, 200 at a time", {"concurrency": 200, **B}),
+    ("predictions, 100 at a time, a task per row", {"concurrency": 100}),
     (
-        "predictions, 100 at a time, in the dataset's order",
+        "predictions, 100 at a time, a task per row, in the dataset's order",
         {"concurrency": 100, "longest_first": False},
     ),
-    ("predictions, 100 at a time, on demand only", {"concurrency": 100, "spot": False}),
+    ("predictions, 100 at a time, on demand only", {"concurrency": 100, "spot": False, **B}),
     (
         "predictions, 100 at a time, 4 vCPU / 16 GB",
-        {"concurrency": 100, "vcpu": 4, "memory_gb": 16},
+        {"concurrency": 100, "vcpu": 4, "memory_gb": 16, **B},
     ),
     ("A2A agent (10 min per row), 100 at a time", {"concurrency": 100, "participant_minutes": 10}),
     ("A2A agent (10 min per row), 10 at a time", {"concurrency": 10, "participant_minutes": 10}),
@@ -45,17 +52,21 @@ SCENARIOS = [
 
 def table(base: dict[str, object], scenarios: list[tuple[str, dict]]) -> str:
     lines = [
-        "| scenario | wall time | median row | task-hours | Fargate | Lambda | Step Functions "
-        "| DynamoDB + S3 + Logs + IPv4 + endpoints | total per run |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| scenario | wall time | wall, median / p90 of 40 runs | median row | task-hours "
+        "| Fargate | Lambda | Step Functions | DynamoDB + S3 + Logs + IPv4 + endpoints "
+        "| total per run |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for label, extra in scenarios:
-        f = simulate(Scenario(**{**base, **extra}))  # type: ignore[arg-type]
+        scenario = Scenario(**{**base, **extra})  # type: ignore[arg-type]
+        f = simulate(scenario)
+        median, p90, _ = spread(scenario)
         c = f.cost
         small = c["DynamoDB"] + c["S3"] + c["CloudWatch Logs"] + c["Public IPv4"]
         small += c["VPC endpoints"]
         lines.append(
-            f"| {label} | {f.wall_minutes:.1f} min | {f.row_seconds_median:.0f} s "
+            f"| {label} | {f.wall_minutes:.1f} min | {median:.1f} / {p90:.1f} min "
+            f"| {f.row_seconds_median:.0f} s "
             f"| {f.task_hours:.1f} | ${c['Fargate']:.2f} | ${c['Lambda']:.3f} "
             f"| ${c['Step Functions']:.3f} | ${small:.3f} | **${f.total:.2f}** |"
         )
@@ -96,7 +107,11 @@ def main() -> None:
         scenarios = [
             (
                 "as given",
-                {"concurrency": args.concurrency, "participant_minutes": args.participant_minutes},
+                {
+                    "concurrency": args.concurrency,
+                    "participant_minutes": args.participant_minutes,
+                    **B,
+                },
             )
         ]
     names = list(ASSUMPTIONS) if args.assumptions == "both" else [args.assumptions]
@@ -126,11 +141,16 @@ def main() -> None:
             f"vCPU / {s.build_memory_gb:g} GB Spot, ${usd:.2f}; about {stored:.0f} GB of "
             f"artifacts (${stored * s.prices['s3_gb_month']:.2f} per month in S3).\n"
         )
-    monthly = ENDPOINT_AZS * PRICES["endpoint_hour"] * 730
+    items = idle_costs(prices)
+    print("Standing cost of a deployed stack while no run runs (list prices, us-east-1):\n")
+    print("| what | count | per month |\n|---|---:|---:|")
+    for what, count, usd in items:
+        print(f"| {what} | {count} | ${usd:.2f} |")
+    print(f"| **total** | | **${sum(u for _, _, u in items):.2f}** |\n")
     print(
-        f"Standing cost of the closed sandbox: {ENDPOINT_AZS // 2} interface endpoints in 2 "
-        f"availability zones, ${ENDPOINT_AZS * PRICES['endpoint_hour']:.2f} an hour, about "
-        f"${monthly:.0f} a month whether runs run or not (a run pays its own hours above).\n"
+        f"The interface endpoints' hours are a run's own ({ENDPOINT_AZS // 2} endpoints in 2 "
+        f"availability zones, ${ENDPOINT_AZS * prices['endpoint_hour']:.2f} an hour while "
+        "it runs, in its figures above).\n"
     )
 
 

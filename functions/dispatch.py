@@ -27,6 +27,10 @@ class DispatchEvent(BaseModel):
 @event_parser(model=DispatchEvent)
 def handler(event: DispatchEvent, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(run_id=event.item.run_id, instance_id=event.item.instance_id)
+    if event.item.batch:  # a batch's patches, known up front (gold, empty, predictions)
+        batch = asyncio.run(pipeline().dispatch_batch(event.item))
+        logger.info("dispatched a batch", extra={"rows": len(batch.rows)})
+        return batch.model_dump()
     if event.token:
         state = asyncio.run(pipeline().dispatch_waiting(event.item, event.token, stepfunctions()))
     else:

@@ -12,12 +12,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
 from runtime import logger, metrics, pipeline, tracer
-from swegreen.aws.pipeline import Item, PatchState
+from swegreen.aws.pipeline import BatchPatches, Item, PatchState
 
 
 class PresignEvent(BaseModel):
     item: Item
-    patch: PatchState
+    patch: PatchState | None = None
+    patches: BatchPatches | None = None  # a batch's
 
 
 @logger.inject_lambda_context
@@ -26,6 +27,11 @@ class PresignEvent(BaseModel):
 @event_parser(model=PresignEvent)
 def handler(event: PresignEvent, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(run_id=event.item.run_id, instance_id=event.item.instance_id)
-    ticket = pipeline().presign(event.item, event.patch)
+    if event.patches is not None:
+        ticket = pipeline().presign_batch(event.item, event.patches)
+    elif event.patch is not None:
+        ticket = pipeline().presign(event.item, event.patch)
+    else:
+        raise ValueError("Presign needs the row's patch or the batch's patches")
     logger.info("presigned")  # never the URLs: they are the task's credentials
     return ticket.model_dump()

@@ -42,6 +42,7 @@ def run_request_schema(guardrails: Guardrails) -> dict[str, Any]:
             "patches": {"type": "string", "minLength": 1},
             "config": guardrails.config_schema(),
             "rebuild_envs": {"type": "boolean"},
+            "batch": {"type": "boolean"},
             "dry_run": {"type": "boolean"},
         },
         "additionalProperties": False,

@@ -111,6 +111,54 @@ class RowsMachine(StateParts):
         dispatch_wait.next(has_patch)
         return (
             sfn.Choice(self, "Participant?")
+            .when(sfn.Condition.is_present("$.item.batch[0]"), self._batch())
             .when(sfn.Condition.string_equals("$.item.source", "a2a"), dispatch_wait)
             .otherwise(dispatch)
         )
+
+    def _batch(self) -> sfn.IChainable:
+        """A batch of rows (patches known up front): every row's patch, one task that
+        evaluates them in turn (its start paid once), every row written. A failed or
+        reclaimed task's retry evaluates only the rows without a result; a batch that
+        fails for good writes the rows that have one as graded, the others as errors."""
+        start = sfn.Pass(
+            self,
+            "BatchStart",
+            result=sfn.Result.from_object({"rows": {}}),  # Dispatch may fail before any
+            result_path="$.patches",
+        )
+        batch = {"item.$": "$.item", "patches.$": "$.patches"}
+        record_error = self._invoke(
+            "BatchRecordError", self.classify, {**batch, "error.$": "$.error"}, "$.row"
+        )
+        record_error.add_catch(
+            sfn.Pass(self, "BatchLost"), errors=["States.ALL"], result_path="$.lost"
+        )
+        dispatch = self._invoke("BatchDispatch", self.dispatch, {"item.$": "$.item"}, "$.patches")
+        presign = self._invoke("BatchPresign", self.presign, batch, "$.sandbox")
+        classify = self._invoke("BatchClassify", self.classify, batch, "$.row")
+        evaluate, evaluated = self._fargate(
+            "BatchEvaluate",
+            self.sandbox.task_definition,
+            self.sandbox.container.container_name,
+            "evaluate",
+            [
+                _env("SWEGREEN_RUN_ID", "$.item.run_id"),
+                _env("SWEGREEN_INSTANCE_ID", "$.item.instance_id"),
+                _env("SWEGREEN_CONFIG", "$.item.config_json"),
+                _env("SWEGREEN_INPUT_URL", "$.sandbox.input_url"),
+                _env("SWEGREEN_TASK_NETWORK", "$.sandbox.network"),
+            ],
+            {"AwsvpcConfiguration.$": "$.sandbox.awsvpc"},
+            record_error,
+            before=presign,  # each attempt: the rows still to do, their own URLs
+        )
+        for step in (dispatch, presign, classify):
+            step.add_catch(record_error, result_path="$.error")
+        # rows without a patch (empty, none) are decided without a task, as locally
+        any_patch = sfn.Choice(self, "BatchHasPatch")
+        any_patch.when(sfn.Condition.boolean_equals("$.patches.any_patch", True), evaluate)
+        any_patch.otherwise(classify)
+        start.next(dispatch).next(any_patch)
+        evaluated.next(classify)
+        return start

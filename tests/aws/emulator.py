@@ -59,6 +59,7 @@ import threading
 import time
 import uuid
 import zipfile
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -459,7 +460,7 @@ class Emulator:
         task_dir.mkdir(parents=True)
         closed = _assign_public_ip(network) == "DISABLED"
         refused = _pull_refusal(backend, network)
-        view = self._own_disk(closed=closed)
+        keep: list[str] = []
         env = {k: str(self.cache_path) if v == CACHE_MOUNT else v for k, v in env.items()}
         command = [*SANDBOX_COMMAND, *command]
         relay = None
@@ -469,7 +470,9 @@ class Emulator:
             # and a long instance id together do
             sock = Path(tempfile.mkdtemp(prefix="relay-", dir="/tmp")) / "s"
             relay = unix_to_tcp(str(sock), self.port)
+            keep.append(str(sock.parent))
             command = [sys.executable, str(RELAY), str(sock), str(self.port), "--", *command]
+        view = self._own_disk(closed=closed, keep=keep)
         row = (env.get("SWEGREEN_RUN_ID", ""), instance_id)
         if row in self.sandbox_faults:
             command = [sys.executable, "-c", "import sys; print('injected crash'); sys.exit(3)"]
@@ -543,9 +546,12 @@ class Emulator:
 
         threading.Thread(target=run, daemon=True, name=f"task-{instance_id}").start()
 
-    def _own_disk(self, *, closed: bool) -> list[str]:
-        """The bubblewrap prefix that gives the task a disk of its own at ``cache_path``
-        and, ``closed``, a network namespace of its own (endpoint_relay.py).
+    def _own_disk(self, *, closed: bool, keep: Sequence[str] = ()) -> list[str]:
+        """The bubblewrap prefix that gives the task a disk of its own at ``cache_path``,
+        its own processes and temporary directories (a Fargate task is a machine of its
+        own: a batch task clears what one row's tests left before the next, and must see
+        no other task's) and, ``closed``, a network namespace of its own
+        (endpoint_relay.py; ``keep``: host directories it still sees, its relay's).
 
         The disk is a tmpfs, gone with the task as Fargate's ephemeral storage is: a task
         unpacks an environment of about 300 MB, which took 7 s of system time on this
@@ -559,6 +565,14 @@ class Emulator:
             "/",
             "--tmpfs",
             str(self.cache_path),
+            "--unshare-pid",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            "/var/tmp",
+            *[arg for path in keep for arg in ("--bind", path, path)],
             *(["--unshare-net"] if closed else []),
             "--die-with-parent",
             "--",
@@ -573,14 +587,21 @@ def _pull_refusal(backend: Any, network: dict[str, Any] | None) -> str | None:
     from moto.ec2.models import ec2_backends
 
     ec2 = ec2_backends[backend.account_id][backend.region_name]
-    groups: list[str] = []
-    for key, value in (network or {}).items():
-        if key.lower() == "awsvpcconfiguration" and isinstance(value, dict):
-            for inner, setting in value.items():
-                if inner.lower() == "securitygroups":
-                    groups = list(setting)
+    groups = list(_awsvpc(network, "securitygroups") or [])
     if not groups:
         return None  # no awsvpc configuration: nothing to model
+    interface = [
+        e
+        for e in ec2.vpc_end_points.values()
+        if e.vpc_endpoint_type == "Interface" and str(e.state).lower() == "available"
+    ]
+    closed = _assign_public_ip(network) == "DISABLED"
+    if closed and not any(e.service_name.endswith(".ecr.dkr") for e in interface):
+        # an isolated subnet has no route to ECR but through its endpoints
+        return (
+            "CannotPullContainerError: pull image manifest has been retried 1 time(s): "
+            "failed to resolve ref: dial tcp 443: i/o timeout (no route to ECR)"
+        )
 
     def allows(rule: Any, peers: set[str]) -> bool:
         port = rule.ip_protocol == "-1" or (
@@ -589,9 +610,7 @@ def _pull_refusal(backend: Any, network: dict[str, Any] | None) -> str | None:
         anywhere = rule.ip_range.get("CidrIp") == "0.0.0.0/0"
         return port and (anywhere or rule.source_group.get("GroupId") in peers)
 
-    for endpoint in ec2.vpc_end_points.values():
-        if endpoint.vpc_endpoint_type != "Interface":
-            continue
+    for endpoint in interface:
         mine = set(endpoint.security_group_ids)
         inbound = any(
             allows(rule, set(groups))
@@ -611,14 +630,20 @@ def _pull_refusal(backend: Any, network: dict[str, Any] | None) -> str | None:
     return None
 
 
-def _assign_public_ip(network: dict[str, Any] | None) -> str:
-    """RunTask's ``assignPublicIp`` (ENABLED or DISABLED), however the caller cased it."""
+def _awsvpc(network: dict[str, Any] | None, name: str) -> Any:
+    """A setting of RunTask's awsvpcConfiguration (``name`` lower-cased), however the
+    caller cased it; None when absent."""
     for key, value in (network or {}).items():
         if key.lower() == "awsvpcconfiguration" and isinstance(value, dict):
             for inner, setting in value.items():
-                if inner.lower() == "assignpublicip":
-                    return str(setting)
-    return "DISABLED"  # ECS's default
+                if inner.lower() == name:
+                    return setting
+    return None
+
+
+def _assign_public_ip(network: dict[str, Any] | None) -> str:
+    """RunTask's ``assignPublicIp`` (ENABLED or DISABLED)."""
+    return str(_awsvpc(network, "assignpublicip") or "DISABLED")  # ECS's default
 
 
 def bwrap_usable() -> str | None:

@@ -123,6 +123,7 @@ class Cloud:
     hostile_report: Path | None = None
     watch_results: list[dict[str, Any]] = field(default_factory=list)
     built: dict[str, str] = field(default_factory=dict)  # artifacts after the first run
+    endpoints_after: list[dict[str, Any]] = field(default_factory=list)  # once no run runs
 
     @property
     def bucket(self) -> str:
@@ -176,6 +177,15 @@ class Cloud:
             FunctionName=self.outputs["WatchFunctionName"], Payload=b"{}"
         )
         self.watch_results.append(json.loads(answer["Payload"].read() or b"{}"))
+
+    def endpoints(self) -> list[dict[str, Any]]:
+        """The stack's interface endpoints that exist (made by runs, not the template)."""
+        listed = self.emulator.client("ec2").describe_vpc_endpoints()["VpcEndpoints"]
+        return [
+            e
+            for e in listed
+            if e["VpcEndpointType"] == "Interface" and e["State"].lower() != "deleted"
+        ]
 
     def artifacts(self) -> dict[str, str]:
         """Every prebuilt artifact's key and ETag."""
@@ -334,7 +344,8 @@ def cloud(
             participants={"agent": participants["hang"].url},
             config=cloud.config(instance_ids=ids[:1], participant_timeout=8),
         )
-        cloud.start(FAULTS, patches="gold", config=cloud.config(instance_ids=ids[:4]))
+        # one task per row: the faults are injected per row's task
+        cloud.start(FAULTS, patches="gold", config=cloud.config(instance_ids=ids[:4]), batch=False)
         assert ids[0] == NETWORK_ROW
         cloud.start(
             SPOT,
@@ -365,6 +376,8 @@ def cloud(
         s3.put_object(Bucket=cloud.bucket, Key=key, Body=json.dumps(prediction).encode())
         cloud.start(HOSTILE, patches=key, config=cloud.config(instance_ids=[HOSTILE_ROW]))
         cloud.wait()
+        cloud.watch()  # Watch's first minute with no run running
+        cloud.endpoints_after = cloud.endpoints()
         yield cloud
 
 
@@ -391,6 +404,10 @@ def test_an_execution_gives_the_local_verdicts_and_leaderboard(
     cloud: Cloud, run_sample: RunSample, source: str
 ) -> None:
     assert cloud.outcomes[source]["status"] == "SUCCEEDED"
+    # patches known up front: rows in batches, a task evaluating several in turn
+    if source != "empty":
+        evaluated = cloud.tasks(source, "evaluate")
+        assert 0 < len(evaluated) < len(cloud.rows(source)), [t["instance_id"] for t in evaluated]
     local = run_sample(
         str(cloud.sample.crafted) if source == "crafted" else source, run_id=f"local-{source}"
     )
@@ -447,12 +464,14 @@ def test_the_first_run_built_the_artifacts_and_later_runs_start_from_them(cloud:
     for task in evaluates:
         assert not task["credentials"] and "SWEGREEN_BUCKET" not in task["env"]
         assert task["env"]["SWEGREEN_INPUT_URL"].startswith(cloud.emulator.endpoint)
-    for task in cloud.tasks("gold", "evaluate"):
+    for task in cloud.tasks(FAULTS, "evaluate"):
         assert task["env"]["SWEGREEN_MODEL"] == "gold"
-        # Once the row is written, its input (with its live URLs) is gone.
-        key = f"runs/gold/instances/{task['instance_id']}/sandbox-input.json"
-        with pytest.raises(ClientError, match="404"):
-            cloud.emulator.client("s3").head_object(Bucket=cloud.bucket, Key=key)
+    for iid in cloud.rows("gold"):
+        # Once the row is written, its input (with its live URLs) is gone, and its batch's
+        for name in ("sandbox-input.json", "sandbox-batch.json"):
+            key = f"runs/gold/instances/{iid}/{name}"
+            with pytest.raises(ClientError, match="404"):
+                cloud.emulator.client("s3").head_object(Bucket=cloud.bucket, Key=key)
 
 
 def test_the_rows_ran_in_a_child_execution_and_every_map_wrote_its_results_to_s3(
@@ -500,6 +519,24 @@ def test_a_hostile_patch_runs_closed_off_as_its_own_uid_and_cannot_touch_the_gra
     assert (task["network"], task["network_cut"]) == ("closed", True)
     assert cloud.artifacts() == cloud.built
     assert not list(cloud.emulator.cache_path.glob(f"envs/*/{MARK}"))
+
+
+def test_the_closed_rows_endpoints_exist_only_while_runs_run(cloud: Cloud) -> None:
+    """No interface endpoint in the template (they cost by the hour): each run's Endpoints
+    step made them before its rows (a closed task pulls its image only through them: the
+    emulator refuses it otherwise, and every task's pull succeeded, the test below), and
+    Watch deleted them the first minute no run ran, between the first run and the others
+    too."""
+    invocations = cloud.emulator.workdir / "invocations"
+    made = sorted(invocations.glob("*Endpoints*.json"))
+    assert made, "no run made its endpoints"
+    assert cloud.endpoints_after == [], cloud.endpoints_after
+    listed = cloud.emulator.client("ec2").describe_vpc_endpoints()["VpcEndpoints"]
+    deleted = [e for e in listed if e["VpcEndpointType"] == "Interface"]
+    # made for the first run, deleted after it, made again for the rest: more than three
+    assert len(deleted) > 3 and {e["State"].lower() for e in deleted} == {"deleted"}
+    assert {e["ServiceName"].rsplit(".", 1)[-1] for e in deleted} == {"api", "dkr", "logs"}
+    assert {t["Key"] for e in deleted for t in e.get("Tags", [])} == {"swegreen:endpoints"}
 
 
 def test_rows_run_closed_off_unless_their_tests_need_the_internet(cloud: Cloud) -> None:
@@ -586,7 +623,7 @@ def test_quota_refusals_and_throttles_are_waits_and_the_rows_keep_their_verdicts
     assert capacity["quotas"] == {"on_demand_vcpu": 6.0, "spot_vcpu": 6.0}
     # ... and estimated the run for that concurrency, with the way to the one asked for
     estimate = cloud.leaderboard(QUOTA)["provenance"]["estimate"]
-    assert (estimate["rows"], estimate["concurrency"]) == (10, 6)
+    assert (estimate["rows"], estimate["concurrency"]) == (2, 6)
     assert "--quota-code L-36FBB829 --desired-value 20" in estimate["raise_quota"]
     assert 0 < estimate["optimistic"]["usd"] <= estimate["pessimistic"]["usd"]
 

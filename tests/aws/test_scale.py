@@ -60,7 +60,7 @@ def test_thousands_of_rows_resolve_and_dispatch_from_their_own_objects(
     try:
         config = {"dataset": f"s3://{BUCKET}/datasets/big.jsonl", "max_rows": -1}
         resolved = pipeline.resolve(
-            StartEvent(run_id="big", patches="predictions/m.jsonl", config=config)
+            StartEvent(run_id="big", patches="predictions/m.jsonl", config=config, batch=False)
         )
         assert resolved["count"] == ROWS
         items = json.loads(s3.get_object(Bucket=BUCKET, Key=resolved["items_key"])["Body"].read())

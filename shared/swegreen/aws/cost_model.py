@@ -24,7 +24,7 @@ import math
 import random
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel
 
@@ -52,7 +52,23 @@ PRICES = {
     "logs_ingest_gb": 0.50,
     "endpoint_hour": 0.01,  # an interface VPC endpoint in one availability zone
     "kms_key_month": 1.00,
+    "alarm_month": 0.10,  # a standard-resolution metric alarm
+    "dashboard_month": 3.00,  # past an account's first three
 }
+# What a deployed stack keeps while no run runs, as its template has them
+# (tests/aws/test_stack.py counts them in the synthesized template).
+IDLE = {
+    "interface_endpoints": 0,  # made by each run, gone when none runs (endpoints.py)
+    "kms_keys": 1,  # the alarm topic's (CloudWatch publishes only under a customer key)
+    "alarms": 7,
+    "dashboards": 1,
+    "watch_schedule": "rate(1 minute)",
+}
+# Watch's idle invocation (a DynamoDB query, Step Functions' running executions, the
+# endpoints): assumed 0.5 s at 512 MB, and 1 KB of log lines.
+WATCH_IDLE_SECONDS = 0.5
+# The artifact store once every Verified row's artifacts are built, GB (one_time_build).
+ARTIFACT_STORE_GB = 26.0
 # The closed sandbox's interface endpoints (ECR api and dkr, CloudWatch Logs) in the
 # stack's two availability zones (infra/sandbox.py).
 ENDPOINT_AZS = 3 * 2
@@ -120,6 +136,9 @@ class Scenario:
     watch_always: bool = False  # Watch's per-minute invocation for the whole run
     unmeasured_factor: float = 1.0  # rows of repositories with no measured warm evaluation
     longest_first: bool = True  # Resolve's order (swegreen.core.schedule): slowest first
+    # Rows in batches, one task each (Resolve's default for patches known up front): as
+    # many batches as tasks run at once, at most this many rows each; 1: a task per row.
+    max_batch_rows: int = 1
     spread: float = 0.6  # log-normal sigma of a row's time around its repository's figure
     seed: int = 0
     prices: dict[str, float] = field(default_factory=lambda: dict(PRICES))
@@ -203,29 +222,42 @@ def simulate(s: Scenario, repos: Sequence[str] | None = None) -> Figures:
     rows = list(verified_rows(s) if repos is None else repos)
     rng = random.Random(s.seed)
     fallback = statistics.median(WARM_EVAL.values())
-    start = s.task_start_seconds + ARTIFACT_MB / s.s3_mb_per_second + UNPACK_SECONDS
+    fetch = ARTIFACT_MB / s.s3_mb_per_second + UNPACK_SECONDS
     first_rate = _hourly(s, s.vcpu, s.memory_gb, s.spot)
     on_demand_rate = _hourly(s, s.vcpu, s.memory_gb, False)
+    # what each row's evaluation takes in its task once started: its artifacts, its tests
+    typical = [WARM_EVAL.get(r, fallback * s.unmeasured_factor) for r in rows]
+    works = [fetch + _lognormal(rng, t, s.spread) for t in typical]
+    batching = s.max_batch_rows > 1 and not s.participant_minutes
+    if batching:
+        # grouped as Resolve groups them: by what it expects of each row (its repository's
+        # figure), not by what the row will take
+        tasks = [
+            sum(works[i] for i in g) for g in _balanced(typical, s.concurrency, s.max_batch_rows)
+        ]
+    else:
+        tasks = works
     task_seconds = 0.0
     fargate = 0.0
-    row_seconds: list[float] = []  # a row's wall time, participant included
+    walls: list[float] = []  # a task's wall time, its participant's included
     interrupted = 0
-    for repo in rows:
-        typical = WARM_EVAL.get(repo, fallback * s.unmeasured_factor)
-        work = start + _lognormal(rng, typical, s.spread)
-        wall = s.participant_minutes * 60 + work + s.lambda_seconds_per_row
+    for work in tasks:
+        billed = s.task_start_seconds + work  # billed from the image pull
+        wall = s.participant_minutes * 60 + billed + s.lambda_seconds_per_row
         if s.spot and rng.random() < s.spot_interruptions:
-            # reclaimed halfway on average (billed at Spot), then run again on demand
-            # (TaskRetry: on-demand after Spot failed twice; modelled as at once)
+            # reclaimed halfway on average (billed at Spot); then on demand, from a new
+            # start, a row again, a batch's rows without a result (TaskRetry: on-demand
+            # after Spot failed twice; modelled as at once)
             interrupted += 1
-            fargate += work / 2 / 3600 * first_rate + work / 3600 * on_demand_rate
-            task_seconds += work * 1.5
-            wall += work / 2 + 10
+            again = s.task_start_seconds + (work / 2 if batching else work)
+            fargate += billed / 2 / 3600 * first_rate + again / 3600 * on_demand_rate
+            task_seconds += billed / 2 + again
+            wall += again + 10 - billed / 2
         else:
-            fargate += work / 3600 * first_rate
-            task_seconds += work
-        row_seconds.append(wall)
-    end = _makespan(row_seconds, s.concurrency) + 30  # Resolve, the child's start, Aggregate
+            fargate += billed / 3600 * first_rate
+            task_seconds += billed
+        walls.append(wall)
+    end = _makespan(walls, s.concurrency) + 30  # Resolve, the child's start, Aggregate
     n = len(rows)
     p = s.prices
     transitions = n * 11 + interrupted * 5 + 12
@@ -245,10 +277,43 @@ def simulate(s: Scenario, repos: Sequence[str] | None = None) -> Figures:
         "S3": n * (5 * p["s3_get"] + 8 * p["s3_put"]) + 10 * p["s3_put"],
         "CloudWatch Logs": (n * s.log_mb_per_row / 1024 + insights_gb) * p["logs_ingest_gb"],
         "Public IPv4": ipv4,
-        "VPC endpoints": end / 3600 * ENDPOINT_AZS * p["endpoint_hour"],  # the run's hours
+        # the run's hours, and the endpoints' making before its rows (about 2 minutes)
+        "VPC endpoints": (end + 120) / 3600 * ENDPOINT_AZS * p["endpoint_hour"],
     }
-    median = statistics.median(row_seconds) if row_seconds else 0.0
+    per_row = sorted(
+        (w + s.task_start_seconds + s.participant_minutes * 60 for w in works)
+        if not batching
+        else works
+    )
+    median = statistics.median(per_row) if per_row else 0.0
     return Figures(end / 60, task_seconds / 3600, transitions, cost, median)
+
+
+def _balanced(expected: Sequence[float], groups: int, max_size: int) -> list[list[int]]:
+    """Indexes of ``expected`` in groups of about equal sums, longest first to the lightest
+    not full, as swegreen.core.schedule.balanced groups a run's rows (which it cannot
+    call: it groups instances, this the model's rows)."""
+    count = max(1, min(groups, len(expected)), -(-len(expected) // max_size))
+    heap = [(0.0, n) for n in range(count)]
+    members: list[list[int]] = [[] for _ in heap]
+    for i in sorted(range(len(expected)), key=lambda i: -expected[i]):
+        load, n = heapq.heappop(heap)
+        members[n].append(i)
+        if len(members[n]) < max_size:
+            heapq.heappush(heap, (load + expected[i], n))
+    return [m for m in members if m]
+
+
+def spread(s: Scenario, runs: int = 40) -> tuple[float, float, float]:
+    """A scenario over ``runs`` seeds (which rows run long, which tasks are reclaimed):
+    median and 90th percentile wall minutes, median total USD."""
+    figures = [simulate(replace(s, seed=seed)) for seed in range(runs)]
+    walls = sorted(f.wall_minutes for f in figures)
+    return (
+        statistics.median(walls),
+        walls[min(len(walls) - 1, math.ceil(0.9 * len(walls)) - 1)],
+        statistics.median(f.total for f in figures),
+    )
 
 
 def _lognormal(rng: random.Random, mean: float, sigma: float) -> float:
@@ -296,6 +361,48 @@ def one_time_build(s: Scenario) -> tuple[float, float, float]:
     return hours, usd, stored_gb
 
 
+def idle_costs(prices: dict[str, float] | None = None) -> list[tuple[str, str, float]]:
+    """A deployed stack's standing cost per month while no run runs: (what, how many,
+    USD) per item, us-east-1 list prices, no free tier."""
+    p = prices or PRICES
+    minutes = 730 * 60
+    watch = (
+        minutes * (WATCH_IDLE_SECONDS * 0.5 * p["lambda_gb_second"] + p["lambda_request"])
+        + minutes * 1 / 1024 / 1024 * p["logs_ingest_gb"]
+    )
+    return [
+        (
+            "interface endpoints (ECR API, ECR Docker, Logs): made by each run, deleted "
+            "the first minute no run runs",
+            str(IDLE["interface_endpoints"]),
+            IDLE["interface_endpoints"] * p["endpoint_hour"] * 730,
+        ),
+        (
+            "KMS key of the alarm topic (CloudWatch publishes only under a customer key)",
+            str(IDLE["kms_keys"]),
+            IDLE["kms_keys"] * p["kms_key_month"],
+        ),
+        ("CloudWatch alarms", str(IDLE["alarms"]), IDLE["alarms"] * p["alarm_month"]),
+        (
+            "Watch every minute (0.5 s at 512 MB, assumed) and its log lines",
+            f"{minutes:,}",
+            watch,
+        ),
+        (
+            "artifacts in S3 (every Verified row's environment and prepared workspace)",
+            f"{ARTIFACT_STORE_GB:g} GB",
+            ARTIFACT_STORE_GB * p["s3_gb_month"],
+        ),
+        (
+            "the dashboard: free among the account's first three (else $3; "
+            "`swegreen:dashboard=false` removes it)",
+            str(IDLE["dashboards"]),
+            0.0,
+        ),
+        ("DynamoDB (on demand), other Lambdas, Step Functions, API Gateway", "idle", 0.0),
+    ]
+
+
 class Bound(BaseModel):
     """One set of assumptions' figures for a run."""
 
@@ -332,6 +439,7 @@ def estimate(
     participant_minutes: float = 0.0,
     vcpu: float = 2.0,
     region: str = "us-east-1",
+    max_batch_rows: int = 1,
 ) -> Estimate:
     """The estimate for a run of ``repos`` (one per row, in the Map's order)."""
     bounds: dict[str, Bound] = {}
@@ -340,6 +448,7 @@ def estimate(
         "rows": len(repos),
         "vcpu": vcpu,
         "participant_minutes": participant_minutes,
+        "max_batch_rows": max_batch_rows,
     }
     for name in ASSUMPTIONS:
         s = Scenario(**with_assumptions(name, base))  # type: ignore[arg-type]

@@ -7,7 +7,8 @@ is the ``SWEGREEN_ITEM_INDEX``-th of the JSON list at ``SWEGREEN_ITEMS_KEY`` (th
 ``builds.json`` or ``prepares.json``); their role may read the run's items and
 ``instance.json`` files and read and write ``artifacts/``, nothing else.
 
-``evaluate`` applies the participant's patch and runs the tests. It holds no AWS
+``evaluate`` applies the participant's patch and runs the tests, for one row or for each
+row of a batch in turn (the task's start is paid once for them). It holds no AWS
 credentials: its input (the row, the patch), the prebuilt artifacts it starts from and
 one upload URL per output come from the pre-signed URL ``SWEGREEN_INPUT_URL`` (the
 Presign step's), reaching this row's objects and those artifacts only. It unpacks the
@@ -25,7 +26,11 @@ strings):
     build, prepare: SWEGREEN_BUCKET, SWEGREEN_RUNS_PREFIX, SWEGREEN_ITEMS_KEY,
                     SWEGREEN_ITEM_INDEX
     evaluate:       SWEGREEN_INSTANCE_ID, SWEGREEN_INPUT_URL (pre-signed GET of
-                    ``sandbox-input.json``), SWEGREEN_MODEL (the participant's name)
+                    ``sandbox-input.json``, or of a batch's ``sandbox-batch.json``),
+                    SWEGREEN_MODEL (the participant's name),
+                    SWEGREEN_TASK_IS_MACHINE=1 (the task definition's: every process
+                    and temporary file of the tests' uid is the task's own, cleared
+                    between a batch's rows)
 
 Exit status 0: the task did what it could (``evaluate``: it uploaded a graded row,
 whatever its verdict; ``build``/``prepare``: what they could not make, the rows report
@@ -36,9 +41,12 @@ Anything else is a crash, which the pipeline records as an error row.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import json
 import os
+import shutil
+import signal
 import sys
 import tempfile
 import traceback
@@ -48,7 +56,7 @@ from typing import Any
 
 from swegreen.aws import prebuilt
 from swegreen.aws.build_phase import ArtifactBucket, build, prepare
-from swegreen.aws.pipeline import SandboxInput
+from swegreen.aws.pipeline import SandboxBatch, SandboxInput
 from swegreen.aws.presigned import TIMEOUT, UploadArtifacts, download, fetch
 from swegreen.core.config import EvalConfig
 from swegreen.core.ports import PatchResult
@@ -56,6 +64,7 @@ from swegreen.core.scrub import Scrubber
 from swegreen.evaluation.base_validation import BaseValidator
 from swegreen.evaluation.engine import LocalSettings, build_evaluator, build_testbeds
 from swegreen.evaluation.runner import evaluate_with_retries
+from swegreen.sandbox.isolation import DEFAULT_SANDBOX_UID
 from swegreen.stores import artifacts as art
 from swegreen.stores.artifacts import ScrubbedArtifacts
 
@@ -103,11 +112,79 @@ def build_phase(phase: str, env: Mapping[str, str], s3: Any) -> int:
 
 
 def evaluate(env: Mapping[str, str], http: Any) -> int:
-    run_id, iid = env["SWEGREEN_RUN_ID"], env["SWEGREEN_INSTANCE_ID"]
-    given = SandboxInput.model_validate_json(fetch(http, env["SWEGREEN_INPUT_URL"]))
-    if given.instance.instance_id != iid:
-        print(f"the input is {given.instance.instance_id}'s, not {iid}'s", file=sys.stderr)
-        return 2
+    """The row, or each row of a batch in turn (a manifest of rows: ``SandboxBatch``)."""
+    iid = env["SWEGREEN_INSTANCE_ID"]
+    document = json.loads(fetch(http, env["SWEGREEN_INPUT_URL"]))
+    unpacked: set[str] = set()  # artifacts a batch's earlier rows unpacked already
+    if "rows" not in document:
+        given = SandboxInput.model_validate(document)
+        if given.instance.instance_id != iid:
+            print(f"the input is {given.instance.instance_id}'s, not {iid}'s", file=sys.stderr)
+            return 2
+        return evaluate_row(env, http, given, env.get("SWEGREEN_MODEL", ""), unpacked)
+    batch = SandboxBatch.model_validate(document)
+    for n, row in enumerate(batch.rows):
+        given = SandboxInput.model_validate_json(fetch(http, row.input_url))
+        if given.instance.instance_id != row.instance_id:
+            print(f"row {n}'s input is another row's", file=sys.stderr)
+            return 2
+        code = evaluate_row(env, http, given, row.model, unpacked)
+        if code:
+            return code
+        if env.get("SWEGREEN_TASK_IS_MACHINE") != "1":
+            continue  # no machine of its own (a test's host): nothing of the uid is ours
+        leftovers = clear_sandbox_uid()
+        if leftovers:
+            print(f"{row.instance_id}: cleared what its tests left: {leftovers}")
+    return 0
+
+
+def clear_sandbox_uid(uid: int = DEFAULT_SANDBOX_UID) -> list[str]:
+    """What one row's tests left behind for the next row of a batch, gone: every process
+    of the tests' uid (killed) and its files in the world-writable temporary directories
+    (removed). The engine made everything else of the row (its workspace, its logs) in
+    directories of its own, which the next row does not use."""
+    left: list[str] = []
+    for _ in range(10):  # processes may fork while they are being killed
+        pids = [p for p in _pids_of(uid) if p != os.getpid()]
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        left += [f"process {p}" for p in pids]
+    for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
+        root = Path(tmp)
+        if not root.is_dir():
+            continue
+        for entry in root.iterdir():
+            with contextlib.suppress(OSError):
+                if entry.lstat().st_uid != uid:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink()
+                left.append(str(entry))
+    return left
+
+
+def _pids_of(uid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    pids.append(int(entry.name))
+    return pids
+
+
+def evaluate_row(
+    env: Mapping[str, str], http: Any, given: SandboxInput, model: str, unpacked: set[str]
+) -> int:
+    """One row: its artifacts unpacked (those not unpacked for an earlier row of the
+    batch), evaluated, its graded row uploaded."""
+    run_id, iid = env["SWEGREEN_RUN_ID"], given.instance.instance_id
     host_env = {k: v for k, v in env.items() if k not in SECRET_ENV}
     config = sandbox_config(host_env)
     scrubber = Scrubber.from_env(env)  # the task's secrets stay out of what it uploads
@@ -125,6 +202,10 @@ def evaluate(env: Mapping[str, str], http: Any) -> int:
     local = Path(env.get("SWEGREEN_CACHE_DIR", DEFAULT_CACHE))
     local.mkdir(parents=True, exist_ok=True)
     for name, url in given.artifacts.items():  # in order: the mirror, environments, prepared
+        key = url.split("?", 1)[0]  # the object, whatever the signature
+        if key in unpacked:
+            continue
+        unpacked.add(key)
         with tempfile.TemporaryDirectory(dir=local) as tmp:
             archive = Path(tmp) / f"{name}.tar.zst"
             download(http, url, archive)
@@ -136,7 +217,7 @@ def evaluate(env: Mapping[str, str], http: Any) -> int:
             evaluator,
             run_id,
             given.instance,
-            PatchResult(given.patch, env.get("SWEGREEN_MODEL", "")),
+            PatchResult(given.patch, model),
             config.max_attempts,
         )
     )

@@ -10,8 +10,11 @@ from typing import Any
 
 from swegreen.aws.pipeline.base import PipelineBase
 from swegreen.aws.pipeline.models import (
+    SANDBOX_BATCH,
     SANDBOX_INPUT,
+    BatchEvent,
     ClassifyEvent,
+    Item,
     PatchState,
 )
 from swegreen.aws.pipeline.task_retry import out_of_memory
@@ -66,6 +69,26 @@ class ClassifyStep(PipelineBase):
             Key=self._key(item.run_id, item.instance_id, SANDBOX_INPUT),
         )
         return {"instance_id": row.instance_id, "status": row.status.value, "reason": row.reason}
+
+    def batch_events(self, event: BatchEvent) -> list[ClassifyEvent]:
+        """A batch's rows, each as its own Classify event: a row whose engine wrote its
+        result is classified from it, even when the batch's task failed after it (a Spot
+        reclaim, a later row's crash); the others get the batch's error."""
+        out = []
+        for row in event.item.rows():
+            state = event.patches.rows.get(row.instance_id) if event.patches else None
+            graded = event.error is None or self._exists(
+                self._key(row.run_id, row.instance_id, art.RESULT)
+            )
+            out.append(ClassifyEvent(item=row, patch=state, error=None if graded else event.error))
+        return out
+
+    def batch_done(self, item: Item) -> None:
+        """The batch task is over: its manifest (live URLs) goes."""
+        self.s3.delete_object(
+            Bucket=self.settings.bucket,
+            Key=self._key(item.run_id, item.instance_id, SANDBOX_BATCH),
+        )
 
 
 def _checked(row: InstanceResult, state: PatchState) -> InstanceResult:

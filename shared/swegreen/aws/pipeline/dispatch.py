@@ -15,6 +15,7 @@ from swegreen.aws.pipeline.base import PipelineBase
 from swegreen.aws.pipeline.models import (
     INSTANCE,
     PREDICTION,
+    BatchPatches,
     Item,
     PatchState,
 )
@@ -26,6 +27,12 @@ from swegreen.stores import artifacts as art
 
 class DispatchStep(PipelineBase):
     """Dispatch, the callback wait, Watch and its polls."""
+
+    async def dispatch_batch(self, item: Item) -> BatchPatches:
+        """Every row's patch of a batch (its patches are known up front: Resolve batches
+        no A2A rows)."""
+        rows = {row.instance_id: await self.dispatch(row) for row in item.rows()}
+        return BatchPatches(rows=rows, any_patch=any(s.patch_key for s in rows.values()))
 
     async def dispatch(self, item: Item, now: float | None = None) -> PatchState:
         """Give the row its patch, or start asking the participant for it."""

@@ -16,6 +16,7 @@ from swegreen.stores import artifacts as art
 INSTANCE = "instance.json"
 PREDICTION = "prediction.json"  # the row's own prediction (Resolve reads the file once)
 SANDBOX_INPUT = "sandbox-input.json"
+SANDBOX_BATCH = "sandbox-batch.json"  # a batch task's manifest, under its first row
 # Resolve's writes at once: 10,000 rows' objects in seconds, not minutes.
 RESOLVE_WRITERS = 32
 # What the evaluate task uploads: the artifacts the evaluator writes, but the patch (the
@@ -40,7 +41,10 @@ WAIT_MARGIN_SECONDS = 600
 # What one row may take beyond its participant and its eval script (task start, image
 # pull, artifact downloads, retries), for the rows phase's time limit.
 ROW_OVERHEAD_SECONDS = 1800
-MAX_EXECUTION_SECONDS = 360 * 24 * 3600  # Standard workflows run for a year at most
+MAX_EXECUTION_SECONDS = 360 * 24 * 3600
+# A batch task's rows at most (its start is paid once for them; a Spot reclaim costs the
+# rows it had not finished, which its retry evaluates).
+MAX_BATCH_ROWS = 8  # Standard workflows run for a year at most
 # Fargate task failures (task_retry): retried up to this many attempts in all; Spot
 # twice, then on-demand.
 TASK_ATTEMPTS = 5
@@ -111,6 +115,12 @@ class RunRequest(BaseModel):
     rebuild_envs: bool = Field(
         False, description="build again the environments whose earlier build failed"
     )
+    batch: bool | None = Field(
+        None,
+        description="evaluate several rows per sandbox task (a task's start is paid once "
+        "for them); default: yes when the patches are known up front (gold, empty, a "
+        "predictions file), no for A2A participants (each row's patch comes when it comes)",
+    )
     dry_run: bool = Field(
         False,
         description="only resolve the run: its rows, the quotas' concurrency and the "
@@ -145,7 +155,8 @@ class StartEvent(RunRequest):
 
 
 class Item(BaseModel):
-    """One row of the Map."""
+    """One item of the Map: a row, or a batch of rows evaluated by one task
+    (``batch``: every row's instance id, ``instance_id`` the first's)."""
 
     run_id: str
     instance_id: str
@@ -159,6 +170,13 @@ class Item(BaseModel):
     # participant's deadline, then a margin for Watch (every minute) to cancel it and
     # hand the row back.
     wait_seconds: int = 1800 + 600
+    batch: list[str] = Field(default_factory=list)
+
+    def rows(self) -> list[Item]:
+        """The batch's rows as items of their own (a row: itself)."""
+        if not self.batch:
+            return [self]
+        return [self.model_copy(update={"instance_id": i, "batch": []}) for i in self.batch]
 
 
 class PatchState(BaseModel):
@@ -189,6 +207,29 @@ class SandboxInput(BaseModel):
     artifacts: dict[str, str] = Field(default_factory=dict)
 
 
+class BatchRow(BaseModel):
+    """One row of a batch's manifest: its input, and the name its patch came under."""
+
+    instance_id: str
+    input_url: str
+    model: str = ""
+
+
+class SandboxBatch(BaseModel):
+    """A batch task's manifest (``SWEGREEN_INPUT_URL``): the rows it evaluates, in order,
+    each a ``SandboxInput`` of its own. A retry's lists only the rows without a result."""
+
+    rows: list[BatchRow]
+
+
+class BatchPatches(BaseModel):
+    """Every row's patch state of a batch, by instance id (Dispatch of a batch)."""
+
+    rows: dict[str, PatchState]
+    # whether any row has a patch to evaluate (none: no task to start and pay for)
+    any_patch: bool = False
+
+
 class SandboxTicket(BaseModel):
     """Presign's result, for the evaluate task: its only way into S3, and where it runs:
     ``network`` "closed" (the VPC endpoints only) unless the row's tests need the internet
@@ -203,6 +244,15 @@ class ClassifyEvent(BaseModel):
     item: Item
     patch: PatchState | None = None
     error: dict[str, Any] | None = None  # a Catch's {"Error", "Cause"}
+
+
+class BatchEvent(BaseModel):
+    """A batch's Classify or RecordError: every row's patch state (None when Dispatch
+    failed) and the batch's error, if any."""
+
+    item: Item
+    patches: BatchPatches | None = None
+    error: dict[str, Any] | None = None
 
 
 class Attempt(BaseModel):

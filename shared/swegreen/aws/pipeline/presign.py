@@ -4,21 +4,29 @@ it starts, and where it runs (closed or open network)."""
 from __future__ import annotations
 
 import json
+import time
 
 from swegreen.aws import prebuilt
 from swegreen.aws.pipeline.base import PipelineBase
 from swegreen.aws.pipeline.models import (
+    SANDBOX_BATCH,
     SANDBOX_INPUT,
     SANDBOX_OUTPUTS,
+    BatchPatches,
+    BatchRow,
     Item,
     PatchState,
+    SandboxBatch,
     SandboxInput,
     SandboxTicket,
 )
 from swegreen.core import errors
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import EvaluationFailure
+from swegreen.core.ports import PatchResult
 from swegreen.core.recipes import RecipeBook, tests_need_network
+from swegreen.core.results import utcnow
+from swegreen.core.rows import error_row
 from swegreen.environments.catalog import builtin_recipes
 from swegreen.stores import artifacts as art
 
@@ -35,6 +43,56 @@ class PresignStep(PipelineBase):
         if state.patch_key is None:
             raise ValueError(f"{item.instance_id}: no patch to evaluate")
         inst = self.instance(item.run_id, item.instance_id)
+        key = self._row_input(item, inst, state)
+        network = "open" if self._needs_internet(inst, builtin_recipes(), item) else "closed"
+        return SandboxTicket(
+            input_url=self._sign("get_object", key),
+            network=network,
+            awsvpc=self.settings.task_networks.get(network, {}),
+        )
+
+    def presign_batch(self, item: Item, patches: BatchPatches) -> SandboxTicket:
+        """A batch task's manifest: every row of the batch that has a patch and no result
+        yet (a retry picks up where a reclaimed task stopped: a row's result is written
+        by its engine once graded), each with its own input. A row that cannot start
+        (no recipe, an environment the build phase could not make) gets its error row as
+        its result here, with the reason, and is not in the manifest."""
+        rows, network = [], "closed"
+        recipes = builtin_recipes()
+        for row in item.rows():
+            state = patches.rows.get(row.instance_id)
+            result = self._key(row.run_id, row.instance_id, art.RESULT)
+            if state is None or state.patch_key is None or self._exists(result):
+                continue  # Classify writes it as it is
+            inst = self.instance(row.run_id, row.instance_id)
+            try:
+                key = self._row_input(row, inst, state)
+            except EvaluationFailure as failure:
+                patch = PatchResult(None, state.model, duration=state.duration)
+                failed = error_row(inst, patch, failure, 1, utcnow(), time.monotonic())
+                self._put(result, failed.model_dump_json())
+                continue
+            if self._needs_internet(inst, recipes, row):
+                network = "open"
+            rows.append(
+                BatchRow(
+                    instance_id=row.instance_id,
+                    input_url=self._sign("get_object", key),
+                    model=state.model,
+                )
+            )
+        manifest = self._key(item.run_id, item.instance_id, SANDBOX_BATCH)
+        self._put(manifest, SandboxBatch(rows=rows).model_dump_json())
+        return SandboxTicket(
+            input_url=self._sign("get_object", manifest),
+            network=network,
+            awsvpc=self.settings.task_networks.get(network, {}),
+        )
+
+    def _row_input(self, item: Item, inst: Instance, state: PatchState) -> str:
+        """The row's ``sandbox-input.json`` written (its artifacts' and outputs' URLs
+        signed), and its key."""
+        assert state.patch_key is not None
         recipes = builtin_recipes()
         needs = prebuilt.row_needs(inst, recipes)  # NoRecipe: the row's reason
         artifacts = {}
@@ -77,12 +135,7 @@ class PresignStep(PipelineBase):
         key = self._key(item.run_id, item.instance_id, SANDBOX_INPUT)
         given = SandboxInput(instance=inst, patch=patch, uploads=uploads, artifacts=artifacts)
         self._put(key, given.model_dump_json())
-        network = "open" if self._needs_internet(inst, recipes, item) else "closed"
-        return SandboxTicket(
-            input_url=self._sign("get_object", key),
-            network=network,
-            awsvpc=self.settings.task_networks.get(network, {}),
-        )
+        return key
 
     @staticmethod
     def _needs_internet(inst: Instance, recipes: RecipeBook, item: Item) -> bool:

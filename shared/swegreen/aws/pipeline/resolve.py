@@ -14,6 +14,7 @@ from swegreen.aws.pipeline.base import PipelineBase
 from swegreen.aws.pipeline.models import (
     CAPACITY_WAIT_SECONDS,
     INSTANCE,
+    MAX_BATCH_ROWS,
     MAX_EXECUTION_SECONDS,
     PREDICTION,
     RESOLVE_WRITERS,
@@ -24,8 +25,10 @@ from swegreen.aws.pipeline.models import (
 )
 from swegreen.core.config import EvalConfig, build_config
 from swegreen.core.dataset import Dataset, Instance, dataset_digest, parse_rows, select_instances
+from swegreen.core.errors import NoRecipe
 from swegreen.core.ports import RunRecord
-from swegreen.core.schedule import slowest_first
+from swegreen.core.recipes import tests_need_network
+from swegreen.core.schedule import balanced, slowest_first
 from swegreen.core.sources import Prediction, parse_predictions
 from swegreen.environments.catalog import builtin_recipes
 from swegreen.reports.publish import base_provenance
@@ -139,26 +142,37 @@ class ResolveStep(PipelineBase):
                     )
                 )
             todo.append(inst)
-            items.append(
-                Item(
-                    run_id=event.run_id,
-                    instance_id=inst.instance_id,
-                    source=source,
-                    role=role,
-                    url=url,
-                    predictions_key=predictions_key,
-                    participant_timeout=config.participant_timeout,
-                    config_json=sandbox_config,
-                    wait_seconds=int(config.participant_timeout) + WAIT_MARGIN_SECONDS,
-                ).model_dump()
+        template = Item(
+            run_id=event.run_id,
+            instance_id="",
+            source=source,
+            role=role,
+            url=url,
+            predictions_key=predictions_key,
+            participant_timeout=config.participant_timeout,
+            config_json=sandbox_config,
+            wait_seconds=int(config.participant_timeout) + WAIT_MARGIN_SECONDS,
+        )
+        if event.batch and source == "a2a":
+            raise ValueError(
+                "batch is for patches known up front (gold, empty, a predictions file): an "
+                "A2A participant's rows each wait on their own patch"
             )
+        batching = event.batch if event.batch is not None else source != "a2a"
+        groups = self._groups(todo, capacity.rows, config) if batching else [[i] for i in todo]
+        for group in groups:
+            ids = [i.instance_id for i in group]
+            update = {"instance_id": ids[0], "batch": ids if len(ids) > 1 else []}
+            items.append(template.model_copy(update=update).model_dump())
         plan = self.plan(event.run_id, todo, rebuild=event.rebuild_envs)
         # What the run will take and cost, recorded before any row starts (GET /runs/{id}).
-        forecast = self.forecast(todo, plan, capacity, config.max_concurrent_rows, source, config)
+        forecast = self.forecast(
+            todo, plan, capacity, config.max_concurrent_rows, source, config, batching
+        )
         record.provenance["estimate"] = forecast.model_dump(mode="json")
         if event.dry_run:
             self.store.update_run(record.model_copy(update={"state": "estimated"}))
-            return {"run_id": event.run_id, "dry_run": True, "count": len(items)}
+            return {"run_id": event.run_id, "dry_run": True, "count": len(todo)}
         self.store.update_run(record)
         with ThreadPoolExecutor(RESOLVE_WRITERS) as pool:  # boto3's clients are thread-safe
             list(pool.map(lambda kv: self._put(*kv), writes))
@@ -172,10 +186,12 @@ class ResolveStep(PipelineBase):
             + ROW_OVERHEAD_SECONDS
         )
         waves = math.ceil(len(items) / capacity.rows)
+        row_seconds *= max((len(g) for g in groups), default=1)  # a batch's rows, one by one
         return {
             "run_id": event.run_id,
             "dry_run": False,
-            "count": len(items),
+            "count": len(todo),
+            "items": len(items),
             "total": len(instances),
             "max_concurrency": capacity.rows,
             "build_concurrency": capacity.builds,
@@ -194,6 +210,21 @@ class ResolveStep(PipelineBase):
             ),
         }
 
+    def _groups(self, todo: list[Instance], tasks: int, config: EvalConfig) -> list[list[Instance]]:
+        """The rows in batches of about equal expected time, one task each: as many as
+        the tasks that run at once (one wave), at most ``MAX_BATCH_ROWS`` rows each; a row
+        whose tests need the internet alone (the batch's network is one)."""
+        recipes = builtin_recipes()
+        asked = config.network_instances or ()
+        open_rows, closed = [], []
+        for inst in todo:
+            try:
+                needs = tests_need_network(recipes.for_instance(inst), inst.instance_id, asked)
+            except NoRecipe:
+                needs = False  # Presign says why the row cannot run
+            (open_rows if needs else closed).append(inst)
+        return balanced(closed, tasks, max_size=MAX_BATCH_ROWS) + [[i] for i in open_rows]
+
     def forecast(
         self,
         todo: list[Instance],
@@ -202,6 +233,7 @@ class ResolveStep(PipelineBase):
         asked: int,
         source: str,
         config: EvalConfig,
+        batching: bool,
     ) -> cost_model.Estimate:
         """The run's estimate: its rows at the concurrency the quotas allow, after the build
         phase for what the bucket lacks (an A2A participant taking its whole timeout)."""
@@ -217,6 +249,7 @@ class ResolveStep(PipelineBase):
             participant_minutes=config.participant_timeout / 60 if source == "a2a" else 0.0,
             vcpu=self.settings.sandbox_vcpu,
             region=self.s3.meta.region_name or "us-east-1",
+            max_batch_rows=MAX_BATCH_ROWS if batching else 1,
         )
 
     def plan(self, run_id: str, instances: list[Instance], *, rebuild: bool) -> prebuilt.Plan:
