@@ -132,3 +132,16 @@ def test_ten_thousand_rows_reach_the_caller_in_pages_under_the_apis_limit(
     # a run that fits is one page: the document as it always was, with page 1 of 1
     small = _big_results(3, sample)
     assert pages(small) == [{**small, "page": 1, "pages": 1}]
+
+
+def test_no_run_ends_before_its_floor_and_a_row_per_slot_ends_on_it() -> None:
+    """The floor (one start and the slowest row) bounds every schedule; with a slot and a
+    task for every row and nothing reclaimed, the run is its slowest row."""
+    for batch in (1, 8):
+        for concurrency in (10, 100):
+            s = cost_model.Scenario(concurrency=concurrency, max_batch_rows=batch, seed=3)
+            f = cost_model.simulate(s)
+            assert 0 < f.floor_minutes <= f.wall_minutes
+    alone = cost_model.Scenario(rows=40, concurrency=40, spot_interruptions=0.0)
+    f = cost_model.simulate(alone)
+    assert f.wall_minutes == pytest.approx(f.floor_minutes)
