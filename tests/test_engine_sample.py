@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -37,6 +38,8 @@ def test_gold_patches_resolve_every_sample_task(
         assert (d / art.PATCH).read_text().startswith("diff --git")
         log = (d / art.TEST_OUTPUT).read_text()
         assert ">>>>> Start Test Output" in log and ">>>>> Test Exit Code: 0" in log
+        # an honest row's log carries no error of the engine's own making
+        assert not re.findall(r"^(?:error|fatal): .*", log, re.M), r.instance_id
         report = json.loads((d / art.REPORT).read_text())[r.instance_id]
         assert report["resolved"] is True and report["patch_successfully_applied"] is True
         assert set(report["tests_status"]) == {
@@ -469,3 +472,37 @@ def test_participants_clone_repositories_that_end_at_the_base(sample: SampleBenc
         full = sample.repos_dir / inst.repo.replace("/", "__")
         later = git(full, "rev-list", f"{inst.base_commit}..main").stdout.split()
         assert not set(later) & everything
+
+
+def test_error_and_timeout_rows_record_the_time_they_really_spent(
+    run_sample: RunSample, settings: LocalSettings, sample, isolation, tmp_path: Path, host_env
+) -> None:
+    """An ``error`` row says where its time went: a failed build's setup, a timed-out
+    eval script's seconds (the whole limit), never zeros."""
+    broken = Recipe(
+        python="host", packages=("this-package-does-not-exist-swegreen==0.0.1",), test_cmd="x"
+    )
+    slow = Recipe(python="host", test_cmd="sleep 120; pytest -rA", eval_timeout=3)
+    book = RecipeBook({"sample/ledger": {"2.0": broken}, "sample/calculator": {"1.0": slow}})
+    local = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
+    engine = build_engine(local, sample_config(sample), host_env, recipes=book, isolation=isolation)
+    try:
+        outcome = run_sample(
+            "gold",
+            run_id="spent",
+            engine=engine,
+            max_attempts=1,
+            instance_ids=("sample__ledger-1", "sample__calculator-1"),
+        )
+    finally:
+        engine.close()
+    by_id = {r.instance_id: r for r in outcome.results}
+    failed, timed_out = by_id["sample__ledger-1"], by_id["sample__calculator-1"]
+    assert (failed.status, failed.reason) == (Status.ERROR, Reason.ENV_SETUP_FAILED)
+    assert failed.durations.setup > 0 and failed.durations.total >= failed.durations.setup
+    assert (timed_out.status, timed_out.reason) == (Status.ERROR, "test_timeout")
+    assert timed_out.durations.setup > 0 and timed_out.durations.apply > 0
+    # the eval script ran its whole limit; its test command, from its start until stopped
+    assert timed_out.durations.tests >= 3
+    assert 0 < timed_out.test_command_seconds <= timed_out.durations.tests
+    assert timed_out.durations.total >= timed_out.durations.tests

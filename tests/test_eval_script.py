@@ -10,6 +10,7 @@ from swebench.harness.constants import START_TEST_OUTPUT
 
 from swegreen.core.dataset import parse_rows
 from swegreen.core.eval_script import (
+    READONLY_RESET,
     adapt_eval_script,
     eval_phases,
     get_test_directives,
@@ -80,6 +81,28 @@ def test_the_script_splits_where_the_test_files_are_reset() -> None:
     assert "pip install" not in phases.test
     for part in (phases.prepare, phases.test, phases.script):
         subprocess.run(["bash", "-n"], input=part, text=True, check=True)
+
+
+def test_with_read_only_test_files_only_the_reset_after_the_tests_is_left_out() -> None:
+    """The engine's sandbox mounts the test files read-only for the test phase: the reset
+    before the test patch stays, the one after the end marker (which could only fail,
+    into every log) is replaced by a line that says so; the official row script too."""
+    reset = f"git checkout {'c' * 40} tests/test_x.py tests/data.json"
+    official = eval_phases(instance(), RECIPE, "/ws/repo").test.splitlines()
+    phases = eval_phases(instance(), RECIPE, "/ws/repo", readonly_tests=True)
+    lines = phases.test.splitlines()
+    assert official.count(reset) == 2 and lines.count(reset) == 1
+    assert lines.index(reset) < lines.index(": '>>>>> Start Test Output'")
+    end = lines.index(": '>>>>> End Test Output'")
+    assert READONLY_RESET in lines[end:]
+    # everything else is the official script, line for line
+    last = len(official) - 1 - official[::-1].index(reset)
+    assert [ln for ln in lines if ln != READONLY_RESET] == official[:last] + official[last + 1 :]
+    script = make_eval_script(instance(), RECIPE, "/ws/repo")
+    row = instance(eval_script=script)
+    adapted = eval_phases(row, RECIPE, "/ws/repo", readonly_tests=True).test.splitlines()
+    assert adapted.count(reset) == 1 and READONLY_RESET in adapted
+    subprocess.run(["bash", "-n"], input=phases.test, text=True, check=True)
 
 
 def test_a_sandbox_wrapper_only_wraps_the_test_command() -> None:

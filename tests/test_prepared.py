@@ -283,3 +283,50 @@ def test_a_prepared_workspace_changed_behind_the_engines_back_is_prepared_again(
         assert asides, "the changed workspace is kept for inspection"
         for aside in asides:
             shutil.rmtree(aside)
+
+
+def test_a_setup_writing_to_tmp_leaves_nothing_in_the_hosts_for_the_next_row(
+    settings: LocalSettings, sample: SampleBenchmark, host_env, isolation, tmp_path: Path
+) -> None:
+    """matplotlib's pre_install downloads to /tmp by absolute path: each row's setup gets
+    its own /tmp and TMPDIR, removed after it, so no row sees another's files."""
+    marker = f"swegreen-setup-{os.getpid()}-{tmp_path.name}"
+    recipe = Recipe(
+        python="host",
+        packages=("pytest==8.3.5",),
+        pre_install=(
+            # a row before this one left nothing, in /tmp or in its TMPDIR
+            f'test ! -e /tmp/{marker} && test ! -e "$TMPDIR/{marker}-t"',
+            f"echo {marker} > /tmp/{marker}",
+            f'echo {marker} > "$TMPDIR/{marker}-t"',
+            f'echo "$TMPDIR" >> {tmp_path / "tmpdirs"}',
+        ),
+        test_cmd="pytest --no-header -rA --tb=no -p no:cacheprovider",
+        eval_timeout=120,
+    )
+    book = RecipeBook({"sample/calculator": {"1.0": recipe}})
+    local = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
+    engine = build_engine(local, sample_config(sample), host_env, recipes=book, isolation=isolation)
+    try:
+        ids = ["sample__calculator-1", "sample__calculator-2"]
+
+        dataset = load_dataset(str(sample.dataset))
+        rows = [i for i in dataset.instances if i.instance_id in ids]
+
+        async def main() -> None:
+            for n, instance in enumerate(rows):
+                async with engine.testbeds.open(f"tmp-{n}", instance) as testbed:
+                    assert testbed.env_build_seconds > 0  # its own setup ran
+
+        asyncio.run(main())
+    finally:
+        engine.close()
+    tmpdirs = (tmp_path / "tmpdirs").read_text().split()
+    assert len(tmpdirs) == 2
+    assert not Path("/tmp", f"{marker}-t").exists()
+    if engine.testbeds.sandbox.bwrap:  # /tmp itself is the row's: TMPDIR is /tmp
+        assert set(tmpdirs) == {"/tmp"}
+        assert not Path("/tmp", marker).exists()
+    else:  # only TMPDIR is the row's (docs/security.md), removed with its setup
+        assert len(set(tmpdirs)) == 2 and not [d for d in tmpdirs if Path(d).exists()]
+        Path("/tmp", marker).unlink(missing_ok=True)

@@ -47,6 +47,10 @@ class EvaluationFailure(SweGreenError):
         self.log_tail = log_tail
         if permanent is not None:
             self.permanent = permanent
+        # what the attempt had spent when it failed (phase -> seconds; the test command's
+        # own seconds): an error row records them, not zeros
+        self.spent: dict[str, float] = {}
+        self.test_command_seconds = 0.0
 
     @property
     def retryable(self) -> bool:

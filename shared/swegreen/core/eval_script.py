@@ -82,7 +82,24 @@ PHASE_BREAK = "# ---- the test phase runs in a sandbox of its own from here ----
 _KEEP_FOR_TESTS = re.compile(r"^\s*(export|source|\.|conda\s+activate)\s")
 
 
-def split_phases(lines: list[str], workdir: str, pin_path: str | None = None) -> EvalPhases:
+# In the engine's sandbox the test files are read-only mounts during the test phase: the
+# upstream reset after the tests cannot unlink them ("Device or resource busy") and would
+# print an error into every honest log. It changes nothing that is graded (the log ends
+# at the end marker; the workspace is discarded), so it is left out there, saying so.
+READONLY_RESET = ": 'swegreen: no reset after the tests (the test files are read-only)'"
+
+
+def _no_reset_after(lines: list[str]) -> list[str]:
+    end = next((i for i, ln in enumerate(lines) if END_TEST_OUTPUT in ln), None)
+    if end is None:
+        return lines
+    tail = [READONLY_RESET if ln.startswith("git checkout ") else ln for ln in lines[end + 1 :]]
+    return [*lines[: end + 1], *tail]
+
+
+def split_phases(
+    lines: list[str], workdir: str, pin_path: str | None = None, readonly_tests: bool = False
+) -> EvalPhases:
     """Split an eval script's commands where the test files are reset (the last
     ``git checkout`` before the start marker, else the test patch's ``git apply``). The
     test phase starts again from the working directory and the exports made before.
@@ -97,7 +114,8 @@ def split_phases(lines: list[str], workdir: str, pin_path: str | None = None) ->
     if cut is None:
         cut = next((i for i in range(start) if lines[i].startswith("git apply")), start)
     prelude = [f"cd {workdir}"] + [ln for ln in lines[:cut] if _KEEP_FOR_TESTS.match(ln)]
-    test = record_test_exit_code([*prelude, *lines[cut:]])
+    rest = _no_reset_after(lines[cut:]) if readonly_tests else lines[cut:]
+    test = record_test_exit_code([*prelude, *rest])
     if pin_path is not None:
         test = _pinned(test, len(prelude), pin_path)
     if any(ln.startswith(f"{TEST_EXIT_CODE_VAR}=") for ln in test):
@@ -134,11 +152,16 @@ def eval_phases(
     test_wrapper: str | None = None,
     pin_path: str | None = None,
     shell: str = "bash",
+    readonly_tests: bool = False,
 ) -> EvalPhases:
+    """``readonly_tests``: the test files are read-only mounts in the test phase (the
+    engine's sandbox): the reset after the tests is left out (``READONLY_RESET``)."""
     if instance.eval_script:
-        return adapt_eval_phases(instance.eval_script, workdir, test_wrapper, pin_path, shell)
+        return adapt_eval_phases(
+            instance.eval_script, workdir, test_wrapper, pin_path, shell, readonly_tests
+        )
     lines = official_lines(instance, recipe, workdir, test_wrapper, shell=shell)
-    return split_phases(lines, workdir, pin_path)
+    return split_phases(lines, workdir, pin_path, readonly_tests)
 
 
 def official_lines(
@@ -206,6 +229,7 @@ def adapt_eval_phases(
     test_wrapper: str | None = None,
     pin_path: str | None = None,
     shell: str = "bash",
+    readonly_tests: bool = False,
 ) -> EvalPhases:
     """An official eval script, made to run outside its image."""
     lines = [ln for ln in parse_eval_script(script) if not _CONDA_LINES.match(ln)]
@@ -214,7 +238,7 @@ def adapt_eval_phases(
         if START_TEST_OUTPUT in line and i + 1 < len(lines):
             lines[i + 1] = sandboxed(lines[i + 1], test_wrapper, shell)
             break
-    return split_phases(lines, workdir, pin_path)
+    return split_phases(lines, workdir, pin_path, readonly_tests)
 
 
 def _script(lines: list[str]) -> str:

@@ -35,9 +35,31 @@ class RowBuilder:
     isolation: str | None = None
     test_exit_code: int | None = None
     environment: dict[str, Any] = field(default_factory=dict)
+    _phase: tuple[str, float] | None = None
 
     def __post_init__(self) -> None:
         self.durations.participant = self.patch.duration
+
+    def begin(self, phase: str) -> None:
+        """Time ``phase`` from now, ending the one before: a phase a failure cuts short
+        still counts, so an ``error`` row says where its time went."""
+        self.end()
+        self._phase = (phase, time.monotonic())
+
+    def end(self) -> None:
+        if self._phase is not None:
+            name, t = self._phase
+            setattr(self.durations, name, getattr(self.durations, name) + time.monotonic() - t)
+            self._phase = None
+
+    def spent(self) -> dict[str, float]:
+        """The phases' seconds so far (the running one ended), for a failure to carry."""
+        self.end()
+        return {
+            k: v
+            for k, v in self.durations.model_dump().items()
+            if k not in ("participant", "total") and v
+        }
 
     def result(
         self,
@@ -107,12 +129,17 @@ def error_row(
     attempts: int,
     started: str,
     t0: float,
+    spent: dict[str, float] | None = None,
 ) -> InstanceResult:
-    """The ``error`` row for an evaluation that could not be completed."""
+    """The ``error`` row for an evaluation that could not be completed, with the time its
+    attempts really spent in each phase (``spent``, else what the failure carries)."""
     patch = patch or PatchResult(None, "")
     row = RowBuilder(
         instance, patch, started, t0, info=inspect_patch(patch.patch) if patch.patch else None
     )
+    for phase, seconds in (failure.spent if spent is None else spent).items():
+        setattr(row.durations, phase, getattr(row.durations, phase) + seconds)
+    row.test_command_seconds = failure.test_command_seconds
     detail = str(failure)
     if failure.log_tail:
         detail += "\n--- log tail ---\n" + failure.log_tail[-2000:]

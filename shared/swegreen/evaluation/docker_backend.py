@@ -113,7 +113,7 @@ class DockerEvaluator(PatchEvaluator):
     ) -> InstanceResult:
         instance = row.instance
         recipe = self.recipes.for_instance(instance)
-        t_setup = time.monotonic()
+        row.begin("setup")
         image = await self.images.get(self.image_for(instance))
         row.durations.env_build += image.pull_seconds
         row.environment = {"backend": self.backend, **image.provenance()}
@@ -128,7 +128,7 @@ class DockerEvaluator(PatchEvaluator):
             {LABEL: f"{run_id}/{instance.instance_id}"},
         )  # fmt: skip
         try:
-            row.durations.setup = time.monotonic() - t_setup
+            row.end()
             return await self._in_container(key, row, recipe, box, text, notes)
         finally:
             await asyncio.to_thread(box.remove)
@@ -161,10 +161,10 @@ class DockerEvaluator(PatchEvaluator):
     ) -> InstanceResult:
         instance = row.instance
         assert row.info is not None
-        t_apply = time.monotonic()
+        row.begin("apply")
         await asyncio.to_thread(box.put_file, DOCKER_PATCH, text.encode("utf-8", "surrogateescape"))
         method = await self._apply(box, notes)
-        row.durations.apply = time.monotonic() - t_apply
+        row.end()
         if method is None:
             return self._does_not_apply(key, row, text)
         row.apply_method = method
@@ -179,7 +179,7 @@ class DockerEvaluator(PatchEvaluator):
         self.artifacts.write_text(key(art.EVAL_SCRIPT), script)
         timeout = self.eval_timeout or recipe.eval_timeout or 1800.0
         deadline = time.monotonic() + timeout
-        t_tests = time.monotonic()
+        row.begin("tests")
         await asyncio.to_thread(box.put_file, "/eval_prepare.sh", phases.prepare.encode())
         await asyncio.to_thread(box.put_file, EVAL_SCRIPT, phases.test.encode())
         prepare = await asyncio.to_thread(box.exec, ["/bin/bash", "/eval_prepare.sh"], timeout)
@@ -196,9 +196,12 @@ class DockerEvaluator(PatchEvaluator):
             left = max(deadline - time.monotonic(), 1.0)
             test = await asyncio.to_thread(box.exec, ["/bin/bash", EVAL_SCRIPT], left)
             log += test.output
-        row.durations.tests = time.monotonic() - t_tests
+        row.end()
         row.test_exit_code = test.exit_code if test is not None else None
-        row.test_command_seconds = test_command_seconds(log) or 0.0
+        timed_out = test is None or test.exit_code is None
+        row.test_command_seconds = test_command_seconds(log) or (
+            row.durations.tests if timed_out else 0.0
+        )
         self.artifacts.write_text(key(art.TEST_OUTPUT), log)
         if test is None or test.exit_code is None:
             raise TestTimeout(f"the eval script ran past its {timeout:g} s time limit")

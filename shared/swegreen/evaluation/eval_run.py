@@ -122,7 +122,8 @@ class EvalRuns(TestbedsBase):
         recipe = testbed.recipe
         policy = self.policy_for(testbed)
         services = await self._services(recipe, policy)
-        wrapper = self.sandbox.test_wrapper(policy, services, await self._readonly(testbed))
+        readonly = await self._readonly(testbed)
+        wrapper = self.sandbox.test_wrapper(policy, services, readonly)
         phases = eval_phases(
             testbed.instance,
             recipe,
@@ -130,6 +131,8 @@ class EvalRuns(TestbedsBase):
             wrapper,
             pin_path=SYSTEM_PATH,
             shell=tool("bash"),
+            # the wrapper mounts them read-only for the rest of the phase
+            readonly_tests=self.sandbox.bwrap and bool(readonly),
         )
         host = testbed.host_dir
         log_path = host / art.TEST_OUTPUT

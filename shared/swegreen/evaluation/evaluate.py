@@ -123,6 +123,7 @@ class PatchEvaluator:
         try:
             return await self._run_patch(run_id, key, row, text, notes)
         except EvaluationFailure as exc:
+            exc.spent, exc.test_command_seconds = row.spent(), row.test_command_seconds
             notes.append(f"FAILED: {exc}\n{exc.log_tail}")
             exc.args, exc.log_tail = (self.scrub(str(exc)),), self.scrub(exc.log_tail)
             raise
@@ -320,14 +321,13 @@ class Evaluator(PatchEvaluator):
         self, run_id: str, key: Key, row: RowBuilder, text: str, notes: list[str]
     ) -> InstanceResult:
         instance = row.instance
-        t_setup = time.monotonic()
+        row.begin("setup")
         async with self.testbeds.open(run_id, instance) as testbed:
             notes.extend(testbed.notes)
             testbed.notes = notes
-            row.durations.setup = time.monotonic() - t_setup
             row.durations.env_build += testbed.env_build_seconds
             row.environment = dict(testbed.provenance)
-            t_apply = time.monotonic()
+            row.begin("apply")
             try:
                 check_against_tree(row.info, testbed.repo)
             except PatchRejected as exc:
@@ -337,7 +337,7 @@ class Evaluator(PatchEvaluator):
             patch_file = testbed.workspace / art.PATCH
             patch_file.write_text(text, encoding="utf-8", errors="surrogateescape")
             applied = await apply_patch(testbed.repo, patch_file, self.testbeds.git_env(testbed))
-            row.durations.apply = time.monotonic() - t_apply
+            row.end()
             notes.append(applied.log)
             if not applied.applied:
                 return self._does_not_apply(key, row, text)
@@ -356,12 +356,15 @@ class Evaluator(PatchEvaluator):
             if row.tampered_files:
                 notes.append("put back before the tests: " + ", ".join(row.tampered_files))
             row.isolation = self.testbeds.sandbox.isolation.mode
-            t_tests = time.monotonic()
+            row.begin("tests")
             run = await self.testbeds.run_eval(testbed, guard)
+            row.end()
             row.tampered_files += run.reverted
             row.test_exit_code = run.exit_code
-            row.durations.tests = time.monotonic() - t_tests
-            row.test_command_seconds = run.test_seconds()
+            # a timed-out command ran until it was stopped: that is its time
+            row.test_command_seconds = run.test_seconds() or (
+                row.durations.tests if run.timed_out else 0.0
+            )
             self.artifacts.write_text(key(art.EVAL_SCRIPT), run.script)
             self.artifacts.write_text(
                 key(art.TEST_OUTPUT), run.log_path.read_text(errors="replace")

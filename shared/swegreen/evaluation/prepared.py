@@ -281,11 +281,23 @@ class PreparedWorkspaces(TestbedsBase):
                 recipe.exclude_newer or NO_CUTOFF, recipe.exclude_newer_exempt
             )
             environ.pop("PIP_EXTRA_INDEX_URL", None)
+        # the row's own temp directories, gone with the setup (nothing left in the host's)
+        tmp = testbed.scratch / "setup-tmp"
+        keep = (  # the engine's own trees the setup reads and writes, wherever they lie
+            testbed.workspace,
+            testbed.scratch,
+            testbed.repo,
+            self.envs.root,
+            self.repos.root,
+            self.repos.history.root,
+            self.options.work_root,
+            *([self.sources.directory] if self.sources.directory else []),
+        )
+        argv, environ = self.sandbox.private_tmp(["bash", "-c", script], tmp, environ, keep)
         try:
-            result = await run_process(
-                ["bash", "-c", script], cwd=testbed.repo, env=environ, timeout=SETUP_TIMEOUT
-            )
+            result = await run_process(argv, cwd=testbed.repo, env=environ, timeout=SETUP_TIMEOUT)
         finally:
+            await asyncio.to_thread(shutil.rmtree, tmp, True)
             if recorder is not None:
                 await asyncio.to_thread(recorder.close)
         testbed.notes.append(f"repository setup ({len(steps)} step(s)) took {result.duration:.1f}s")

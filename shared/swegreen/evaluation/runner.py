@@ -263,14 +263,17 @@ async def evaluate_with_retries(
     """One row: evaluated, retried when the infrastructure fails, an ``error`` row at worst."""
     started, t0 = utcnow(), time.monotonic()
     attempt = 0
+    spent: dict[str, float] = {}  # by the attempts that failed: the row's time, all of it
     try:
         for attempt in range(1, max_attempts + 1):
             try:
                 result = await evaluator.evaluate(run_id, inst, patch)
-                return result.model_copy(update={"attempts": attempt})
+                return _with_spent(result.model_copy(update={"attempts": attempt}), spent)
             except EvaluationFailure as exc:
+                for phase, seconds in exc.spent.items():
+                    spent[phase] = spent.get(phase, 0.0) + seconds
                 if not exc.retryable or attempt == max_attempts:
-                    return error_row(inst, patch, exc, attempt, started, t0)
+                    return error_row(inst, patch, exc, attempt, started, t0, spent)
                 if note is not None:
                     await note(f"attempt {attempt} failed ({exc.reason}); retrying")
                 await asyncio.sleep(backoff[min(attempt - 1, len(backoff) - 1)])
@@ -278,3 +281,13 @@ async def evaluate_with_retries(
         failure = EvaluationFailure(f"internal error: {exc!r}", log_tail=traceback.format_exc())
         return error_row(inst, patch, failure, max(attempt, 1), started, t0)
     raise AssertionError("max_attempts is at least 1")
+
+
+def _with_spent(result: InstanceResult, spent: dict[str, float]) -> InstanceResult:
+    """A row that succeeded after failed attempts, their phases' time added to its own."""
+    if not spent:
+        return result
+    durations = result.durations.model_copy(
+        update={k: getattr(result.durations, k) + v for k, v in spent.items()}
+    )
+    return result.model_copy(update={"durations": durations})

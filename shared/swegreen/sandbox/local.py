@@ -270,6 +270,35 @@ class LocalSandbox:
                     if st.st_nlink == 1 or path.is_symlink():
                         own(path, st)
 
+    def private_tmp(
+        self, argv: list[str], tmp: Path, env: dict[str, str], keep: tuple[Path, ...] = ()
+    ) -> tuple[list[str], dict[str, str]]:
+        """``argv`` (and its ``env``) with /tmp and /var/tmp of its own, in ``tmp``, the
+        rest of the host as it is: a repository's setup that writes to absolute /tmp paths
+        (matplotlib's qhull) leaves nothing there for the next row. What the command needs
+        that lives under the host's /tmp (``keep``, and any path its environment names) is
+        bound back in. Without bwrap: TMPDIR alone."""
+        (tmp / "tmp").mkdir(parents=True, exist_ok=True)
+        if not self.bwrap:
+            return argv, {**env, "TMPDIR": str(tmp / "tmp")}
+        binds: list[str] = []
+        for name in ("tmp", "var-tmp"):
+            (tmp / name).mkdir(parents=True, exist_ok=True)
+            binds += ["--bind", str(tmp / name), "/" + name.replace("-", "/")]
+        named = [Path(p) for v in env.values() for p in v.split(os.pathsep) if p.startswith("/")]
+        shadowed = {
+            p
+            for p in (*keep, *named)
+            if p.exists() and p.parts[1:2] in (("tmp",), ("var",)) and _under_tmp(p)
+        }
+        for path in sorted(shadowed, key=lambda p: len(p.parts)):
+            if not any(o in path.parents for o in shadowed):  # the outermost ones
+                binds += ["--bind", str(path), str(path)]
+        return [tool("bwrap"), "--dev-bind", "/", "/", *binds, "--", *argv], {
+            **env,
+            "TMPDIR": "/tmp",
+        }
+
     async def run_script(
         self,
         script: Path,
@@ -418,3 +447,7 @@ class LocalSandbox:
             path.mkdir(parents=True, exist_ok=True)
             path.chmod(0o1777)
         self.lend([root])
+
+
+def _under_tmp(path: Path) -> bool:
+    return any(p in (Path("/tmp"), Path("/var/tmp")) for p in path.parents)
