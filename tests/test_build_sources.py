@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from swegreen.core.classify import Status
-from swegreen.core.recipes import Recipe, RecipeBook
+from swegreen.core.recipes import Recipe, RecipeBook, verified_recipes
 from swegreen.environments.build_sources import SHIM_LOG, Download, OfflineSources, known_downloads
 from swegreen.evaluation.engine import Engine, LocalSettings, build_engine
 from swegreen.sample import SampleBenchmark
@@ -106,6 +106,28 @@ def test_the_known_downloads_are_upstreams() -> None:
     assert all(d.matplotlib_cache for d in known.values())
 
 
+def test_each_matplotlib_version_needs_the_files_its_build_asks_for() -> None:
+    """qhull where the recipe's pre_install fetches it; FreeType 2.6.1 from 3.3 on and
+    jQuery UI before it (setupext.py and setup.py fetch those themselves)."""
+    sources = OfflineSources(None)
+    book = verified_recipes()
+    need = {}
+    for version in ("3.0", "3.1", "3.3", "3.5", "3.6", "3.7"):
+        recipe = book.versions("matplotlib/matplotlib")[version]
+        steps = [*recipe.pre_install, recipe.install or ""]
+        need[version] = {
+            d.file for d in sources.needed_for("matplotlib/matplotlib", version, steps)
+        }
+    qhull, freetype, jquery = (
+        "qhull-2020-src-8.0.2.tgz",
+        "freetype-2.6.1.tar.gz",
+        "jquery-ui-1.12.1.zip",
+    )
+    assert need["3.0"] == need["3.1"] == {qhull, jquery}
+    assert need["3.3"] == need["3.5"] == need["3.6"] == need["3.7"] == {qhull, freetype}
+    assert sources.needed_for("django/django", "4.0", ["pip install -e ."]) == []
+
+
 @pytest.fixture
 def downloading_engine(settings: LocalSettings, sample: SampleBenchmark, host_env, tmp_path):
     """The sample's calculator with a pre_install that downloads and unpacks an archive."""
@@ -169,3 +191,72 @@ def test_a_build_that_downloads_runs_offline_and_says_so(
     assert row.environment["build_sources"] == [
         {"file": "extra-1.0.tgz", "sha256": hashlib.sha256(blob).hexdigest(), "via": "wget"}
     ]
+
+
+def test_a_failed_build_names_every_file_its_row_needs_at_once_in_a_folder_made_for_them(
+    settings: LocalSettings, sample: SampleBenchmark, host_env, tmp_path: Path, run_sample
+) -> None:
+    """The setup stops at its first missing download; the error still names every file
+    the row needs (the one its recipe fetches, and one its setup.py would fetch next:
+    ``needed_by``), each with its hash and where to get it, and the folder to put them
+    in, which the engine has made. With both files there, the row resolves."""
+    blob = archive()
+    second = b"second archive\n" * 64
+    later = Download(
+        file="later-2.0.zip",
+        sha256=hashlib.sha256(second).hexdigest(),
+        urls=("http://127.0.0.1:9/downloads/later-2.0.zip",),
+        needed_by=(("sample/calculator", ">=1.0"),),
+        where_else="a mirror the test knows",
+    )
+    unrelated = Download(
+        file="other-9.zip",
+        sha256="0" * 64,
+        urls=("http://127.0.0.1:9/other-9.zip",),
+        needed_by=(("sample/calculator", "<1.0"), ("sample/ledger", ">=0")),
+    )
+    recipe = Recipe(
+        python="host",
+        packages=("pytest==8.3.5",),
+        pre_install=(
+            f'wget -O "$TMPDIR/extra.tgz" "{URL}"',
+            # what setup.py would do next, as matplotlib's does for FreeType
+            f'wget -O "$TMPDIR/later.zip" "{later.urls[0]}"',
+            f'test "$(sha256sum < "$TMPDIR/later.zip" | cut -d" " -f1)" = {later.sha256}',
+        ),
+        test_cmd="pytest --no-header -rA --tb=no -p no:cacheprovider",
+        eval_timeout=120,
+    )
+    book = RecipeBook({"sample/calculator": {"1.0": recipe}})
+    sources_dir = tmp_path / "not-yet" / "sources"
+    local = settings.model_copy(
+        update={"cache_dir": tmp_path / "cache", "offline_sources": sources_dir}
+    )
+
+    def run(run_id: str):
+        engine = build_engine(local, sample_config(sample), host_env, recipes=book)
+        engine.testbeds.sources = OfflineSources(sources_dir, (download(blob), later, unrelated))
+        try:
+            (row,) = run_sample(
+                "gold", run_id=run_id, engine=engine, instance_ids=["sample__calculator-1"]
+            ).results
+        finally:
+            engine.close()
+        return row
+
+    row = run("missing-both")
+    assert (row.status, row.reason) == (Status.ERROR, "env_setup_failed")
+    assert "2 file(s)" in row.detail
+    for name, digest, url in (
+        ("extra-1.0.tgz", hashlib.sha256(blob).hexdigest(), URL),
+        (later.file, later.sha256, later.urls[0]),
+    ):
+        assert name in row.detail and digest in row.detail and url in row.detail
+    assert "a mirror the test knows" in row.detail and "other-9.zip" not in row.detail
+    assert str(sources_dir.resolve()) in row.detail and sources_dir.is_dir()  # made for them
+
+    (sources_dir / "extra-1.0.tgz").write_bytes(blob)
+    (sources_dir / later.file).write_bytes(second)
+    row = run("with-both")
+    assert row.status == Status.RESOLVED, row.detail
+    assert {s["file"] for s in row.environment["build_sources"]} == {"extra-1.0.tgz", later.file}

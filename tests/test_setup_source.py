@@ -141,3 +141,50 @@ def test_the_project_lock_reads_the_project_at_the_base_commit_without_the_opt_i
     assert commit_ == fork["base"]
     assert provenance["files"] == ["the project's own dependencies"]
     assert provenance["files_read_at"] == fork["base"]
+
+
+def test_a_setup_commit_missing_an_object_blocks_only_a_build_that_reads_it(
+    settings: LocalSettings,
+    sample: SampleBenchmark,
+    host_env: dict[str, str],
+    fork: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """A source can hold the environment_setup_commit and lack one of its files (a fork's
+    partial history). A build that reads only the requirements file there still uses it;
+    a build that locks the project (a checkout of the whole tree) reads at the base
+    commit instead and records why, naming the object; nothing is needed otherwise."""
+    repo = Path(fork["repo_url_template"].replace("{owner}__{name}", "sample__calculator"))
+    setup = commit(repo, {"docs/only-here.txt": "in no other commit\n"}, "setup commit")
+    blob = git(repo, "rev-parse", f"{setup}:docs/only-here.txt").stdout.strip()
+    (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    git(repo, "checkout", "-q", fork["base"])
+    row = json.loads(Path(fork["dataset"]).read_text())
+    row["environment_setup_commit"] = setup
+    dataset = tmp_path / "partial.jsonl"
+    dataset.write_text(json.dumps(row) + "\n")
+    (instance,) = load_dataset(str(dataset)).instances
+
+    config = sample_config(
+        sample, dataset=str(dataset), repo_url_template=fork["repo_url_template"]
+    )
+    # a cache of its own: its mirror is cloned from the partial fork, as a real one is
+    local = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
+    engine = build_engine(local, config, host_env)
+    locks = recipe(exclude_newer="2024-08-01", install="python -m pip install -e .")
+    reads = recipe(requirements=("requirements.txt",), exclude_newer="2024-08-01")
+    plain = recipe(packages=("pytest==8.3.5",))
+    try:
+        answers = {
+            name: asyncio.run(engine.testbeds.setup_source(instance, r))
+            for name, r in (("locks", locks), ("reads", reads), ("plain", plain))
+        }
+    finally:
+        engine.close()
+    assert answers["reads"] == (setup, {})  # requirements.txt is whole there
+    assert answers["plain"] == (setup, {})  # nothing read there, nothing checked
+    at, provenance = answers["locks"]
+    assert at == fork["base"]
+    assert provenance["files"] == ["the project's own dependencies"]
+    assert provenance["environment_setup_commit"] == setup
+    assert "lacks 1 object(s)" in provenance["why"] and blob in provenance["why"]

@@ -558,13 +558,17 @@ class Emulator:
         machine's disk and takes 0.5 s in memory (the artifacts' sizes are not changed)."""
         if self.bwrap is None:  # no mount namespaces here: every task shares cache_path
             return []
+        # what the task runs from (this checkout, its interpreter) stays in sight when it
+        # lies under the host's /tmp (a CI checkout may)
+        needed = [
+            *keep,
+            *(str(p) for p in [*_host_code(), self.workdir.resolve()] if _under_tmp(p)),
+        ]
         return [
             self.bwrap,
             "--dev-bind",
             "/",
             "/",
-            "--tmpfs",
-            str(self.cache_path),
             "--unshare-pid",
             "--proc",
             "/proc",
@@ -572,11 +576,23 @@ class Emulator:
             "/tmp",
             "--tmpfs",
             "/var/tmp",
-            *[arg for path in keep for arg in ("--bind", path, path)],
+            *[arg for path in needed for arg in ("--bind", path, path)],
+            "--tmpfs",
+            str(self.cache_path),
             *(["--unshare-net"] if closed else []),
             "--die-with-parent",
             "--",
         ]
+
+
+def _host_code() -> list[Path]:
+    """The checkout and the interpreters a task's command runs from."""
+    paths = {Path(__file__).resolve().parents[2], Path(sys.prefix), Path(sys.base_prefix)}
+    return sorted(p.resolve() for p in paths)
+
+
+def _under_tmp(path: Path) -> bool:
+    return any(p in (Path("/tmp"), Path("/var/tmp")) for p in path.parents)
 
 
 def _pull_refusal(backend: Any, network: dict[str, Any] | None) -> str | None:

@@ -117,9 +117,13 @@ class Recipe(BaseModel):
         requirements files (as upstream), or the project's own dependencies, which the
         engine locks with the rest (``project_extras``). Only such rows need that
         commit at all."""
-        return bool(self.requirements) or bool(
-            self.exclude_newer and _installs_project(self.install)
-        )
+        return bool(self.requirements) or self.locks_project
+
+    @property
+    def locks_project(self) -> bool:
+        """Whether the build locks the project's own dependencies, from a checkout of the
+        whole tree at the environment_setup_commit."""
+        return bool(self.exclude_newer and _installs_project(self.install))
 
     def digest(self) -> str:
         # Upstream's eval commands are the instance images' (the engine runs none of them).

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -37,6 +38,8 @@ class Download:
     urls: tuple[str, ...]
     matplotlib_cache: bool = False
     where_else: str = ""
+    # rows whose build asks for it without their recipe naming its URL: (repo, versions)
+    needed_by: tuple[tuple[str, str], ...] = ()
 
 
 def known_downloads(table: str | None = None) -> tuple[Download, ...]:
@@ -51,6 +54,7 @@ def known_downloads(table: str | None = None) -> tuple[Download, ...]:
             urls=tuple(d["urls"]),
             matplotlib_cache=d.get("matplotlib_cache", False),
             where_else=d.get("where_else", ""),
+            needed_by=tuple((n["repo"], n["versions"]) for n in d.get("needed_by", [])),
         )
         for d in data["downloads"]
     )
@@ -125,7 +129,7 @@ class OfflineSources:
             os.utime(copy, (0, copy.stat().st_mtime))
             cached[download.file] = (download, copy)
         (shim_dir / TABLE).write_text(
-            json.dumps({"downloads": [dataclasses.asdict(d) for d in self.downloads]})
+            json.dumps({"downloads": [_table_entry(d) for d in self.downloads]})
         )
         wget = shim_dir / "wget"
         wget.write_text(
@@ -147,17 +151,45 @@ class OfflineSources:
             if self.available(d) is None and any(url in output for url in d.urls)
         ]
 
+    def needed_for(self, repo: str, version: str, steps: Sequence[str] = ()) -> list[Download]:
+        """Every known download a row's build asks for: named by its recipe's ``steps``
+        (a URL in them), or by the table's ``needed_by`` for its repository and version."""
+        text = "\n".join(steps)
+        return [
+            d
+            for d in self.downloads
+            if any(url in text for url in d.urls)
+            or any(r == repo and _version_in(version, spec) for r, spec in d.needed_by)
+        ]
+
+    def still_missing(
+        self, output: str, repo: str, version: str, steps: Sequence[str] = ()
+    ) -> list[Download]:
+        """After a failed build: the known files it asked for that are missing, and every
+        other missing file that row needs, so that one error names them all."""
+        asked = self.missing_in(output)
+        if not asked:
+            return []
+        also = [d for d in self.needed_for(repo, version, steps) if self.available(d) is None]
+        return [d for d in self.downloads if d in asked or d in also]
+
     def advice(self, missing: list[Download]) -> str:
-        where = self.directory or "an offline sources directory (--offline-sources)"
+        """What to fetch and where to put it; the directory is made, ready for them."""
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            where = str(self.directory.resolve())
+        else:
+            where = "an offline sources directory (--offline-sources DIR)"
         parts = [
-            f"{d.file} (sha256 {d.sha256}, from {d.urls[0]}"
+            f"{d.file} (sha256 {d.sha256}; from {' or '.join(d.urls)}"
             + (f"; also: {d.where_else}" if d.where_else else "")
             + ")"
             for d in missing
         ]
         return (
-            f"the build downloads {'; '.join(parts)}, which this machine could not fetch: "
-            f"put the file(s) in {where} and run the row again (docs/environments.md)"
+            f"the build needs {len(missing)} file(s) this machine could not fetch: "
+            f"{'; '.join(parts)}. Put them, under exactly these names, in {where} and run "
+            "the row again (docs/environments.md)"
         )
 
 
@@ -195,6 +227,24 @@ def _wget(argv: list[str]) -> int:
         print("swegreen: wget is not installed, and no offline source has", urls, file=sys.stderr)
         return 127
     return subprocess.run([real, *argv], check=False).returncode
+
+
+def _table_entry(d: Download) -> dict[str, object]:
+    """``d`` as build_downloads.json writes it (what ``known_downloads`` reads back)."""
+    entry = dataclasses.asdict(d)
+    entry["needed_by"] = [{"repo": r, "versions": v} for r, v in d.needed_by]
+    return entry
+
+
+def _version_in(version: str, spec: str) -> bool:
+    """Whether a dataset's version label (``3.5``) is in a specifier (``>=3.3``)."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version) in SpecifierSet(spec)
+    except (InvalidSpecifier, InvalidVersion):
+        return False
 
 
 if __name__ == "__main__":

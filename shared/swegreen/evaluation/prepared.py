@@ -153,24 +153,37 @@ class PreparedWorkspaces(TestbedsBase):
         install resolves them at the base commit) are then read at the base commit."""
         wanted = instance.environment_setup_commit
         if not recipe.reads_setup_commit or wanted == instance.base_commit:
-            return wanted, {}
+            return wanted, {}  # nothing is read there: whatever it lacks blocks nothing
         try:
             await self.repos.ensure_commit(instance.repo, wanted)
-            return wanted, {}
-        except RepoUnavailable as exc:
-            if recipe.requirements and not self.options.env_files_at_base:
-                raise RepoUnavailable(
-                    f"{exc}. Its recipe reads {', '.join(recipe.requirements)} there; to read "
-                    "them at the base commit instead, pass --env-files-at-base (config "
-                    "env_files_at_base = true; recorded in each such row)",
-                    permanent=True,
-                ) from exc
+            # what the build reads there: the requirements files, or the whole tree when
+            # it locks the project's own dependencies (a checkout at that commit)
+            paths = () if recipe.locks_project else tuple(recipe.requirements)
+            lacking = await asyncio.to_thread(
+                self.repos.missing_objects, instance.repo, wanted, paths
+            )
+            if not lacking:
+                return wanted, {}
+            why = (
+                f"environment_setup_commit's tree lacks {len(lacking)} object(s) in the "
+                f"repository source ({', '.join(lacking[:3])})"
+            )
+            exc = RepoUnavailable(f"{instance.repo}: {why}", permanent=True)
+        except RepoUnavailable as missing:
+            why, exc = "environment_setup_commit missing from the repository source", missing
+        if recipe.requirements and not self.options.env_files_at_base:
+            raise RepoUnavailable(
+                f"{exc}. Its recipe reads {', '.join(recipe.requirements)} there; to read "
+                "them at the base commit instead, pass --env-files-at-base (config "
+                "env_files_at_base = true; recorded in each such row)",
+                permanent=True,
+            ) from exc
         what = list(recipe.requirements) or ["the project's own dependencies"]
         return instance.base_commit, {
             "environment_setup_commit": wanted,
             "files_read_at": instance.base_commit,
             "files": what,
-            "why": "environment_setup_commit missing from the repository source",
+            "why": why,
         }
 
     def _usable(self, root: Path) -> bool:
@@ -206,8 +219,8 @@ class PreparedWorkspaces(TestbedsBase):
             if provenance:
                 notes.append(
                     f"environment files ({', '.join(map(str, provenance['files']))}) read at "
-                    f"the base commit {setup_commit}: environment_setup_commit "
-                    f"{instance.environment_setup_commit} is missing from the source"
+                    f"the base commit {setup_commit}: {provenance['why']} "
+                    f"({instance.environment_setup_commit})"
                 )
             if self.envs.search.given_for(recipe.python) is not None:
                 provenance["interpreter"] = {"python": recipe.python, "given_by_user": True}
@@ -302,7 +315,10 @@ class PreparedWorkspaces(TestbedsBase):
                 await asyncio.to_thread(recorder.close)
         testbed.notes.append(f"repository setup ({len(steps)} step(s)) took {result.duration:.1f}s")
         if not result.ok:
-            if missing := self.sources.missing_in(result.output):
+            instance = testbed.instance
+            if missing := self.sources.still_missing(
+                result.output, instance.repo, instance.version, steps
+            ):
                 raise EnvSetupFailed(
                     f"repository setup: {self.sources.advice(missing)}",
                     log_tail=result.tail(),

@@ -14,7 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from swegreen.core.config import repo_url
@@ -114,6 +114,37 @@ class RepoCache:
             check=False,
         )
         return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else None
+
+    def missing_objects(self, repo: str, commit: str, paths: Sequence[str] = ()) -> list[str]:
+        """The objects of ``commit``'s tree (or of ``paths`` in it) the cache lacks: what a
+        checkout or a read there would fail on (blocking: call from a thread). A source
+        can hold a commit and still lack one of its files (a fork's partial history)."""
+        git = ["git", "-C", str(self.mirror_path(repo))]
+        listed = subprocess.run(
+            [*git, "ls-tree", "-r", "-z", commit, "--", *paths],
+            env=self.env,
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
+        if listed.returncode != 0:  # a tree itself is missing
+            found = MISSING_OBJECT.search(listed.stderr.decode("utf-8", "replace"))
+            return [found.group(0) if found else f"a tree of {commit}"]
+        entries = (e.partition("\t") for e in listed.stdout.decode().split("\0") if e)
+        blobs = {meta.split()[2]: path for meta, _, path in entries if meta.split()[1] == "blob"}
+        if not blobs:
+            return []
+        checked = subprocess.run(
+            [*git, "cat-file", "--batch-check"],
+            input=("\n".join(blobs) + "\n").encode(),
+            env=self.env,
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
+        lines = checked.stdout.decode().splitlines()
+        gone = [ln.split()[0] for ln in lines if ln.endswith(" missing")]
+        return [f"{sha} ({blobs[sha]})" for sha in gone]
 
     async def checkout(self, repo: str, commit: str, dest: Path, url: str | None = None) -> None:
         """Make ``dest`` a working tree of ``repo`` at ``commit``, as the official images are."""
