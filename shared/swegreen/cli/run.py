@@ -86,6 +86,7 @@ def evaluate(
     scrubber: Scrubber,
 ) -> RunOutcome | None:
     from swegreen.core.dataset import load_dataset, select_instances
+    from swegreen.core.labels import check_labels
     from swegreen.core.sources import PredictionsSource, source_for
     from swegreen.evaluation.engine import build_engine
     from swegreen.reports.console import ProgressView
@@ -101,6 +102,8 @@ def evaluate(
         raise ConfigError(
             "the selection is empty: check instance_ids, repos, max_rows and sharding"
         )
+    if (labels := check_labels(instances)) is not None and (warning := labels.warning()):
+        console.print(said("warning:", "yellow", warning))
     console.print(
         said(
             f"Run {run_id}:",

@@ -75,7 +75,10 @@ class Runner:
     ) -> RunOutcome:
         from swegreen.core.grading import grader_version  # the local engine grades in-process
 
-        provenance = {**(provenance or {}), **base_provenance(dataset, config, grader_version())}
+        provenance = {
+            **(provenance or {}),
+            **base_provenance(dataset, config, grader_version(), instances),
+        }
         record = RunRecord(
             run_id=run_id,
             dataset=dataset.name,

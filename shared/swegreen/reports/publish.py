@@ -12,7 +12,8 @@ from typing import Any
 
 from swegreen import __version__
 from swegreen.core.config import EvalConfig
-from swegreen.core.dataset import Dataset
+from swegreen.core.dataset import Dataset, Instance
+from swegreen.core.labels import check_labels
 from swegreen.core.metrics import RunMetrics
 from swegreen.core.ports import RunRecord
 from swegreen.core.results import InstanceResult, utcnow
@@ -44,16 +45,25 @@ PUBLIC_FIELDS = frozenset(
 )
 
 
-def base_provenance(dataset: Dataset, config: EvalConfig, grader: str) -> dict[str, Any]:
+def base_provenance(
+    dataset: Dataset,
+    config: EvalConfig,
+    grader: str,
+    instances: Sequence[Instance] | None = None,
+) -> dict[str, Any]:
     """What a published run says of its making; no host paths (see ``Dataset.provenance``
-    and ``EvalConfig.public``)."""
-    return {
+    and ``EvalConfig.public``); and how its rows' labels compare with the pinned ones."""
+    found = {
         **dataset.provenance(),
         "grader": grader,
         "green_agent": f"swegreen {__version__}",
         "config": config.public(),
         "started_at": utcnow(),
     }
+    check = check_labels(dataset.instances if instances is None else instances)
+    if check is not None:
+        found["labels"] = check.provenance()
+    return found
 
 
 # How much of a row's detail travels with the published row (the whole stays in artifacts):

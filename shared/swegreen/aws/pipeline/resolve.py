@@ -96,7 +96,7 @@ class ResolveStep(PipelineBase):
             config=config.public(),
             instance_ids=[i.instance_id for i in instances],
             provenance={
-                **base_provenance(dataset, config, self.settings.grader),
+                **base_provenance(dataset, config, self.settings.grader, instances),
                 "pipeline": "aws",
                 # What the tests ran under, whatever the request asked for.
                 "isolation": self.settings.sandbox_isolation,
