@@ -11,11 +11,14 @@ from swebench.harness.constants import START_TEST_OUTPUT
 from swegreen.core.dataset import parse_rows
 from swegreen.core.eval_script import (
     READONLY_RESET,
+    SKIPPED_INSTALL,
     adapt_eval_script,
+    editable_install,
     eval_phases,
     get_test_directives,
     make_eval_script,
     modified_test_files,
+    reinstall_changes_nothing,
 )
 from swegreen.core.recipes import Recipe
 
@@ -178,3 +181,45 @@ def test_the_test_phase_finds_its_own_tools_on_the_pinned_path_only() -> None:
     assert pin < min(gits) and restore < start < end < repin < max(gits)
     assert all(not (restore < i < repin) for i in gits)  # no git outside the pin
     assert "PATH" not in eval_phases(instance(), RECIPE, "/w", "WRAP").test  # not asked
+
+
+def test_the_eval_time_reinstall_is_skipped_only_where_it_can_change_nothing() -> None:
+    top = ["pkg", "tests", "docs", "setup.py"]
+    editable = "python -m pip install -e .[test]"
+    assert editable_install(editable) and editable_install("python setup.py develop")
+    assert editable_install("pip install -e . && pip install --editable ./sub")
+    for install in ("python -m pip install .", "python setup.py install", "", None):
+        assert not editable_install(install)
+    assert not editable_install("python setup.py build; python setup.py install")
+    assert reinstall_changes_nothing(editable, ["pkg/core.py", "pkg/sub/x.py"], top)
+    assert reinstall_changes_nothing(editable, [], top)
+    for touched in (
+        "setup.py",  # a build input
+        "pkg/setup.cfg",
+        "pyproject.toml",
+        "pkg/_speedups.c",  # an extension source
+        "pkg/_cy.pyx",
+        "README.rst",  # any top-level file: setup.py may read it
+        "newpkg/__init__.py",  # a new top-level package: an editable finder may not map it
+    ):
+        assert not reinstall_changes_nothing(editable, ["pkg/core.py", touched], top), touched
+    assert not reinstall_changes_nothing("python -m pip install .", ["pkg/core.py"], top)
+
+
+def test_a_skipped_install_leaves_only_its_line_out_saying_so() -> None:
+    recipe = RECIPE.model_copy(update={"install": "python -m pip install -e ."})
+    ran = eval_phases(instance(), recipe, "/ws/repo")
+    skipped = eval_phases(instance(), recipe, "/ws/repo", skip_install=True)
+    assert "python -m pip install -e ." in ran.prepare.splitlines()
+    assert "python -m pip install -e ." not in skipped.prepare
+    assert SKIPPED_INSTALL in skipped.prepare.splitlines()
+    assert skipped.test == ran.test
+    assert [ln for ln in skipped.prepare.splitlines() if ln != SKIPPED_INSTALL] == [
+        ln for ln in ran.prepare.splitlines() if ln != "python -m pip install -e ."
+    ]
+    # a row's own eval script: its install line, the same way
+    row = instance(eval_script=make_eval_script(instance(), recipe, "/testbed"))
+    own = eval_phases(row, recipe, "/ws/repo", skip_install=True)
+    assert SKIPPED_INSTALL in own.prepare.splitlines()
+    assert "python -m pip install -e ." not in own.prepare
+    subprocess.run(["bash", "-n"], input=skipped.prepare, text=True, check=True)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from swegreen.core.classify import Status
-from swegreen.core.dataset import load_dataset
+from swegreen.core.dataset import Instance, load_dataset
+from swegreen.core.ports import PatchResult
 from swegreen.core.recipes import Recipe, RecipeBook
 from swegreen.evaluation.engine import LocalSettings, build_engine
 from swegreen.evaluation.testbed import Testbed
@@ -330,3 +331,47 @@ def test_a_setup_writing_to_tmp_leaves_nothing_in_the_hosts_for_the_next_row(
     else:  # only TMPDIR is the row's (docs/security.md), removed with its setup
         assert len(set(tmpdirs)) == 2 and not [d for d in tmpdirs if Path(d).exists()]
         Path("/tmp", marker).unlink(missing_ok=True)
+
+
+class GoldPlusBuildFile:
+    """The gold patch, plus a comment added to a build input (pyproject.toml, which the
+    setup wrote and committed): the reinstall must then run."""
+
+    name = "gold+build-file"
+    deterministic = True
+
+    async def get_patch(self, instance: Instance) -> PatchResult:
+        extra = (
+            "diff --git a/pyproject.toml b/pyproject.toml\n"
+            "--- a/pyproject.toml\n+++ b/pyproject.toml\n"
+            "@@ -1,3 +1,4 @@\n"
+            " [project]\n"
+            '+# built again\n name = "calculator"\n version = "0"\n'
+        )
+        return PatchResult(instance.patch + extra, "gold+build-file")
+
+
+def test_the_reinstall_is_skipped_where_it_changes_nothing_and_the_verdict_is_the_same(
+    engine_with_setup, run_sample: RunSample, settings: LocalSettings
+) -> None:
+    """An editable install in the environment, a patch of Python sources only: upstream's
+    eval-time ``pip install -e .`` is left out (the log says so) and the row resolves as
+    it does with it; a patch that touches a build input runs it."""
+    engine, _, _ = engine_with_setup
+    ids = ["sample__calculator-1"]
+    gold = run_sample("gold", run_id="skip-gold", engine=engine, instance_ids=ids)
+    (row,) = gold.results
+    assert row.status == Status.RESOLVED, row.detail
+    assert row.environment["eval_install"] == "skipped (no build input changed)"
+    log = settings.output_dir / "skip-gold" / "instances" / ids[0] / "test_output.txt"
+    text = log.read_text()
+    assert "eval-time reinstall skipped" in text and "pip install --no-build-isolation" not in text
+
+    built = run_sample(GoldPlusBuildFile(), run_id="skip-build", engine=engine, instance_ids=ids)
+    (again,) = built.results
+    assert again.environment["eval_install"] == "ran"
+    log = settings.output_dir / "skip-build" / "instances" / ids[0] / "test_output.txt"
+    assert "pip install --no-build-isolation --no-index -q -e ." in log.read_text()
+    # the same verdict, tests and counts, with or without the reinstall
+    fields = ("status", "reason", "f2p_passed", "f2p_total", "p2p_passed", "p2p_total")
+    assert [getattr(row, f) for f in fields] == [getattr(again, f) for f in fields]

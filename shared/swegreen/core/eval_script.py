@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from swebench.harness.constants import (
@@ -76,6 +77,70 @@ class EvalPhases:
     def script(self) -> str:
         """Both phases as one script: what is stored as the row's eval.sh."""
         return f"{self.prepare}{PHASE_BREAK}\n{self.test}"
+
+
+# What an editable install reads besides the package's Python sources: a patch that
+# touches one of these (or any file at the top of the repository, which setup.py may read)
+# needs upstream's eval-time reinstall; one that touches none gets nothing from it.
+BUILD_FILES = frozenset(
+    {
+        "setup.py",
+        "setup.cfg",
+        "pyproject.toml",
+        "MANIFEST.in",
+        "setupext.py",
+        "versioneer.py",
+        "meson.build",
+        "meson_options.txt",
+        "CMakeLists.txt",
+        "Makefile",
+    }
+)
+EXTENSION_SOURCES = (
+    ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".pyx", ".pxd", ".pxi",
+    ".f", ".f90", ".cu", ".in",
+)  # fmt: skip
+SKIPPED_INSTALL = (
+    ": 'swegreen: eval-time reinstall skipped: the patch changes no build input "
+    "and the environment holds the editable install'"
+)
+
+
+def editable_install(install: str | None) -> bool:
+    """Whether every command of ``install`` installs the checkout in editable mode (its
+    sources imported in place): then only build inputs need it to run again."""
+    if not install:
+        return False
+    commands = [c.split() for c in re.split(r";|&&", install) if c.strip()]
+    return all(
+        ("-e" in words or "--editable" in words or "develop" in words)
+        and ("install" in words or "develop" in words)
+        for words in commands
+    )
+
+
+def reinstall_changes_nothing(
+    install: str | None, paths: Sequence[str], top_level: Iterable[str]
+) -> bool:
+    """Whether upstream's eval-time ``install`` can change nothing for a patch touching
+    ``paths``: an editable install, no build input touched (``BUILD_FILES``, extension
+    sources, any top-level file), nothing added outside the existing top-level
+    directories (``top_level``: a new package a static editable finder would not map)."""
+    if not editable_install(install):
+        return False
+    existing = set(top_level)
+    for path in paths:
+        head, _, rest = path.partition("/")
+        name = path.rsplit("/", 1)[-1]
+        if not rest or head not in existing:
+            return False
+        if name in BUILD_FILES or name.endswith(EXTENSION_SOURCES):
+            return False
+    return True
+
+
+def _without_install(lines: list[str], install: str) -> list[str]:
+    return [SKIPPED_INSTALL if ln.strip() == install.strip() else ln for ln in lines]
 
 
 PHASE_BREAK = "# ---- the test phase runs in a sandbox of its own from here ----"
@@ -153,14 +218,23 @@ def eval_phases(
     pin_path: str | None = None,
     shell: str = "bash",
     readonly_tests: bool = False,
+    skip_install: bool = False,
 ) -> EvalPhases:
     """``readonly_tests``: the test files are read-only mounts in the test phase (the
-    engine's sandbox): the reset after the tests is left out (``READONLY_RESET``)."""
+    engine's sandbox): the reset after the tests is left out (``READONLY_RESET``).
+    ``skip_install``: the recipe's install line is left out, saying so, where it can
+    change nothing (``reinstall_changes_nothing``, decided by the engine)."""
     if instance.eval_script:
-        return adapt_eval_phases(
+        phases = adapt_eval_phases(
             instance.eval_script, workdir, test_wrapper, pin_path, shell, readonly_tests
         )
+        if skip_install and recipe.install:
+            lines = _without_install(phases.prepare.splitlines(), recipe.install)
+            phases = EvalPhases(prepare="\n".join(lines) + "\n", test=phases.test)
+        return phases
     lines = official_lines(instance, recipe, workdir, test_wrapper, shell=shell)
+    if skip_install and recipe.install:
+        lines = _without_install(lines, recipe.install)
     return split_phases(lines, workdir, pin_path, readonly_tests)
 
 

@@ -8,9 +8,10 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from swegreen.core.eval_script import eval_phases
+from swegreen.core.eval_script import eval_phases, reinstall_changes_nothing
 from swegreen.core.patches import inspect_patch
 from swegreen.core.recipes import Recipe, tests_need_network
 from swegreen.environments.environment import ENV_INFO
@@ -116,9 +117,12 @@ class EvalRuns(TestbedsBase):
             tmp=testbed.scratch / "sys-tmp",  # the sandbox's /tmp and /var/tmp, on disk
         )
 
-    async def run_eval(self, testbed: Testbed, guard: Guard | None = None) -> TestRun:
+    async def run_eval(
+        self, testbed: Testbed, guard: Guard | None = None, skip_install: bool = False
+    ) -> TestRun:
         """Run the eval script's two phases, each in a fresh sandbox. Between them,
-        ``guard`` puts back what the install step changed of the tests."""
+        ``guard`` puts back what the install step changed of the tests. ``skip_install``:
+        the recipe's install line is left out (it can change nothing: ``reinstall_skip``)."""
         recipe = testbed.recipe
         policy = self.policy_for(testbed)
         services = await self._services(recipe, policy)
@@ -133,6 +137,7 @@ class EvalRuns(TestbedsBase):
             shell=tool("bash"),
             # the wrapper mounts them read-only for the rest of the phase
             readonly_tests=self.sandbox.bwrap and bool(readonly),
+            skip_install=skip_install,
         )
         host = testbed.host_dir
         log_path = host / art.TEST_OUTPUT
@@ -242,6 +247,25 @@ class EvalRuns(TestbedsBase):
                 os.close(key_fd)
             recorded = await channel.close(key.encode()) if record else None
         return result, recorded
+
+    def reinstall_skip(self, testbed: Testbed, paths: Sequence[str]) -> bool:
+        """Whether upstream's eval-time install can change nothing here: the patch touches
+        no build input (``reinstall_changes_nothing``) and the environment holds this
+        checkout's editable install (a .pth, .egg-link or editable finder naming it)."""
+        recipe = testbed.recipe
+        top = [p.name for p in testbed.repo.iterdir() if p.name != ".git"]
+        if not reinstall_changes_nothing(recipe.install, paths, top):
+            return False
+        site = testbed.site_packages
+        if site is None:
+            return False
+        repo = str(testbed.repo)
+        markers = [*site.glob("*.pth"), *site.glob("*.egg-link"), *site.glob("__editable__*")]
+        return any(
+            repo in m.read_text(errors="replace")
+            for m in markers
+            if m.is_file() and not m.is_symlink()
+        )
 
     async def _readonly(self, testbed: Testbed) -> tuple[str, ...]:
         """What the test phase shows read-only once the test patch is applied: every file

@@ -356,8 +356,13 @@ class Evaluator(PatchEvaluator):
             if row.tampered_files:
                 notes.append("put back before the tests: " + ", ".join(row.tampered_files))
             row.isolation = self.testbeds.sandbox.isolation.mode
+            skip = self.testbeds.reinstall_skip(testbed, row.info.paths)
+            if testbed.recipe.install:
+                row.environment["eval_install"] = (
+                    "skipped (no build input changed)" if skip else "ran"
+                )
             row.begin("tests")
-            run = await self.testbeds.run_eval(testbed, guard)
+            run = await self.testbeds.run_eval(testbed, guard, skip_install=skip)
             row.end()
             row.tampered_files += run.reverted
             row.test_exit_code = run.exit_code
