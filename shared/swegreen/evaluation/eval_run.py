@@ -25,6 +25,7 @@ from swegreen.evaluation.testbed import (
 )
 from swegreen.processes.procs import ProcResult, run_process
 from swegreen.repositories import trusted_git
+from swegreen.sandbox import overlay
 from swegreen.sandbox.env_guard import EnvGuard, command_words, project_names
 from swegreen.sandbox.environ import free_port
 from swegreen.sandbox.isolation import Mounts, SandboxPolicy
@@ -151,7 +152,7 @@ class EvalRuns(TestbedsBase):
         await guard.snapshot()
         env_guard = await asyncio.to_thread(self.env_guard, testbed)
         install_env = self._with_compile_cache(testbed, env, writable=False)
-        self.sandbox.lend([testbed.workspace, testbed.scratch])
+        self.sandbox.lend(*self._to_lend(testbed))
         # The install may need the package index (as in upstream's containers), unless it
         # installs offline from the prepared wheelhouse; the tests never get the network
         # unless the recipe or the instance needs it.
@@ -247,6 +248,16 @@ class EvalRuns(TestbedsBase):
                 os.close(key_fd)
             recorded = await channel.close(key.encode()) if record else None
         return result, recorded
+
+    @staticmethod
+    def _to_lend(testbed: Testbed) -> tuple[list[Path], tuple[Path, ...]]:
+        """What to hand to the sandbox before it runs: the workspace and scratch; of a
+        copy-on-write checkout only its upper layer (what changed since the prepared
+        one, which is the sandbox's already), not a walk over every file."""
+        upper = testbed.host_dir / "layers" / "upper"
+        if overlay.is_mounted(testbed.repo) and upper.is_dir():
+            return [testbed.workspace, testbed.scratch, upper], (testbed.repo,)
+        return [testbed.workspace, testbed.scratch], ()
 
     def reinstall_skip(self, testbed: Testbed, paths: Sequence[str]) -> bool:
         """Whether upstream's eval-time install can change nothing here: the patch touches

@@ -30,7 +30,8 @@ from swegreen.evaluation.testbed import (
     TestbedsBase,
 )
 from swegreen.processes.locks import file_lock
-from swegreen.processes.procs import run_process
+from swegreen.processes.procs import run_checked, run_process
+from swegreen.repositories import trusted_git
 from swegreen.sandbox import overlay, seal
 
 
@@ -254,6 +255,13 @@ class PreparedWorkspaces(TestbedsBase):
             )
             # the sandbox's already, so that evaluations mounted on it change no file
             await asyncio.to_thread(self.sandbox.lend, [root / "repo"])
+            # handing it over changed every file's ctime: git's index is refreshed, so
+            # that each evaluation's `git diff` compares stat data, not 6,000 files' bytes
+            await run_checked(
+                trusted_git.argv(root / "repo", "update-index", "-q", "--refresh"),
+                env=self.git_env(testbed),
+            )
+            await asyncio.to_thread(self.sandbox.lend, [root / "repo" / ".git" / "index"])
             await asyncio.to_thread(seal.seal, root)  # checked before every reuse
             (root / PREPARED_COMPLETE).write_text(str(time.time()))
         except BaseException:
