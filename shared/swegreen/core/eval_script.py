@@ -26,11 +26,11 @@ from swebench.harness.constants import (
     START_TEST_OUTPUT,
     TEST_EXIT_CODE_VAR,
 )
-from swebench.harness.utils import parse_eval_script, record_test_exit_code
 from swebench.utils import get_modified_files
 
 from swegreen.core.dataset import Instance
 from swegreen.core.recipes import Recipe
+from swegreen.core.upstream import parse_eval_script, record_test_exit_code
 
 HEREDOC = "EOF_114329324912"
 CONDA_ACTIVATE = ("source /opt/miniconda3/bin/activate", "conda activate testbed")

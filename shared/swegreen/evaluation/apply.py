@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from swebench.harness.run_evaluation import GIT_APPLY_CMDS
-
+from swegreen.core.upstream import GIT_APPLY_CMDS
 from swegreen.processes.procs import run_process
 
 APPLY_TIMEOUT = 300.0

@@ -22,7 +22,6 @@ from pathlib import Path
 import docker
 from docker.errors import APIError
 from swebench.harness.constants import CONTAINER_PATCH_FILE as DOCKER_PATCH
-from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 
 from swegreen.containers.container import Limits, RowContainer
 from swegreen.containers.images import Images
@@ -35,6 +34,7 @@ from swegreen.core.recipes import Recipe, RecipeBook, tests_need_network
 from swegreen.core.results import InstanceResult
 from swegreen.core.rows import RowBuilder
 from swegreen.core.scrub import NO_SCRUBBING, Scrub
+from swegreen.core.upstream import GIT_APPLY_CMDS
 from swegreen.evaluation.evaluate import Key, PatchEvaluator
 from swegreen.sandbox.tamper import SECTIONED, protected_reason, sections_changed
 from swegreen.stores import artifacts as art
