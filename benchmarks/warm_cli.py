@@ -1,0 +1,78 @@
+"""The whole command line on warm rows, against the test command it exists to run.
+
+    python benchmarks/warm_cli.py --cache-dir DIR --dataset FILE \\
+        --repo-url-template '/mirrors/{owner}+{name}/repo' --instance ID [--instance ID ...]
+
+For each instance: one run to warm its environment and prepared workspace (if the cache
+lacks them), then ``--rounds`` runs of ``swegreen run --patches gold`` under new run ids.
+Per instance, medians: the CLI's wall time; the row's own time (``durations.total``);
+its test command (``test_command_seconds``); the engine's share (row - test command); the
+CLI's share around the row (CLI - row); and CLI / test command. Prints a markdown table
+for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+
+def run_once(args: argparse.Namespace, instance: str, out: Path) -> tuple[float, dict]:
+    run_id = f"warm-{uuid.uuid4().hex[:8]}"
+    argv = [
+        sys.executable, "-m", "swegreen", "run", "--dataset", args.dataset,
+        "--instance-ids", instance, "--patches", "gold", "--run-id", run_id,
+        "--repo-url-template", args.repo_url_template, "--cache-dir", args.cache_dir,
+        "--output-dir", str(out), "--no-progress", *args.extra,
+    ]  # fmt: skip
+    started = time.perf_counter()
+    subprocess.run(argv, capture_output=True, check=False)
+    wall = time.perf_counter() - started
+    row = json.loads((out / run_id / "instances.jsonl").read_text().splitlines()[0])
+    return wall, row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cache-dir", required=True)
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--repo-url-template", required=True)
+    ap.add_argument("--instance", action="append", required=True)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--extra", nargs="*", default=["--env-files-at-base"], help="more flags")
+    args = ap.parse_args()
+    machine = f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    print(f"Machine: {machine}; median of {args.rounds} warm runs each\n")
+    print(
+        "| instance | verdict | CLI (s) | row (s) | test command (s) | engine: row - test (s) "
+        "| CLI around the row (s) | CLI / test command |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        for instance in args.instance:
+            run_once(args, instance, out)  # warm-up
+            walls, rows, tests = [], [], []
+            for _ in range(args.rounds):
+                wall, row = run_once(args, instance, out)
+                walls.append(wall)
+                rows.append(row["durations"]["total"])
+                tests.append(row["test_command_seconds"])
+            cli, own, test = (statistics.median(x) for x in (walls, rows, tests))
+            print(
+                f"| {instance} | {row['status']} | {cli:.2f} | {own:.2f} | {test:.2f} "
+                f"| {own - test:.2f} | {cli - own:.2f} | {cli / test:.2f}x |"
+            )
+
+
+if __name__ == "__main__":
+    main()
