@@ -23,6 +23,7 @@ from swegreen.environments.compile_cache import CACHE_DIR as COMPILE_CACHE_DIR
 from swegreen.environments.compile_cache import CompileCache
 from swegreen.environments.environment import Environment
 from swegreen.environments.manager import EnvManager
+from swegreen.evaluation.trash import empty_trash
 from swegreen.processes.procs import ProcResult
 from swegreen.repositories import trusted_git
 from swegreen.repositories.repo_cache import RepoCache, git_env
@@ -178,6 +179,7 @@ class TestbedsBase:
         self._failed: dict[str, EvaluationFailure] = {}
         # workspaces of an engine killed before it could unmount them (overlay.py)
         overlay.sweep(options.work_root)
+        empty_trash(options.work_root)  # and what their rows left on the way out
         self.compile_cache = compile_cache
         self.recipes = recipes
         self.envs = envs

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -17,6 +16,7 @@ from swegreen.evaluation.testbed import (
     PIP_CACHE,
     Testbed,
 )
+from swegreen.evaluation.trash import discard
 from swegreen.repositories import trusted_git
 from swegreen.sandbox import overlay
 from swegreen.sandbox.environ import scratch_dir
@@ -84,6 +84,6 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
                 await asyncio.to_thread(overlay.unmount, repo)
             if not self.options.keep_workspaces:
                 scratch = scratch_dir(workspace / "repo", f"swegreen-{workspace.name}")
-                await asyncio.to_thread(shutil.rmtree, scratch, True)
-                await asyncio.to_thread(shutil.rmtree, workspace, True)
-                await asyncio.to_thread(shutil.rmtree, host_dir, True)
+                await asyncio.to_thread(
+                    discard, self.options.work_root, [scratch, workspace, host_dir]
+                )
