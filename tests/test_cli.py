@@ -444,3 +444,30 @@ def test_sandbox_limits_come_from_the_environment_and_bad_ones_are_refused(
     assert (settings.disk_mb, settings.memory_mb, settings.max_processes) == (2048, 4096, 4096)
     with pytest.raises(ConfigError, match=r"SWEGREEN_DISK_MB='10G' is not a limit"):
         _settings(args, {"SWEGREEN_DISK_MB": "10G"})
+
+
+def test_a_run_never_shrinks(tmp_path: Path, session_cache: Path) -> None:
+    """A finished run of 3 rows asked again with --max-rows 2: refused, saying what to do,
+    and its results keep all 3 rows; more rows resume it."""
+    common = ("--sample", "--patches", "empty", "--run-id", "keep", "--no-progress")
+    first = cli("run", *common, "--max-rows", "3", cwd=tmp_path, cache=session_cache)
+    assert first.returncode == 0, first.stderr
+    results = tmp_path / "results" / "keep" / "results.json"
+    before = results.read_text()
+    smaller = cli("run", *common, "--max-rows", "2", cwd=tmp_path, cache=session_cache)
+    assert smaller.returncode == 2, smaller.stdout + smaller.stderr
+    said = " ".join((smaller.stdout + smaller.stderr).split())
+    assert "never shrinks" in said and "new --run-id" in said, said
+    assert results.read_text() == before
+    assert json.loads(before)["results"][0]["total_instances"] == 3
+    more = cli("run", *common, "--max-rows", "4", cwd=tmp_path, cache=session_cache)
+    assert more.returncode == 0, more.stderr
+    assert json.loads(results.read_text())["results"][0]["total_instances"] == 4
+    # no row ran its tests (empty patches): no pass rate is shown, the count is
+    table = more.stdout
+    for label in ("F2P tests passing", "P2P tests passing"):
+        (line,) = [ln for ln in table.splitlines() if label in ln]
+        assert "n/a" in line and "%" not in line, line
+    assert "0 of 4" in next(ln for ln in table.splitlines() if "rows whose tests ran" in ln)
+    html = (tmp_path / "results" / "keep" / "report.html").read_text()
+    assert html.count("<b>n/a</b>") == 2

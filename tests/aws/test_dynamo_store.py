@@ -180,7 +180,7 @@ def test_a_run_whose_ids_pass_400_kb_keeps_every_item_small_and_every_row(
     """DynamoDB refuses items over 400 KB: a record with every id in it, or a progress set
     of them, passed that at about 4,500 Verified-length ids and lost verdicts. Here ids of
     the longest form ids.py allows (128 characters): 3,400 of them are 440 KB, two id
-    items; resumed once with fewer."""
+    items; a resume with fewer refused."""
     ids = [f"scikit-learn__scikit-learn-{n:05d}-".ljust(MAX_ID_CHARS, "x") for n in range(ROWS)]
     started = store.begin_run(record(instance_ids=ids))
     # many Classify functions at once, as the rows Map runs them (each its own session:
@@ -218,12 +218,13 @@ def test_a_run_whose_ids_pass_400_kb_keeps_every_item_small_and_every_row(
     assert run_item["finished_count"] == ROWS and run_item["instance_count"] == ROWS
     assert store.get_run("r1").instance_ids == ids
     assert len(store.get_results("r1")) == ROWS
-    # resumed with fewer rows: the selection shrinks, no stale id items stay
+    # a finished run is not changed: fewer rows are refused, every id item stays
     assert len(json.dumps(ids)) > 400_000
-    store.begin_run(record(instance_ids=ids[:1000]))
-    assert store.get_run("r1").instance_ids == ids[:1000]
+    with pytest.raises(StoreError, match="never shrinks"):
+        store.begin_run(record(instance_ids=ids[:1000]))
+    assert store.get_run("r1").instance_ids == ids
     left = store.table.query(
         KeyConditionExpression="pk = :r AND begins_with(sk, :ids)",
         ExpressionAttributeValues={":r": "r1", ":ids": "IDS#"},
     )["Items"]
-    assert len(left) == 1  # of the 2 the first selection took
+    assert len(left) == 2

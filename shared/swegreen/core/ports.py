@@ -64,6 +64,18 @@ class RunRecord(BaseModel):
                 f"run {new.run_id!r} evaluated patches from {self.patch_source!r}, not "
                 f"{new.patch_source!r}; choose a new run id"
             )
+        # A run never shrinks: its results and leaderboard would lose rows it holds (it
+        # may grow: a resume with more rows evaluates only the new ones).
+        wanted = set(new.instance_ids)
+        dropped = [i for i in self.instance_ids if i not in wanted]
+        if dropped:
+            raise StoreError(
+                f"run {new.run_id!r} holds {len(self.instance_ids)} row(s); this selection "
+                f"({len(new.instance_ids)}) would leave out {len(dropped)} of them "
+                f"({', '.join(dropped[:3])}{' ...' if len(dropped) > 3 else ''}): a run "
+                "never shrinks. To resume it, select its rows again (the same --max-rows, "
+                "--instance-ids, --repos); to evaluate this selection, choose a new --run-id"
+            )
 
 
 class ResultStore(Protocol):

@@ -91,15 +91,15 @@ def leaderboard_table(metrics: RunMetrics, title: str) -> Table:
         )
     table.add_section()
     table.add_row("total instances", str(metrics.total_instances), "")
-    table.add_row(
-        "F2P tests passing", f"{metrics.f2p_passed}/{metrics.f2p_total}", f"{metrics.f2p_rate:.1%}"
-    )
-    table.add_row(
-        "P2P tests passing", f"{metrics.p2p_passed}/{metrics.p2p_total}", f"{metrics.p2p_rate:.1%}"
-    )
+    # no rate over rows whose tests never ran: with none run, there is no rate to show
+    ran = metrics.tests_ran_instances
+    f2p = f"{metrics.f2p_rate:.1%}" if ran else "n/a"
+    p2p = f"{metrics.p2p_rate:.1%}" if ran else "n/a"
+    table.add_row("F2P tests passing", f"{metrics.f2p_passed}/{metrics.f2p_total}", f2p)
+    table.add_row("P2P tests passing", f"{metrics.p2p_passed}/{metrics.p2p_total}", p2p)
     table.add_row("infrastructure errors", str(metrics.infrastructure_errors), "")
     table.add_row("participant failures", str(metrics.participant_failures), "")
-    table.add_row("rows whose tests ran", str(metrics.tests_ran_instances), "")
+    table.add_row("rows whose tests ran", f"{ran} of {metrics.total_instances}", "")
     table.add_row("P2P kept without running", str(metrics.p2p_passed_unrun), "")
     if metrics.environment_limited:
         table.add_row("environment-limited (base validation)", str(metrics.environment_limited), "")

@@ -92,11 +92,13 @@ def _leaderboard(metrics: RunMetrics) -> str:
     counts = Counter({s: 0 for s in STATUS_ORDER})
     counts.update({Status(k): v for k, v in row["counts"].items()})
     total = max(1, metrics.total_instances)
+    ran = metrics.tests_ran_instances
     cards = [
         ("instances", str(metrics.total_instances)),
         ("resolved", _pct(row["resolved_pct"])),
-        ("F2P pass rate", _pct(row["fail_to_pass_passed_pct"])),
-        ("P2P pass rate", _pct(row["pass_to_pass_passed_pct"])),
+        # no rate over rows whose tests never ran
+        ("F2P pass rate", _pct(row["fail_to_pass_passed_pct"]) if ran else "n/a"),
+        ("P2P pass rate", _pct(row["pass_to_pass_passed_pct"]) if ran else "n/a"),
         ("rows whose tests ran", f"{metrics.tests_ran_instances} of {metrics.total_instances}"),
         # counted as kept: those rows' code stayed as it was (docs/results.md)
         ("P2P kept without running", f"{metrics.p2p_passed_unrun} of {metrics.p2p_passed}"),
