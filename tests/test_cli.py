@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sqlite3
 import subprocess
@@ -471,3 +472,56 @@ def test_a_run_never_shrinks(tmp_path: Path, session_cache: Path) -> None:
     assert "0 of 4" in next(ln for ln in table.splitlines() if "rows whose tests ran" in ln)
     html = (tmp_path / "results" / "keep" / "report.html").read_text()
     assert html.count("<b>n/a</b>") == 2
+
+
+def test_report_without_runs_says_so_and_makes_nothing(tmp_path: Path, session_cache: Path) -> None:
+    out = cli("report", cwd=tmp_path, cache=session_cache)
+    assert out.returncode == 0, out.stderr
+    assert "no runs in" in out.stdout and "swegreen run --sample" in out.stdout
+    assert not (tmp_path / "results").exists()
+    missing = cli("report", "--run-id", "nope", cwd=tmp_path, cache=session_cache)
+    assert missing.returncode == 2 and "holds no runs" in missing.stdout
+    assert not (tmp_path / "results").exists()
+
+
+def test_unknown_swegreen_variables_are_named_once_and_the_command_runs(
+    tmp_path: Path, session_cache: Path
+) -> None:
+    env = {**os.environ, "SWEGREEN_TEST_TMP_X": "1", "SWEGREEN_MAX_ROW": "2", "COLUMNS": "120"}
+    argv = [sys.executable, "-m", "swegreen", "report", "--output-dir", str(tmp_path / "r")]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stderr.count("warning:") == 1
+    said = " ".join(out.stderr.split())
+    assert "SWEGREEN_MAX_ROW (did you mean SWEGREEN_MAX_ROWS?)" in said
+    assert "SWEGREEN_TEST_TMP_X" in said
+
+
+def test_the_resume_hint_of_a_predictions_run_runs_as_printed(
+    tmp_path: Path, session_cache: Path, sample: SampleBenchmark
+) -> None:
+    """A run left unfinished (here: its record marked so) lists the command that resumes
+    it, with the predictions file's path; that command, run as printed, finishes it."""
+    preds = tmp_path / "my preds.jsonl"
+    preds.write_text(sample.crafted.read_text())
+    first = cli(
+        "run", "--sample", "--patches", str(preds), "--max-rows", "2", "--run-id", "hint",
+        "--no-progress", cwd=tmp_path, cache=session_cache,
+    )  # fmt: skip
+    assert first.returncode in (0, 3), first.stderr
+    db = tmp_path / "results" / "swegreen.sqlite"
+    with sqlite3.connect(db) as conn:
+        (record,) = conn.execute("SELECT record FROM runs WHERE run_id = 'hint'").fetchone()
+        data = json.loads(record)
+        data["state"] = "running"
+        conn.execute("UPDATE runs SET record = ? WHERE run_id = 'hint'", (json.dumps(data),))
+    listing = cli("report", cwd=tmp_path, cache=session_cache).stdout
+    line = " ".join(listing.split())
+    hint = line.split("resume: ", 1)[1].split(" (with", 1)[0]
+    argv = shlex.split(hint)
+    assert argv[:2] == ["swegreen", "run"] and str(preds) in argv
+    again = cli(
+        *argv[1:], "--sample", "--max-rows", "2", "--no-progress", cwd=tmp_path, cache=session_cache
+    )
+    assert again.returncode in (0, 3), again.stdout + again.stderr
+    assert "Run hint" in again.stdout

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from swegreen.core.config import EvalConfig, build_config, load_config
+from swegreen.core.config import EvalConfig, build_config, load_config, unknown_env
 from swegreen.core.errors import ConfigError
 
 
@@ -74,13 +74,17 @@ def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, message: str) ->
         load_config(scenario(tmp_path, text))
 
 
-def test_misspelt_environment_variable_is_an_error() -> None:
-    with pytest.raises(ConfigError, match="unknown environment variable SWEGREEN_MAX_ROW;"):
-        load_config(None, {"SWEGREEN_MAX_ROW": "3"})
-    assert (
-        load_config(None, {"SWEGREEN_CACHE_DIR": "/x"}, env_extra=frozenset({"cache_dir"})).max_rows
-        == 3
-    )
+def test_unknown_environment_variables_are_not_read_and_named_once() -> None:
+    """A test suite's own SWEGREEN_* variable, a misspelt key: ignored, with one warning
+    that names them (and the key a misspelling is nearest to)."""
+    env = {"SWEGREEN_MAX_ROW": "3", "SWEGREEN_TEST_TMP": "/x", "SWEGREEN_CACHE_DIR": "/c"}
+    assert load_config(None, env, env_extra=frozenset({"cache_dir"})).max_rows == 3
+    warning = unknown_env(env, frozenset({"cache_dir"}))
+    assert warning is not None
+    assert "SWEGREEN_MAX_ROW (did you mean SWEGREEN_MAX_ROWS?)" in warning
+    assert "SWEGREEN_TEST_TMP" in warning and "SWEGREEN_CACHE_DIR" not in warning
+    assert unknown_env({"SWEGREEN_MAX_ROWS": "2", "HOME": "/h"}) is None
+    assert load_config(None, {"SWEGREEN_MAX_ROWS": "2"}).max_rows == 2
 
 
 def test_num_instances_is_agentbeats_name_for_max_rows_and_wins_over_it() -> None:

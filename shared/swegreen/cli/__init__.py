@@ -11,7 +11,13 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from swegreen.cli.common import EXIT_CANNOT_START, checked_run_id, local_settings, said
+from swegreen.cli.common import (
+    EXIT_CANNOT_START,
+    LOCAL_ENV_KEYS,
+    checked_run_id,
+    local_settings,
+    said,
+)
 from swegreen.cli.parser import parser
 from swegreen.core.errors import ConfigError, SweGreenError
 
@@ -29,11 +35,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from swegreen.cli.run import run_command
     from swegreen.cli.serve import serve_command
     from swegreen.cli.upload import upload_dataset_command
+    from swegreen.core.config import unknown_env
     from swegreen.core.scrub import Scrubber
     from swegreen.evaluation.settings import host_environment
 
     console = Console(stderr=False, highlight=False)
     env = host_environment()
+    if (unknown := unknown_env(env, LOCAL_ENV_KEYS | {"api_key"})) is not None:
+        Console(stderr=True, highlight=False).print(said("warning:", "yellow", unknown))
     scrubber = Scrubber.from_env(env)  # the host's secrets, kept out of everything stored
     try:
         if args.command == "upload-dataset":

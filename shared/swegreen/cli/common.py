@@ -31,8 +31,6 @@ LOCAL_ENV_KEYS = frozenset(
 )
 # Exit codes (docs/usage.md): scripts tell a run that could not start from one that
 # finished with error rows, and both from an interrupted one.
-# Exit codes (docs/usage.md): scripts tell a run that could not start from one that
-# finished with error rows, and both from an interrupted one.
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1  # demo: a verdict other than the expected one
 EXIT_CANNOT_START = 2  # bad config, dataset or input; unavailable sandbox; nothing ran

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,14 @@ def report(
     from swegreen.reports.console import leaderboard_table, reasons_line
     from swegreen.stores.sqlite import SqliteStore
 
+    if not settings.store_path.exists():  # nothing to show, and nothing made to show it
+        if run_id is not None:
+            raise ConfigError(f"no run {run_id!r}: {settings.output_dir} holds no runs")
+        console.print(
+            f"no runs in {settings.output_dir} (start one: swegreen run --sample --patches gold)",
+            markup=False,
+        )
+        return 0
     store = SqliteStore(settings.store_path)
     try:
         if run_id is None:
@@ -78,7 +87,10 @@ def resume_hint(record: RunRecord) -> str:
     """How to finish a run that did not (a kill leaves it so; its rows are kept)."""
     if record.patch_source.startswith("a2a:"):
         return "resume: send the same assessment to the green agent again"
+    patches = record.patch_source
+    if patches.startswith("predictions:"):  # --patches takes the file's path
+        patches = record.patches_path or f"<the path of {patches.split(':', 1)[1]}>"
     return (
-        f"resume: swegreen run --run-id {record.run_id} --patches {record.patch_source} "
+        f"resume: swegreen run --run-id {record.run_id} --patches {shlex.quote(patches)} "
         "(with the dataset and selection flags it was started with)"
     )

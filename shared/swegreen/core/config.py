@@ -7,6 +7,7 @@ Core code receives the validated model and never reads the environment itself.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import tomllib
@@ -361,21 +362,31 @@ def read_scenario(path: Path) -> dict[str, Any]:
 def config_from_env(
     env: Mapping[str, str], allowed_extra: frozenset[str] = frozenset()
 ) -> dict[str, str]:
-    """``SWEGREEN_<KEY>`` variables for config keys. A misspelt one is an error, not ignored."""
+    """``SWEGREEN_<KEY>`` variables for config keys; others are not read (the composition
+    root warns of unknown ones once: ``unknown_env``)."""
     fields = set(EvalConfig.model_fields)
-    found: dict[str, str] = {}
-    for name, value in env.items():
-        if not name.startswith(ENV_PREFIX):
-            continue
-        key = name[len(ENV_PREFIX) :].lower()
-        if key in fields:
-            found[key] = value
-        elif key not in allowed_extra:
-            raise ConfigError(
-                f"unknown environment variable {name}; known ones are "
-                + ", ".join(ENV_PREFIX + k.upper() for k in sorted(fields | allowed_extra))
-            )
-    return found
+    return {
+        name[len(ENV_PREFIX) :].lower(): value
+        for name, value in env.items()
+        if name.startswith(ENV_PREFIX) and name[len(ENV_PREFIX) :].lower() in fields
+    }
+
+
+def unknown_env(env: Mapping[str, str], allowed_extra: frozenset[str] = frozenset()) -> str | None:
+    """One warning naming the ``SWEGREEN_*`` variables nothing reads (a test suite's own,
+    a misspelt key: the nearest known one is suggested), or None."""
+    known = {ENV_PREFIX + k.upper() for k in (*EvalConfig.model_fields, *allowed_extra)}
+    unknown = sorted(n for n in env if n.startswith(ENV_PREFIX) and n not in known)
+    if not unknown:
+        return None
+    named = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        named.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return (
+        f"ignoring environment variable(s) {', '.join(named)}: not read by swegreen "
+        "(docs/configuration.md lists those that are)"
+    )
 
 
 def build_config(

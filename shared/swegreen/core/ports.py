@@ -32,6 +32,9 @@ class RunRecord(BaseModel):
     provenance: dict[str, Any] = Field(default_factory=dict)
     # "estimated": an AWS dry run, resolved and estimated, never run
     state: Literal["running", "finished", "estimated"] = "running"
+    # where a local run's predictions file is (this host's store only: never published),
+    # so that the command that resumes it can be printed as it runs
+    patches_path: str | None = None
     summary: dict[str, Any] | None = None
     created_at: str = Field(default_factory=utcnow)
     updated_at: str = Field(default_factory=utcnow)
@@ -45,6 +48,7 @@ class RunRecord(BaseModel):
                 "instance_ids": new.instance_ids,
                 "config": new.config,
                 "provenance": new.provenance,
+                "patches_path": new.patches_path,
                 "state": "running",
                 "summary": None,
                 "updated_at": utcnow(),

@@ -86,6 +86,7 @@ class Runner:
             dataset_revision=dataset.revision,
             dataset_digest=dataset.digest,
             patch_source=source.name,
+            patches_path=str(path.resolve()) if (path := getattr(source, "path", None)) else None,
             config=config.public(),
             instance_ids=[i.instance_id for i in instances],
             provenance=provenance,
