@@ -16,6 +16,8 @@ import duckdb
 import json5
 import pytest
 
+from swegreen.core.intervals import headline
+
 from .conftest import RunSample
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,6 +234,13 @@ def test_each_listed_query_runs_over_results_as_the_template_writes_them(
     )
     assert list(overall) == [gold["id"], empty["id"]]  # ranked by resolved share
     assert gold["instances"] == 4 and gold["resolved"] == 1.0 and gold["tests_ran"] == 4
+    # the resolved share's interval, as swegreen computes it (Wilson's or the clustered one)
+    for agent, rows in ((gold, {"sample/calculator": (4, 4)}), (empty, None)):
+        if rows is None:  # empty: none resolved, over the sample's repositories
+            assert agent["resolved_low"] == 0.0 and 0 < agent["resolved_high"] < 1
+            continue
+        low, high = headline(rows)
+        assert (agent["resolved_low"], agent["resolved_high"]) == (round(low, 4), round(high, 4))
     assert empty["instances"] == 4 and empty["no_op"] == 1.0 and empty["f2p_pass_rate"] == 0.0
     assert empty["tests_ran"] == 0  # the green agent's own id never appears as a row
     assert "019f8243-0000-7000-8000-00000000c003" not in overall

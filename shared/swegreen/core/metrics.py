@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from swegreen.core.classify import Status
+from swegreen.core.intervals import headline, wilson
 from swegreen.core.results import InstanceResult
 
 STATUS_ORDER: tuple[Status, ...] = tuple(Status)
@@ -50,14 +51,20 @@ class RunMetrics(BaseModel):
     resolved_steps: int = 0
     resolved_with_tokens: int = 0
     resolved_tokens: int = 0
+    # rows and resolved rows per repository: the headline's clustered interval (additive)
+    by_repo: dict[str, list[int]] = Field(default_factory=dict)
 
     @classmethod
     def from_results(cls, results: Iterable[InstanceResult]) -> RunMetrics:
         counts: Counter[str] = Counter()
         reasons: Counter[str] = Counter()
         totals = Counter[str]()
+        by_repo: dict[str, list[int]] = {}
         for r in results:
             counts[r.status.value] += 1
+            cell = by_repo.setdefault(r.repo, [0, 0])
+            cell[0] += 1
+            cell[1] += r.status is Status.RESOLVED
             reasons[r.reason] += 1
             totals["f2p_passed"] += r.f2p_passed
             totals["f2p_total"] += r.f2p_total
@@ -85,6 +92,7 @@ class RunMetrics(BaseModel):
             total_instances=sum(counts.values()),
             counts={**_zero_counts(), **counts},
             reasons=dict(sorted(reasons.items())),
+            by_repo=dict(sorted(by_repo.items())),
             **totals,
         )
 
@@ -93,9 +101,36 @@ class RunMetrics(BaseModel):
         counts = Counter(self.counts) + Counter(other.counts)
         reasons = Counter(self.reasons) + Counter(other.reasons)
         summed = {name: getattr(self, name) + getattr(other, name) for name in ADDITIVE}
+        by_repo = {
+            repo: [
+                a + b
+                for a, b in zip(
+                    self.by_repo.get(repo, [0, 0]), other.by_repo.get(repo, [0, 0]), strict=True
+                )
+            ]
+            for repo in sorted({*self.by_repo, *other.by_repo})
+        }
         return RunMetrics(
-            counts={**_zero_counts(), **counts}, reasons=dict(sorted(reasons.items())), **summed
+            counts={**_zero_counts(), **counts},
+            reasons=dict(sorted(reasons.items())),
+            by_repo=by_repo,
+            **summed,
         )
+
+    def interval(self, status: Status) -> tuple[float, float]:
+        """95% interval of a status's share: Wilson's; resolved's also clustered by
+        repository (core/intervals.py)."""
+        if status is Status.RESOLVED and self.by_repo:
+            return headline({r: (hits, rows) for r, (rows, hits) in self.by_repo.items()})
+        return wilson(self.counts.get(status.value, 0), self.total_instances)
+
+    @property
+    def f2p_interval(self) -> tuple[float, float]:
+        return wilson(self.f2p_passed, self.f2p_total)
+
+    @property
+    def p2p_interval(self) -> tuple[float, float]:
+        return wilson(self.p2p_passed, self.p2p_total)
 
     def share(self, status: Status) -> float:
         return _ratio(self.counts.get(status.value, 0), self.total_instances)
@@ -128,6 +163,11 @@ class RunMetrics(BaseModel):
         row["green_agent_model"] = green_agent_model
         row["mean_steps_per_resolved"] = self.mean_steps_per_resolved
         row["mean_tokens_per_resolved"] = self.mean_tokens_per_resolved
+        # 95% intervals of every rate (core/intervals.py), after the seed's fields
+        for status in STATUS_ORDER:
+            row[f"{status.value}_pct_ci"] = _rounded(self.interval(status))
+        row["fail_to_pass_passed_pct_ci"] = _rounded(self.f2p_interval)
+        row["pass_to_pass_passed_pct_ci"] = _rounded(self.p2p_interval)
         row.update(
             counts=dict(self.counts),
             reasons=dict(self.reasons),
@@ -140,6 +180,7 @@ class RunMetrics(BaseModel):
             environment_limited=self.environment_limited,
             tests_ran_instances=self.tests_ran_instances,
             pass_to_pass_passed_unrun=self.p2p_passed_unrun,
+            resolved_by_repo={r: list(v) for r, v in self.by_repo.items()},
             **{name: getattr(self, name) for name in USAGE_TOTALS},
         )
         return row
@@ -160,6 +201,7 @@ class RunMetrics(BaseModel):
             environment_limited=row.get("environment_limited", 0),
             tests_ran_instances=row.get("tests_ran_instances", 0),
             p2p_passed_unrun=row.get("pass_to_pass_passed_unrun", 0),
+            by_repo={r: list(v) for r, v in (row.get("resolved_by_repo") or {}).items()},
             **{name: row.get(name, 0) for name in USAGE_TOTALS},
         )
 
@@ -212,3 +254,7 @@ def _mean(total: int, count: int) -> float | None:
 def _ratio(numerator: int, denominator: int) -> float:
     # Nothing counted means nothing passed: 0.0, never a division by zero.
     return round(numerator / denominator, 6) if denominator else 0.0
+
+
+def _rounded(interval: tuple[float, float]) -> list[float]:
+    return [round(interval[0], 6), round(interval[1], 6)]

@@ -87,6 +87,11 @@ def _pct(value: float) -> str:
     return f"{value:.1%}"
 
 
+def _ci(interval: list[float]) -> str:
+    """A 95% interval beside its rate (core/intervals.py)."""
+    return f" [{interval[0] * 100:.1f}-{interval[1] * 100:.1f}]"
+
+
 def _leaderboard(metrics: RunMetrics) -> str:
     row = metrics.result_row("")
     counts = Counter({s: 0 for s in STATUS_ORDER})
@@ -95,10 +100,20 @@ def _leaderboard(metrics: RunMetrics) -> str:
     ran = metrics.tests_ran_instances
     cards = [
         ("instances", str(metrics.total_instances)),
-        ("resolved", _pct(row["resolved_pct"])),
+        ("resolved", _pct(row["resolved_pct"]) + _ci(row["resolved_pct_ci"])),
         # no rate over rows whose tests never ran
-        ("F2P pass rate", _pct(row["fail_to_pass_passed_pct"]) if ran else "n/a"),
-        ("P2P pass rate", _pct(row["pass_to_pass_passed_pct"]) if ran else "n/a"),
+        (
+            "F2P pass rate",
+            _pct(row["fail_to_pass_passed_pct"]) + _ci(row["fail_to_pass_passed_pct_ci"])
+            if ran
+            else "n/a",
+        ),
+        (
+            "P2P pass rate",
+            _pct(row["pass_to_pass_passed_pct"]) + _ci(row["pass_to_pass_passed_pct_ci"])
+            if ran
+            else "n/a",
+        ),
         ("rows whose tests ran", f"{metrics.tests_ran_instances} of {metrics.total_instances}"),
         # counted as kept: those rows' code stayed as it was (docs/results.md)
         ("P2P kept without running", f"{metrics.p2p_passed_unrun} of {metrics.p2p_passed}"),
