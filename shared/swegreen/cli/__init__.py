@@ -28,6 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from rich.console import Console
 
+    from swegreen.cli.compare import compare_command
     from swegreen.cli.demo import demo, sample_command
     from swegreen.cli.participant import participant_command
     from swegreen.cli.regrade import regrade
@@ -67,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return participant_command(args, settings)
         if args.command == "sample":
             return sample_command(settings, console)
+        if args.command == "compare":
+            return compare_command([checked_run_id(r) for r in args.runs], settings, console)
     except SweGreenError as exc:
         console.print(said("error:", "red", str(exc)))
         return EXIT_CANNOT_START

@@ -169,6 +169,14 @@ def parser() -> argparse.ArgumentParser:
     )
     local_flags(report, evaluates=False)
 
+    compare = sub.add_parser(
+        "compare",
+        help="compare stored runs on the rows they share (paired difference, McNemar; "
+        "several runs of one participant: mean, spread, pass@k)",
+    )
+    compare.add_argument("runs", nargs="+", metavar="RUN_ID", help="two run ids, or more")
+    local_flags(compare, evaluates=False)
+
     sample = sub.add_parser("sample", help="build the sample benchmark and print where it is")
     local_flags(sample, evaluates=False)
 

@@ -1,0 +1,76 @@
+"""`swegreen compare`: stored runs on the rows they share."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from swegreen.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from swegreen.evaluation.engine import LocalSettings
+
+SHOWN = 10  # flipped rows listed per direction (all are counted)
+
+
+def compare_command(run_ids: list[str], settings: LocalSettings, console: Console) -> int:
+    from swegreen.core.classify import Status
+    from swegreen.core.compare import compare, repeated
+    from swegreen.stores.sqlite import SqliteStore
+
+    if len(run_ids) < 2:
+        raise ConfigError("compare needs two run ids (or more, for repeated runs)")
+    if not settings.store_path.exists():
+        raise ConfigError(f"{settings.output_dir} holds no runs")
+    store = SqliteStore(settings.store_path)
+    try:
+        resolved: list[tuple[str, dict[str, bool]]] = []
+        repo_of: dict[str, str] = {}
+        for run_id in run_ids:
+            record = store.get_run(run_id)
+            if record is None:
+                raise ConfigError(f"no run {run_id!r} in {settings.store_path}")
+            wanted = set(record.instance_ids)
+            rows = {i: r for i, r in store.get_results(run_id).items() if i in wanted}
+            repo_of.update({i: r.repo for i, r in rows.items()})
+            resolved.append((run_id, {i: r.status is Status.RESOLVED for i, r in rows.items()}))
+    finally:
+        store.close()
+    out = console.print
+    (a, ra), (b, rb) = resolved[0], resolved[1]
+    c = compare(a, b, ra, rb, repo_of)
+    if c.rows == 0:
+        raise ConfigError(f"runs {a!r} and {b!r} share no rows: nothing to compare")
+    out(f"{b} against {a} on the {c.rows} rows both ran", markup=False)
+    if c.only_a or c.only_b:
+        out(f"  (left out: {c.only_a} rows only {a} ran, {c.only_b} only {b} ran)", markup=False)
+    out(
+        f"  resolved: {a} {c.a_resolved} ({c.a_resolved / c.rows:.1%}), "
+        f"{b} {c.b_resolved} ({c.b_resolved / c.rows:.1%})",
+        markup=False,
+    )
+    low, high = c.interval
+    out(
+        f"  difference ({b} - {a}): {c.difference:+.1%}, 95% interval [{low:+.1%}, {high:+.1%}] "
+        f"(paired bootstrap); McNemar exact p = {c.mcnemar_p:.3g}",
+        markup=False,
+    )
+    for label, ids in ((f"resolved by {b} only", c.gained), (f"resolved by {a} only", c.lost)):
+        listed = ", ".join(ids[:SHOWN]) + (
+            f" and {len(ids) - SHOWN} more" if len(ids) > SHOWN else ""
+        )
+        out(f"  {label}: {len(ids)}" + (f": {listed}" if ids else ""), markup=False)
+    out("  per repository (rows, gained, lost):", markup=False)
+    for repo, flips in c.by_repo.items():
+        out(f"    {repo}: {flips.rows}, +{len(flips.gained)}, -{len(flips.lost)}", markup=False)
+    # the same rows read as repeated runs of one participant (two runs, or more)
+    r = repeated(resolved)
+    k = len(r.runs)
+    out(
+        f"as {k} runs of one participant, on the {r.rows} rows all ran: mean resolved "
+        f"{r.mean:.1%} (sd {r.stdev:.1%}; runs {', '.join(f'{x:.1%}' for x in r.rates)}); "
+        f"pass@{k} {r.pass_at_k:.1%}, pass^{k} {r.pass_all_k:.1%}",
+        markup=False,
+    )
+    return 0
