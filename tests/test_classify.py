@@ -70,3 +70,10 @@ def test_tree_never_contradicts_the_official_resolution() -> None:
             status, _ = classify(True, TestCounts(f2p_passed, f2p_total, p2p_passed, p2p_total))
             assert (status is Status.RESOLVED) == (official == "RESOLVED_FULL"), report
             assert (status is Status.PARTIALLY_RESOLVED) == (official == "RESOLVED_PARTIAL"), report
+
+
+def test_every_reason_has_words_for_people() -> None:
+    from swegreen.core.classify import REASON_WORDS, Reason
+
+    assert set(REASON_WORDS) == {r.value for r in Reason}
+    assert all(words.strip() for words in REASON_WORDS.values())

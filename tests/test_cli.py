@@ -470,6 +470,11 @@ def test_a_run_never_shrinks(tmp_path: Path, session_cache: Path) -> None:
         (line,) = [ln for ln in table.splitlines() if label in ln]
         assert "n/a" in line and "%" not in line, line
     assert "0 of 4" in next(ln for ln in table.splitlines() if "rows whose tests ran" in ln)
+    # the end of a run: the reasons in words, where results.json and report.html are
+    assert "4 the patch was empty (empty_patch)" in table
+    for name in ("results.json", "report.html", "instances.jsonl"):
+        (line,) = [ln for ln in table.splitlines() if ln.rstrip().endswith(name)]
+        assert Path(line.split()[-1]).is_file(), line
     html = (tmp_path / "results" / "keep" / "report.html").read_text()
     assert html.count("<b>n/a</b>") == 2
 

@@ -140,11 +140,10 @@ def print_outcome(console: Console, outcome: RunOutcome, settings: LocalSettings
             f"resumed: {outcome.resumed} row(s) were already stored, "
             f"{outcome.evaluated} evaluated now"
         )
-    console.print(
-        f"results: {settings.output_dir / run_id / 'results.json'}  "
-        f"rows: {settings.output_dir / run_id / 'instances.jsonl'}\n",
-        markup=False,
-    )
+    run_dir = settings.output_dir / run_id
+    console.print(f"results: {run_dir / 'results.json'}", markup=False)
+    console.print(f"report:  {run_dir / 'report.html'}", markup=False)
+    console.print(f"rows:    {run_dir / 'instances.jsonl'}\n", markup=False)
 
 
 def card_url(args: argparse.Namespace) -> str:

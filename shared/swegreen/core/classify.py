@@ -62,6 +62,43 @@ class Reason(StrEnum):
     INTERNAL_ERROR = "internal_error"
 
 
+# Each reason in words, for people (the console's end of a run, report listings).
+REASON_WORDS: dict[str, str] = {
+    "all_tests_pass": "all F2P and P2P tests pass",
+    "p2p_broken": "all F2P pass, some P2P broken",
+    "some_f2p_fail": "some F2P pass, P2P kept",
+    "some_f2p_fail_p2p_broken": "some F2P pass, P2P broken",
+    "no_f2p_pass": "no F2P passes, P2P kept",
+    "no_f2p_pass_p2p_broken": "no F2P passes, P2P broken",
+    "empty_patch": "the patch was empty",
+    "no_patch": "no patch was given",
+    "patch_malformed": "the patch is not a valid diff",
+    "patch_outside_repo": "the patch writes outside the repository",
+    "patch_too_large": "the patch is over the size limit",
+    "patch_does_not_apply": "the patch does not apply",
+    "participant_error": "the participant failed",
+    "participant_timeout": "the participant ran out of time",
+    "budget_exhausted": "the participant used up its steps or output",
+    "repo_unavailable": "the repository (or a commit) could not be had",
+    "env_setup_failed": "the environment could not be built",
+    "interpreter_not_found": "no interpreter of the version the row needs",
+    "no_recipe": "no recipe for the row's repository and version",
+    "test_patch_failed": "the benchmark's test patch did not apply",
+    "test_timeout": "the tests ran past their time limit",
+    "sandbox_crashed": "the sandbox failed",
+    "out_of_memory": "the tests ran out of memory",
+    "disk_limit_exceeded": "the tests wrote past the disk limit",
+    "environment_fault": "the environment was broken by the tests",
+    "log_tampering": "the test log was tampered with",
+    "workspace_tampering": "the workspace was tampered with",
+    "protocol_unavailable": "the participant could not be reached",
+    "image_unavailable": "no instance image",
+    "disk_full": "too little disk for the instance image",
+    "participant_protocol": "the participant could not read the task",
+    "internal_error": "an internal error (a bug; see the row's log)",
+}
+
+
 PARTICIPANT_FAILURES = frozenset(
     {Reason.PARTICIPANT_ERROR, Reason.PARTICIPANT_TIMEOUT, Reason.BUDGET_EXHAUSTED}
 )

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from swegreen.core.classify import Status
+from swegreen.core.classify import REASON_WORDS, Status
 from swegreen.core.metrics import RunMetrics
 from swegreen.core.ports import ProgressEvent
 
@@ -111,7 +111,11 @@ def _ci(interval: tuple[float, float]) -> str:
 
 
 def reasons_line(metrics: RunMetrics) -> str:
-    return ", ".join(f"{k} {v}" for k, v in metrics.reasons.items())
+    """The reasons in words, with their codes (what results.json and filters use)."""
+    return "; ".join(
+        f"{v} {REASON_WORDS.get(k, k)} ({k})"
+        for k, v in sorted(metrics.reasons.items(), key=lambda kv: -kv[1])
+    )
 
 
 def describe_paths(paths: dict[str, Any]) -> str:
