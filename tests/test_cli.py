@@ -530,3 +530,20 @@ def test_the_resume_hint_of_a_predictions_run_runs_as_printed(
     )
     assert again.returncode in (0, 3), again.stdout + again.stderr
     assert "Run hint" in again.stdout
+
+
+def test_run_help_describes_the_predictions_format_and_the_exit_codes() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "swegreen", "run", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "COLUMNS": "80"},
+    ).stdout
+    for words in ("model_patch", "instance_id", ".jsonl", "exit codes", "130", "--retry-errors"):
+        assert words in out, words
+    # the codes it documents are the ones the command returns
+    from swegreen.cli.common import EXIT_CANNOT_START, EXIT_INTERRUPTED, EXIT_ROWS_ERRORED
+
+    for code in (EXIT_CANNOT_START, EXIT_ROWS_ERRORED, EXIT_INTERRUPTED):
+        assert f"\n  {code} " in out, code

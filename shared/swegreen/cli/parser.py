@@ -124,6 +124,25 @@ def local_flags(p: argparse.ArgumentParser, evaluates: bool = True) -> None:
     )
 
 
+RUN_EPILOG = """\
+predictions files (--patches FILE), the official harness's format:
+  .jsonl  one JSON object per line
+  .json   a list of objects, or an object keyed by instance id (SWE-agent's)
+  each object: {"instance_id": "...", "model_patch": "<a git diff>",
+                "model_name_or_path": "..."}  (the last one optional)
+  a null or empty model_patch is evaluated as no patch (no_op); an id the
+  dataset does not have is an error
+
+exit codes:
+  0    the run finished, every row has a verdict
+  2    nothing ran: bad flags, config, dataset or predictions; no sandbox
+  3    the run finished, but some rows are `error` (reasons above; resume
+       with the same --run-id and --retry-errors)
+  130  interrupted (Ctrl-C): resume with the same --run-id
+results: <output-dir>/<run-id>/results.json, report.html, instances.jsonl
+"""
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="swegreen", description="SWE-bench Verified evaluator with the official grader."
@@ -131,7 +150,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"swegreen {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="evaluate patches on a dataset")
+    run = sub.add_parser(
+        "run",
+        help="evaluate patches on a dataset",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument(
         "--patches",
         required=True,
