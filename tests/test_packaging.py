@@ -9,6 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -63,3 +65,17 @@ def test_the_images_lock_pins_every_dependency_and_one_uv() -> None:
         assert name in pins, f"{req.name} is not in the lock: run scripts/container_lock.sh"
         assert req.specifier.contains(pins[name], prereleases=True), (req, pins[name])
     assert "uv" in pins  # the engine's one uv
+
+
+def test_no_tracked_file_is_one_git_ignores() -> None:
+    """What .gitignore names is made by the machine (venvs, locks, results): never kept."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "--cached", "--ignored", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == []
