@@ -547,3 +547,66 @@ def test_run_help_describes_the_predictions_format_and_the_exit_codes() -> None:
 
     for code in (EXIT_CANNOT_START, EXIT_ROWS_ERRORED, EXIT_INTERRUPTED):
         assert f"\n  {code} " in out, code
+
+
+def run_in_terminal(argv: list[str], cwd: Path, columns: int = 80) -> str:
+    """``argv`` on a pseudo-terminal of ``columns`` x 24: what a person would see."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["TERM"] = "xterm-256color"
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdin=follower, stdout=follower, stderr=follower
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([leader], [], [], 600)
+        if not ready:
+            proc.kill()
+            break
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(leader)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_the_progress_bar_keeps_count_rate_and_time_at_80_columns_and_pipes_get_lines(
+    tmp_path: Path, session_cache: Path
+) -> None:
+    import re
+
+    common = [
+        sys.executable, "-m", "swegreen", "run", "--sample", "--patches", "empty",
+        "--max-rows", "3", "--cache-dir", str(session_cache),
+        "--output-dir", str(tmp_path / "results"),
+    ]  # fmt: skip
+    seen = run_in_terminal([*common, "--run-id", "a-rather-long-run-id-for-the-bar"], tmp_path)
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen)
+    bars = [ln for ln in plain.replace("\r", "\n").splitlines() if "3/3" in ln]
+    assert bars, plain[-2000:]
+    last = bars[-1]
+    assert len(last.rstrip()) <= 80, last
+    assert re.search(r"\d+\.\d/min", last) and re.search(r"\d:\d\d:\d\d", last), last
+    assert "ETA" in last, last
+    # piped: one plain line per row, no bar, no line wrapped at 80 columns
+    piped = subprocess.run(
+        [*common, "--run-id", "piped"], cwd=tmp_path, capture_output=True, text=True,
+        env={k: v for k, v in os.environ.items() if k != "COLUMNS"},
+    )  # fmt: skip
+    assert piped.returncode == 0, piped.stderr
+    assert "\x1b[" not in piped.stdout and "━" not in piped.stdout.split("Leaderboard")[0]
+    (line,) = [ln for ln in piped.stdout.splitlines() if ln.startswith("results: ")]
+    assert Path(line.removeprefix("results: ")).is_file(), line  # whole, however long

@@ -40,7 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from swegreen.core.scrub import Scrubber
     from swegreen.evaluation.settings import host_environment
 
+    # piped, lines are not wrapped at 80 columns (a path stays on its line)
     console = Console(stderr=False, highlight=False)
+    console.soft_wrap = not console.is_terminal
     env = host_environment()
     if (unknown := unknown_env(env, LOCAL_ENV_KEYS | {"api_key"})) is not None:
         Console(stderr=True, highlight=False).print(said("warning:", "yellow", unknown))

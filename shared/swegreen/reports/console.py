@@ -3,11 +3,19 @@ leaderboard table at the end. Not used by the servers or the Lambdas."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Column, Table
 from rich.text import Text
 
 from swegreen.core.classify import REASON_WORDS, Status
@@ -38,16 +46,30 @@ class ProgressView:
     def __init__(self, console: Console, total: int, title: str, live: bool) -> None:
         self.console = console
         self.live = live and console.is_terminal
+        # At 80 columns the count, the rate and the time left must stay: they never wrap
+        # or shrink; the title and the per-status counts give way (ellipsis) first.
+        fixed = {"no_wrap": True}
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[counts]}"),
+            TextColumn(
+                "[bold]{task.description}",
+                table_column=Column(no_wrap=True, overflow="ellipsis", max_width=16),
+            ),
+            BarColumn(bar_width=16),
+            MofNCompleteColumn(table_column=Column(**fixed)),
+            TextColumn("{task.fields[rate]}", table_column=Column(**fixed)),
+            TimeElapsedColumn(table_column=Column(**fixed)),
+            TextColumn("ETA", table_column=Column(**fixed)),
+            TimeRemainingColumn(table_column=Column(**fixed)),
+            TextColumn(
+                "{task.fields[counts]}",
+                table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1, min_width=1),
+            ),
             console=console,
             transient=False,
+            expand=True,
         )
-        self.task = self.progress.add_task(title, total=total, counts="starting")
+        self.task = self.progress.add_task(title, total=total, counts="starting", rate="")
+        self._started = time.monotonic()
 
     def __enter__(self) -> ProgressView:
         if self.live:
@@ -60,7 +82,11 @@ class ProgressView:
 
     def __call__(self, event: ProgressEvent) -> None:
         if event.kind in ("finished", "skipped"):
-            self.progress.update(self.task, completed=event.done, counts=counts_text(event.counts))
+            minutes = (time.monotonic() - self._started) / 60
+            rate = f"{event.done / minutes:.1f}/min" if minutes > 0 and event.done else ""
+            self.progress.update(
+                self.task, completed=event.done, counts=counts_text(event.counts), rate=rate
+            )
             r = event.result
             if r is not None:
                 mark = "(stored) " if event.kind == "skipped" else ""
