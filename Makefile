@@ -19,7 +19,16 @@ $(STAMP): pyproject.toml package.json package-lock.json scripts/install-system-d
 
 setup: $(STAMP)
 
-demo: setup
+# The demo needs the package and the sandbox only: no dev extras, no npm, no browser.
+DEMO_STAMP := $(VENV)/.installed-demo
+$(DEMO_STAMP): pyproject.toml scripts/install-system-deps.sh
+	bash scripts/install-system-deps.sh --demo
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/swegreen demo
 
 lint: setup

@@ -14,12 +14,15 @@ if [ "$(uname -s)" = Darwin ]; then
   echo "  To evaluate locally: a Linux machine or VM (then make setup there)." >&2
   exit 0
 fi
+# --demo: what `make demo` needs (the sandbox), not the test suite's extras
 need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
-command -v ccache >/dev/null 2>&1 || need+=(ccache)
-command -v chromium >/dev/null 2>&1 || need+=(chromium)
+if [ "${1:-}" != --demo ]; then
+  command -v ccache >/dev/null 2>&1 || need+=(ccache)
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+fi
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ]; then
   sudo=()
@@ -30,7 +33,7 @@ else
   echo "  not root and no password-less sudo: ask for them to be installed, e.g." >&2
   echo "  sudo apt-get install ${need[*]}   (Debian, Ubuntu)" >&2
   echo "  sudo dnf install ${need[*]/iproute2/iproute}   (Fedora)" >&2
-  echo "  then run make setup again" >&2
+  echo "  then run make again" >&2
   exit 1
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
