@@ -72,5 +72,10 @@ def test_the_command_compares_stored_runs(tmp_path: Path, session_cache: Path) -
     assert "McNemar exact p = 0.25" in text  # 3 flips, all one way: 2 / 8
     assert "resolved by g only: 3" in text and "resolved by e only: 0" in text
     assert "pass@2 100.0%, pass^2 0.0%" in text
+    # the same, as a section of the second run's report.html
+    out = cli("compare", "e", "g", "--html", cwd=tmp_path, cache=session_cache)
+    page = (tmp_path / "results" / "g" / "report.html").read_text()
+    assert "<h2>Against run e</h2>" in page and "<b>+100.0%</b>" in page
+    assert "McNemar exact p = 0.25" in page and "sample__calculator-1" in page
     missing = cli("compare", "e", "nope", cwd=tmp_path, cache=session_cache)
     assert missing.returncode == 2 and "no run 'nope'" in missing.stdout

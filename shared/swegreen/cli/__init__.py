@@ -71,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "sample":
             return sample_command(settings, console)
         if args.command == "compare":
-            return compare_command([checked_run_id(r) for r in args.runs], settings, console)
+            runs = [checked_run_id(r) for r in args.runs]
+            return compare_command(runs, settings, console, args.html)
     except SweGreenError as exc:
         console.print(said("error:", "red", str(exc)))
         return EXIT_CANNOT_START

@@ -9,12 +9,17 @@ from swegreen.core.errors import ConfigError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from swegreen.core.compare import Comparison
+    from swegreen.core.ports import RunRecord
+    from swegreen.core.results import InstanceResult
     from swegreen.evaluation.engine import LocalSettings
 
 SHOWN = 10  # flipped rows listed per direction (all are counted)
 
 
-def compare_command(run_ids: list[str], settings: LocalSettings, console: Console) -> int:
+def compare_command(
+    run_ids: list[str], settings: LocalSettings, console: Console, html: str | None = None
+) -> int:
     from swegreen.core.classify import Status
     from swegreen.core.compare import compare, repeated
     from swegreen.stores.sqlite import SqliteStore
@@ -27,6 +32,7 @@ def compare_command(run_ids: list[str], settings: LocalSettings, console: Consol
     try:
         resolved: list[tuple[str, dict[str, bool]]] = []
         repo_of: dict[str, str] = {}
+        second = None  # run B's record and rows, for its HTML report
         for run_id in run_ids:
             record = store.get_run(run_id)
             if record is None:
@@ -35,6 +41,8 @@ def compare_command(run_ids: list[str], settings: LocalSettings, console: Consol
             rows = {i: r for i, r in store.get_results(run_id).items() if i in wanted}
             repo_of.update({i: r.repo for i, r in rows.items()})
             resolved.append((run_id, {i: r.status is Status.RESOLVED for i, r in rows.items()}))
+            if second is None and len(resolved) == 2:
+                second = (record, list(rows.values()))
     finally:
         store.close()
     out = console.print
@@ -64,6 +72,8 @@ def compare_command(run_ids: list[str], settings: LocalSettings, console: Consol
     out("  per repository (rows, gained, lost):", markup=False)
     for repo, flips in c.by_repo.items():
         out(f"    {repo}: {flips.rows}, +{len(flips.gained)}, -{len(flips.lost)}", markup=False)
+    if html is not None and second is not None:
+        write_report(second, c, settings, html, console)
     # the same rows read as repeated runs of one participant (two runs, or more)
     r = repeated(resolved)
     k = len(r.runs)
@@ -74,3 +84,32 @@ def compare_command(run_ids: list[str], settings: LocalSettings, console: Consol
         markup=False,
     )
     return 0
+
+
+def write_report(
+    second: tuple[RunRecord, list[InstanceResult]],
+    comparison: Comparison,
+    settings: LocalSettings,
+    html: str,
+    console: Console,
+) -> None:
+    """Run B's report.html, with a section of B against A."""
+    from pathlib import Path
+
+    from swegreen.core.metrics import RunMetrics
+    from swegreen.reports.html import render_html
+    from swegreen.stores.artifacts import REPORT_HTML, atomic_write
+
+    record, results = second
+    run_dir = settings.output_dir / record.run_id
+    target = Path(html) if html else run_dir / REPORT_HTML
+    target.parent.mkdir(parents=True, exist_ok=True)
+    page = render_html(
+        record,
+        results,
+        RunMetrics.from_results(results),
+        lambda iid, name: (run_dir / "instances" / iid / name).exists(),
+        comparison=comparison,
+    )
+    atomic_write(target, page.encode())
+    console.print(f"HTML report: {target}", markup=False)

@@ -199,6 +199,14 @@ def parser() -> argparse.ArgumentParser:
         "several runs of one participant: mean, spread, pass@k)",
     )
     compare.add_argument("runs", nargs="+", metavar="RUN_ID", help="two run ids, or more")
+    compare.add_argument(
+        "--html",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="also write the second run's HTML report with a section against the first "
+        "(default: report.html in its directory) and print where",
+    )
     local_flags(compare, evaluates=False)
 
     sample = sub.add_parser("sample", help="build the sample benchmark and print where it is")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from html import escape
 
 from swegreen.core.classify import Status
+from swegreen.core.compare import Comparison
 from swegreen.core.dataset import public_dataset_name
 from swegreen.core.metrics import RunMetrics
 from swegreen.core.ports import RunRecord
@@ -58,11 +59,13 @@ def render_html(
     results: Sequence[InstanceResult],
     metrics: RunMetrics,
     exists: Callable[[str, str], bool] | None = None,
+    comparison: Comparison | None = None,
 ) -> str:
     """The page for ``record``; links are relative to the run's directory (where
     ``report.html`` is written beside ``results.json``). ``exists(instance_id, name)``
     says which of a row's files are there to link (a row that never ran its tests has no
-    log); without it every file is linked."""
+    log); without it every file is linked. ``comparison``: this run against another on
+    the rows both ran (``swegreen compare A B --html``)."""
     title = f"swegreen run {record.run_id}"
     dataset = public_dataset_name(record.dataset)  # no host paths in what is shared
     state = "finished" if record.state == "finished" else "not finished"
@@ -75,6 +78,7 @@ def render_html(
         f"{escape(record.patch_source)} · {len(results)} of {len(record.instance_ids)} "
         f"instances · started {escape(record.created_at)}</p>",
         _leaderboard(metrics),
+        _comparison(comparison) if comparison is not None else "",
         _by_repository(results),
         _timing(results),
         _instances(results, exists or (lambda _id, _name: True)),
@@ -143,6 +147,28 @@ def _leaderboard(metrics: RunMetrics) -> str:
         + lines
         + "</table>"
     )
+
+
+def _comparison(c: Comparison) -> str:
+    """This run (B) against another (A), as ``swegreen compare`` prints it."""
+    low, high = c.interval
+    lines = [
+        f"<h2>Against run {escape(c.a)}</h2>",
+        f"<p>On the {c.rows} rows both ran: resolved {c.b_resolved} here, {c.a_resolved} "
+        f"in {escape(c.a)}; difference <b>{c.difference:+.1%}</b>, 95% interval "
+        f"[{low:+.1%}, {high:+.1%}] (paired bootstrap); McNemar exact p = "
+        f"{c.mcnemar_p:.3g}.</p>",
+        "<table><tr><th>repository</th><th>rows</th><th>resolved here only</th>"
+        "<th>resolved in the other only</th></tr>",
+    ]
+    for repo, flips in c.by_repo.items():
+        lines.append(
+            f"<tr><td>{escape(repo)}</td><td class=n>{flips.rows}</td>"
+            f"<td>{escape(', '.join(flips.gained)) or '-'}</td>"
+            f"<td>{escape(', '.join(flips.lost)) or '-'}</td></tr>"
+        )
+    lines.append("</table>")
+    return "\n".join(lines)
 
 
 def _by_repository(results: Sequence[InstanceResult]) -> str:
