@@ -88,14 +88,7 @@ class RowsMachine(StateParts):
             self.sandbox.task_definition,
             self.sandbox.container.container_name,
             "evaluate",
-            [
-                _env("SWEGREEN_RUN_ID", "$.item.run_id"),
-                _env("SWEGREEN_INSTANCE_ID", "$.item.instance_id"),
-                _env("SWEGREEN_CONFIG", "$.item.config_json"),
-                _env("SWEGREEN_MODEL", "$.patch.model"),
-                _env("SWEGREEN_INPUT_URL", "$.sandbox.input_url"),
-                _env("SWEGREEN_TASK_NETWORK", "$.sandbox.network"),
-            ],
+            _evaluate_env(_env("SWEGREEN_MODEL", "$.patch.model")),
             # the row's, as Presign chose it: closed unless its tests need the internet
             {"AwsvpcConfiguration.$": "$.sandbox.awsvpc"},
             record_error,
@@ -142,13 +135,7 @@ class RowsMachine(StateParts):
             self.sandbox.task_definition,
             self.sandbox.container.container_name,
             "evaluate",
-            [
-                _env("SWEGREEN_RUN_ID", "$.item.run_id"),
-                _env("SWEGREEN_INSTANCE_ID", "$.item.instance_id"),
-                _env("SWEGREEN_CONFIG", "$.item.config_json"),
-                _env("SWEGREEN_INPUT_URL", "$.sandbox.input_url"),
-                _env("SWEGREEN_TASK_NETWORK", "$.sandbox.network"),
-            ],
+            _evaluate_env(),  # each row's model is in the batch's manifest
             {"AwsvpcConfiguration.$": "$.sandbox.awsvpc"},
             record_error,
             before=presign,  # each attempt: the rows still to do, their own URLs
@@ -162,3 +149,15 @@ class RowsMachine(StateParts):
         start.next(dispatch).next(any_patch)
         evaluated.next(classify)
         return start
+
+
+def _evaluate_env(*extra: dict[str, str]) -> list[dict[str, str]]:
+    """The evaluate task's variables: a row's or a batch's (its manifest at the input URL)."""
+    return [
+        _env("SWEGREEN_RUN_ID", "$.item.run_id"),
+        _env("SWEGREEN_INSTANCE_ID", "$.item.instance_id"),
+        _env("SWEGREEN_CONFIG", "$.item.config_json"),
+        *extra,
+        _env("SWEGREEN_INPUT_URL", "$.sandbox.input_url"),
+        _env("SWEGREEN_TASK_NETWORK", "$.sandbox.network"),
+    ]

@@ -9,9 +9,6 @@ from swegreen.core.errors import ConfigError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from swegreen.core.compare import Comparison
-    from swegreen.core.ports import RunRecord
-    from swegreen.core.results import InstanceResult
     from swegreen.evaluation.engine import LocalSettings
 
 SHOWN = 10  # flipped rows listed per direction (all are counted)
@@ -20,6 +17,7 @@ SHOWN = 10  # flipped rows listed per direction (all are counted)
 def compare_command(
     run_ids: list[str], settings: LocalSettings, console: Console, html: str | None = None
 ) -> int:
+    from swegreen.cli.report import write_html_report
     from swegreen.core.classify import Status
     from swegreen.core.compare import compare, repeated
     from swegreen.stores.sqlite import SqliteStore
@@ -73,7 +71,7 @@ def compare_command(
     for repo, flips in c.by_repo.items():
         out(f"    {repo}: {flips.rows}, +{len(flips.gained)}, -{len(flips.lost)}", markup=False)
     if html is not None and second is not None:
-        write_report(second, c, settings, html, console)
+        write_html_report(*second, settings, html, console, comparison=c)
     # the same rows read as repeated runs of one participant (two runs, or more)
     r = repeated(resolved)
     k = len(r.runs)
@@ -84,32 +82,3 @@ def compare_command(
         markup=False,
     )
     return 0
-
-
-def write_report(
-    second: tuple[RunRecord, list[InstanceResult]],
-    comparison: Comparison,
-    settings: LocalSettings,
-    html: str,
-    console: Console,
-) -> None:
-    """Run B's report.html, with a section of B against A."""
-    from pathlib import Path
-
-    from swegreen.core.metrics import RunMetrics
-    from swegreen.reports.html import render_html
-    from swegreen.stores.artifacts import REPORT_HTML, atomic_write
-
-    record, results = second
-    run_dir = settings.output_dir / record.run_id
-    target = Path(html) if html else run_dir / REPORT_HTML
-    target.parent.mkdir(parents=True, exist_ok=True)
-    page = render_html(
-        record,
-        results,
-        RunMetrics.from_results(results),
-        lambda iid, name: (run_dir / "instances" / iid / name).exists(),
-        comparison=comparison,
-    )
-    atomic_write(target, page.encode())
-    console.print(f"HTML report: {target}", markup=False)

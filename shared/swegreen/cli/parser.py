@@ -143,6 +143,16 @@ results: <output-dir>/<run-id>/results.json, report.html, instances.jsonl
 """
 
 
+def html_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--html",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help=f"{what} (default: report.html in its directory) and print where",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="swegreen", description="SWE-bench Verified evaluator with the official grader."
@@ -183,14 +193,7 @@ def parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="print a stored run's leaderboard, or list runs")
     report.add_argument("--run-id", help="omit to list runs")
-    report.add_argument(
-        "--html",
-        nargs="?",
-        const="",
-        metavar="PATH",
-        help="with --run-id: write the run's HTML report (default: report.html in its "
-        "directory) and print where",
-    )
+    html_flag(report, "with --run-id: write the run's HTML report")
     local_flags(report, evaluates=False)
 
     compare = sub.add_parser(
@@ -199,14 +202,7 @@ def parser() -> argparse.ArgumentParser:
         "several runs of one participant: mean, spread, pass@k)",
     )
     compare.add_argument("runs", nargs="+", metavar="RUN_ID", help="two run ids, or more")
-    compare.add_argument(
-        "--html",
-        nargs="?",
-        const="",
-        metavar="PATH",
-        help="also write the second run's HTML report with a section against the first "
-        "(default: report.html in its directory) and print where",
-    )
+    html_flag(compare, "also write the second run's HTML report, with a section against the first")
     local_flags(compare, evaluates=False)
 
     sample = sub.add_parser("sample", help="build the sample benchmark and print where it is")

@@ -11,7 +11,9 @@ from swegreen.core.errors import ConfigError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from swegreen.core.compare import Comparison
     from swegreen.core.ports import RunRecord
+    from swegreen.core.results import InstanceResult
     from swegreen.evaluation.engine import LocalSettings
 
 
@@ -64,20 +66,7 @@ def report(
                 markup=False,
             )
         if html is not None:
-            from swegreen.reports.html import render_html
-            from swegreen.stores.artifacts import REPORT_HTML, atomic_write
-
-            target = Path(html) if html else settings.output_dir / run_id / REPORT_HTML
-            target.parent.mkdir(parents=True, exist_ok=True)
-            run_dir = settings.output_dir / run_id
-            page = render_html(
-                record,
-                results,
-                metrics,
-                lambda iid, name: (run_dir / "instances" / iid / name).exists(),
-            )
-            atomic_write(target, page.encode())
-            console.print(f"HTML report: {target}", markup=False)
+            write_html_report(record, results, settings, html, console)
         return 0
     finally:
         store.close()
@@ -94,3 +83,31 @@ def resume_hint(record: RunRecord) -> str:
         f"resume: swegreen run --run-id {record.run_id} --patches {shlex.quote(patches)} "
         "(with the dataset and selection flags it was started with)"
     )
+
+
+def write_html_report(
+    record: RunRecord,
+    results: list[InstanceResult],
+    settings: LocalSettings,
+    html: str,
+    console: Console,
+    comparison: Comparison | None = None,
+) -> None:
+    """A stored run's report.html (``html``: a path, or "" for the run's directory),
+    with a section against another run when ``comparison`` is given; prints where."""
+    from swegreen.core.metrics import RunMetrics
+    from swegreen.reports.html import render_html
+    from swegreen.stores.artifacts import REPORT_HTML, atomic_write
+
+    run_dir = settings.output_dir / record.run_id
+    target = Path(html) if html else run_dir / REPORT_HTML
+    target.parent.mkdir(parents=True, exist_ok=True)
+    page = render_html(
+        record,
+        results,
+        RunMetrics.from_results(results),
+        lambda iid, name: (run_dir / "instances" / iid / name).exists(),
+        comparison=comparison,
+    )
+    atomic_write(target, page.encode())
+    console.print(f"HTML report: {target}", markup=False)

@@ -15,8 +15,6 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 BOOTSTRAP_ROUNDS = 10_000
 
 
@@ -38,6 +36,8 @@ def paired_bootstrap(
     multinomial draw of the three counts: the same distribution as resampling rows."""
     if rows == 0:
         return 0.0, 0.0
+    import numpy as np  # here only: the Lambdas import this module's types, not numpy
+
     rng = np.random.default_rng(seed)
     shares = [gained / rows, lost / rows, 1 - (gained + lost) / rows]
     draws = rng.multinomial(rows, shares, size=rounds)

@@ -12,14 +12,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from html import escape
+from typing import TYPE_CHECKING
 
 from swegreen.core.classify import Status
-from swegreen.core.compare import Comparison
 from swegreen.core.dataset import public_dataset_name
 from swegreen.core.metrics import RunMetrics
 from swegreen.core.ports import RunRecord
 from swegreen.core.results import InstanceResult
 from swegreen.stores import artifacts as art
+
+if TYPE_CHECKING:
+    from swegreen.core.compare import Comparison
 
 STATUS_ORDER = [
     Status.RESOLVED,
