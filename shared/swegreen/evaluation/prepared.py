@@ -10,9 +10,11 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+import swegreen
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import EnvSetupFailed, EvaluationFailure, RepoUnavailable
 from swegreen.core.recipes import Recipe, prepared_name
@@ -313,6 +315,11 @@ class PreparedWorkspaces(TestbedsBase):
             self.repos.history.root,
             self.options.work_root,
             *([self.sources.directory] if self.sources.directory else []),
+            # what the engine's own helpers run from (the sources shim: this interpreter
+            # and this package), a checkout under /tmp included
+            Path(sys.prefix),
+            Path(sys.base_prefix),
+            Path(swegreen.__file__).resolve().parents[1],
         )
         argv, environ = self.sandbox.private_tmp(["bash", "-c", script], tmp, environ, keep)
         try:
