@@ -85,13 +85,10 @@ def compare(
     gained = [i for i in shared if resolved_b[i] and not resolved_a[i]]
     lost = [i for i in shared if resolved_a[i] and not resolved_b[i]]
     by_repo: dict[str, RepoFlips] = {}
-    for iid in shared:
-        repo = repo_of.get(iid, "?")
-        flips = by_repo.setdefault(repo, RepoFlips(0, [], []))
+    for repo in sorted({repo_of.get(i, "?") for i in shared}):
+        mine = {i for i in shared if repo_of.get(i, "?") == repo}
         by_repo[repo] = RepoFlips(
-            flips.rows + 1,
-            flips.gained + ([iid] if iid in gained else []),
-            flips.lost + ([iid] if iid in lost else []),
+            len(mine), [i for i in gained if i in mine], [i for i in lost if i in mine]
         )
     n = len(shared)
     return Comparison(
@@ -105,7 +102,7 @@ def compare(
         difference=(len(gained) - len(lost)) / n if n else 0.0,
         interval=paired_bootstrap(len(gained), len(lost), n, rounds),
         mcnemar_p=mcnemar_exact(len(gained), len(lost)),
-        by_repo=dict(sorted(by_repo.items())),
+        by_repo=by_repo,
         only_a=len(set(resolved_a) - set(resolved_b)),
         only_b=len(set(resolved_b) - set(resolved_a)),
     )

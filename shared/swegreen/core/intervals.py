@@ -12,7 +12,7 @@ C / (C - 1) for C repositories).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 Z95 = 1.959963984540054
 
@@ -52,3 +52,8 @@ def headline(clusters: Mapping[str, tuple[int, int]]) -> tuple[float, float]:
         c_low, c_high = clustered(clusters)
         low, high = min(low, c_low), max(high, c_high)
     return low, high
+
+
+def as_text(interval: Sequence[float]) -> str:
+    """An interval in percent, as the console and the report show it: [8.1-16.9]."""
+    return f"[{interval[0] * 100:.1f}-{interval[1] * 100:.1f}]"

@@ -88,6 +88,6 @@ GIT_APPLY_CMDS: list[str]
 def __getattr__(name: str) -> Any:
     if name not in _FROM:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = definitions(_FROM[name], (name,))[name]
-    globals()[name] = value
-    return value
+    module = _FROM[name]  # every name of that module at once: its source is parsed once
+    globals().update(definitions(module, tuple(n for n, m in _FROM.items() if m == module)))
+    return globals()[name]

@@ -19,6 +19,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from swegreen.core.classify import REASON_WORDS, Status
+from swegreen.core.intervals import as_text
 from swegreen.core.metrics import RunMetrics
 from swegreen.core.ports import ProgressEvent
 
@@ -112,14 +113,14 @@ def leaderboard_table(metrics: RunMetrics, title: str) -> Table:
     table.add_column("share", justify="right")
     for status in Status:
         n = metrics.counts.get(status.value, 0)
-        share = f"{metrics.share(status):.1%} {_ci(metrics.interval(status))}"
+        share = f"{metrics.share(status):.1%} {as_text(metrics.interval(status))}"
         table.add_row(f"[{STATUS_STYLE[status]}]{status.value}[/]", str(n), share)
     table.add_section()
     table.add_row("total instances", str(metrics.total_instances), "")
     # no rate over rows whose tests never ran: with none run, there is no rate to show
     ran = metrics.tests_ran_instances
-    f2p = f"{metrics.f2p_rate:.1%} {_ci(metrics.f2p_interval)}" if ran else "n/a"
-    p2p = f"{metrics.p2p_rate:.1%} {_ci(metrics.p2p_interval)}" if ran else "n/a"
+    f2p = f"{metrics.f2p_rate:.1%} {as_text(metrics.f2p_interval)}" if ran else "n/a"
+    p2p = f"{metrics.p2p_rate:.1%} {as_text(metrics.p2p_interval)}" if ran else "n/a"
     table.add_row("F2P tests passing", f"{metrics.f2p_passed}/{metrics.f2p_total}", f2p)
     table.add_row("P2P tests passing", f"{metrics.p2p_passed}/{metrics.p2p_total}", p2p)
     table.add_row("infrastructure errors", str(metrics.infrastructure_errors), "")
@@ -129,11 +130,6 @@ def leaderboard_table(metrics: RunMetrics, title: str) -> Table:
     if metrics.environment_limited:
         table.add_row("environment-limited (base validation)", str(metrics.environment_limited), "")
     return table
-
-
-def _ci(interval: tuple[float, float]) -> str:
-    """A 95% interval, in the table's units: [8.1-16.9]."""
-    return f"[{interval[0] * 100:.1f}-{interval[1] * 100:.1f}]"
 
 
 def reasons_line(metrics: RunMetrics) -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from swegreen.core.classify import Status
 from swegreen.core.dataset import public_dataset_name
+from swegreen.core.intervals import as_text
 from swegreen.core.metrics import RunMetrics
 from swegreen.core.ports import RunRecord
 from swegreen.core.results import InstanceResult
@@ -95,8 +96,8 @@ def _pct(value: float) -> str:
 
 
 def _ci(interval: list[float]) -> str:
-    """A 95% interval beside its rate (core/intervals.py)."""
-    return f" [{interval[0] * 100:.1f}-{interval[1] * 100:.1f}]"
+    """A 95% interval beside its rate."""
+    return " " + as_text(interval)
 
 
 def _leaderboard(metrics: RunMetrics) -> str:

@@ -286,11 +286,7 @@ class LocalSandbox:
             (tmp / name).mkdir(parents=True, exist_ok=True)
             binds += ["--bind", str(tmp / name), "/" + name.replace("-", "/")]
         named = [Path(p) for v in env.values() for p in v.split(os.pathsep) if p.startswith("/")]
-        shadowed = {
-            p
-            for p in (*keep, *named)
-            if p.exists() and p.parts[1:2] in (("tmp",), ("var",)) and _under_tmp(p)
-        }
+        shadowed = {p for p in (*keep, *named) if _under_tmp(p) and p.exists()}
         for path in sorted(shadowed, key=lambda p: len(p.parts)):
             if not any(o in path.parents for o in shadowed):  # the outermost ones
                 binds += ["--bind", str(path), str(path)]
