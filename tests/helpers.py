@@ -144,14 +144,18 @@ def stop(servers: Iterable[Server]) -> None:
             server.proc.wait(timeout=10)
 
 
-def wheel_bytes(name: str, version: str, files: dict[str, str]) -> bytes:
-    """A pure-Python wheel holding ``files`` (path -> text)."""
+def wheel_bytes(
+    name: str, version: str, files: dict[str, str], requires: tuple[str, ...] = ()
+) -> bytes:
+    """A pure-Python wheel holding ``files`` (path -> text) that requires ``requires``."""
     data = io.BytesIO()
     info = f"{name}-{version}.dist-info"
     with zipfile.ZipFile(data, "w") as z:
         for arcname, text in files.items():
             z.writestr(arcname, text)
-        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
+        z.writestr(f"{info}/METADATA", metadata)
         z.writestr(
             f"{info}/WHEEL",
             "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n",

@@ -288,6 +288,13 @@ def test_a_run_killed_mid_way_resumes_without_losing_or_duplicating_rows(
     listing = " ".join(cli("report", cwd=tmp_path, cache=session_cache).stdout.split())
     assert f"killed not finished gold {len(before)} of 8 rows stored" in listing, listing
     assert "resume: swegreen run --run-id killed --patches gold" in listing
+    # a regrade of it says how many rows it graded, and that the rest have no result yet
+    regrade = " ".join(
+        cli("regrade", "--run-id", "killed", cwd=tmp_path, cache=session_cache).stdout.split()
+    )
+    missing = 8 - len(before)
+    assert f"re-graded {len(before)} row(s) of killed from saved logs; 0 changed" in regrade
+    assert f"({missing} of its 8 rows have no result yet)" in regrade, regrade
 
     # Nothing the killed run started keeps running (its sandbox dies with it).
     work = session_cache / "work" / "killed"
@@ -337,7 +344,9 @@ def test_regrade_and_report_read_a_finished_run(tmp_path: Path, session_cache: P
         == 0
     )
     regrade = cli("regrade", "--run-id", "rg", cwd=tmp_path, cache=session_cache)
-    assert regrade.returncode == 0 and "0 changed" in regrade.stdout
+    assert regrade.returncode == 0
+    assert "re-graded 2 row(s) of rg from saved logs; 0 changed" in regrade.stdout
+    assert "no result yet" not in regrade.stdout
     report = cli("report", "--run-id", "rg", cwd=tmp_path, cache=session_cache)
     assert report.returncode == 0 and "Leaderboard: rg (finished)" in report.stdout
     listing = cli("report", cwd=tmp_path, cache=session_cache)

@@ -6,9 +6,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from swegreen.sandbox.env_guard import EnvGuard
+
+from .helpers import wheel_bytes
 
 SITE = "lib/python3.11/site-packages"
 
@@ -187,3 +191,62 @@ def test_the_editable_finder_keeps_the_prepared_code(tmp_path: Path) -> None:
         put_back = guard.put_back()
         assert put_back == ([] if kept else [f"env:{name}"]), finder
         assert (view / name).read_bytes() == (finder if kept else prepared)
+
+
+def test_what_the_patched_project_newly_requires_stays_installed(tmp_path: Path) -> None:
+    """pylint-4661's gold patch adds ``appdirs`` to setup.cfg; upstream's eval-time install
+    fetches it, and the tests import it. Real pip, a real environment: the new dependency
+    (and what it requires) stays, but a required distribution still may not plug into
+    pytest, take a name the checkout or the environment had, and nothing unasked stays."""
+    wheels, repo, view = tmp_path / "wheels", tmp_path / "repo", tmp_path / "view"
+    wheels.mkdir()
+    (repo / "tests").mkdir(parents=True)
+    builds = {
+        ("proj", "1.0"): ({"proj/__init__.py": "V = 1\n"}, ()),
+        ("oldlib", "1.0"): ({"oldlib.py": "WHO = 'oldlib'\n"}, ()),
+        ("proj", "1.1"): ({"proj/__init__.py": "V = 2\n"}, ("tinydep>=1", "sneaky (>=1.0)")),
+        ("tinydep", "1.0"): ({"tinydep/__init__.py": "from deeper import D\n"}, ("Deeper",)),
+        ("deeper", "1.0"): ({"deeper.py": "D = 'deep'\n"}, ()),
+        ("sneaky", "1.0"): (
+            {
+                "sneaky.py": "S = 1\n",
+                "oldlib/__init__.py": "WHO = 'sneaky'\n",  # stands in for oldlib.py
+                "tests/__init__.py": "",  # stands in for the checkout's tests
+                "sneaky-1.0.dist-info/entry_points.txt": "[pytest11]\nforce = sneaky\n",
+            },
+            (),
+        ),
+        ("unasked", "1.0"): ({"unasked.py": "U = 1\n"}, ()),
+    }
+    for (name, version), (files, requires) in builds.items():
+        wheel = wheels / f"{name}-{version}-py3-none-any.whl"
+        wheel.write_bytes(wheel_bytes(name, version, files, requires))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(view)], check=True)
+    python = view / "bin" / "python"
+
+    def pip(*specs: str) -> None:
+        offline = ["--no-index", "--find-links", str(wheels), "--disable-pip-version-check"]
+        command = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
+        subprocess.run([*command, *offline, *specs], check=True)
+
+    pip("proj==1.0", "oldlib")  # the prepared environment
+    guard = EnvGuard(view, tmp_path / "backup", None, frozenset({"proj"}), (repo,))
+    guard.snapshot()
+    pip("proj==1.1", "unasked")  # the patched project's install, and one thing more
+    put_back = guard.put_back()
+    assert guard.dependencies() == {"tinydep", "deeper", "sneaky"}
+    site = next(view.glob("lib/python*/site-packages")).relative_to(view)
+    assert f"env:{site}/unasked.py" in put_back
+    assert f"env:{site}/sneaky-1.0.dist-info/entry_points.txt" in put_back
+    assert f"env:{site}/oldlib/__init__.py" in put_back
+    assert f"env:{site}/tests/__init__.py" in put_back
+    assert not any("tinydep" in p or "deeper" in p or "proj" in p for p in put_back), put_back
+    probe = (
+        "import importlib.metadata as m, importlib.util as u, oldlib, proj, sneaky, tinydep\n"
+        "print(proj.V, tinydep.D, oldlib.WHO, u.find_spec('unasked'), u.find_spec('tests'),"
+        " [e.name for e in m.entry_points(group='pytest11')])\n"
+    )
+    out = subprocess.run(
+        [python, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["2", "deep", "oldlib", "None", "None", "[]"]

@@ -33,7 +33,8 @@ async def regrade(
             )
         by_id = dataset.by_id()
         changed = 0
-        for iid, stored in engine.store.get_results(run_id).items():
+        results = engine.store.get_results(run_id)
+        for iid, stored in results.items():
             fresh = engine.evaluator.regrade(
                 run_id, by_id[iid], stored, settings.cache_dir / "work"
             )
@@ -47,8 +48,13 @@ async def regrade(
             engine.store.save_result(run_id, fresh)
         instances = [by_id[i] for i in record.instance_ids if i in by_id]
         outcome = await engine.runner.publish(record, instances, {"agent": record.patch_source})
+        missing = len(instances) - len(results)
+        unfinished = (
+            f" ({missing} of its {len(instances)} rows have no result yet)" if missing else ""
+        )
         console.print(
-            f"re-graded {len(instances)} row(s) of {run_id} from saved logs; {changed} changed"
+            f"re-graded {len(results)} row(s) of {run_id} from saved logs; {changed} changed"
+            + unfinished
         )
         print_outcome(console, outcome, settings)
         return 0

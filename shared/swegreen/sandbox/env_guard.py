@@ -97,10 +97,11 @@ class EnvGuard:
     _owned_dirs: set[str] = field(default_factory=set)
     _pth_before: set[str] = field(default_factory=set)
     _finders_before: set[str] = field(default_factory=set)
+    _names_before: set[tuple[str, str]] = field(default_factory=set)  # (site dir, import name)
 
     def snapshot(self) -> None:
         self._before = _scan(self.view)
-        self._owned_before = self._project_files()
+        self._owned_before = self._project_files(self.projects)
         self._owned_dirs = {
             str(parent) for rel in self._owned_before for parent in Path(rel).parents
         }
@@ -109,6 +110,12 @@ class EnvGuard:
             for rel, entry in self._before.items()
             if _FINDER_FILE.match(rel.rsplit("/", 1)[-1]) and entry.kind == stat.S_IFREG
             if (shape := finder_shape(_read(self.view / rel), ())) is not None
+        }
+        self._names_before = {
+            (site, _import_name(name))
+            for rel in self._before
+            for site, _, name in [rel.rpartition("/")]
+            if site.endswith("site-packages")
         }
         self._pth_before = {
             line
@@ -138,8 +145,22 @@ class EnvGuard:
     def put_back(self) -> list[str]:
         """Undo what is not the project's; returns the paths put back (``env:`` ones)."""
         changed, removed = self.changes()
-        allowed = {**self._owned_before, **self._project_files()}
-        doomed = [rel for rel in changed if not self._allowed(rel, allowed)]
+        owned = self._project_files(self.projects)
+        needed = self._project_files(self.dependencies() - self.projects)
+        allowed = {**self._owned_before, **needed, **owned}
+        dependency = {rel for rel in needed if rel not in owned}
+        kept = {
+            rel
+            for rel in changed
+            if self._allowed(rel, allowed) and not (rel in dependency and self._shadows(rel))
+        }
+        # a new directory stays when it holds something that does (a dependency's package)
+        holders = {str(parent) for rel in kept for parent in Path(rel).parents}
+        doomed = [
+            rel
+            for rel in changed
+            if rel not in kept and not (rel in holders and self._new_dir(rel))
+        ]
         doomed += [rel for rel in removed if not self._allowed(rel, allowed)]
         doomed = sorted(set(doomed))
         # what is there now goes first, deepest first; then what was there comes back,
@@ -150,24 +171,75 @@ class EnvGuard:
         for rel in sorted(doomed, key=lambda r: (r.count("/"), r)):
             self._restore(rel)
         # bytecode is dropped without a word: an honest install compiles its own too
-        shown = (r for r in doomed if not r.endswith((".pyc", ".pyo")))
+        shown = (r for r in doomed if not r.endswith((".pyc", ".pyo", "__pycache__")))
         return [f"env:{rel}" for rel in sorted(set(shown))]
 
     # -- what is the project's --------------------------------------------------------
 
-    def _project_files(self) -> dict[str, str | None]:
-        """Paths (relative to the view) that the project's distributions' RECORDs list,
-        with their recorded hashes, and the distributions' own metadata directories."""
-        files: dict[str, str | None] = {}
+    def _metadata_dirs(self) -> list[tuple[str, Path]]:
+        """Every distribution's metadata directory in the view: (canonical name, path)."""
+        found = []
         for site in self.view.glob("lib/python*/site-packages"):
             if site.is_symlink() or not site.is_dir():
                 continue
             for meta in site.iterdir():
                 match = _DIST_DIR.match(meta.name)
-                if not match or _canonical(match["name"]) not in self.projects:
-                    continue
-                if meta.is_symlink() or not meta.is_dir():
-                    continue
+                if match and not meta.is_symlink() and meta.is_dir():
+                    found.append((_canonical(match["name"]), meta))
+        return found
+
+    def dependencies(self) -> frozenset[str]:
+        """Distributions new since the snapshot that the project requires, directly or
+        through one another: what upstream's install fetches when a patch adds a
+        requirement (pylint-4661's ``appdirs``). A distribution that was there before is
+        never one of them: an upgrade would replace files another one had."""
+        metas = self._metadata_dirs()
+        new = {
+            name: meta
+            for name, meta in metas
+            if str(meta.relative_to(self.view)) not in self._before
+        }
+        wanted: set[str] = set()
+        for name, meta in metas:
+            if name in self.projects:
+                wanted |= _requirements(meta)
+        for root in self.roots:  # ``setup.py develop``: the egg-info lives in the checkout
+            for meta in [*root.glob("*.egg-info"), *root.glob("*/*.egg-info")]:
+                name = _canonical(meta.name.removesuffix(".egg-info"))
+                if name in self.projects and meta.is_dir() and not meta.is_symlink():
+                    wanted |= _requirements(meta)
+        found: set[str] = set()
+        while pending := (wanted & new.keys()) - found:
+            for name in pending:
+                found.add(name)
+                wanted |= _requirements(new[name])
+        return frozenset(found)
+
+    def _shadows(self, rel: str) -> bool:
+        """Whether a dependency's file would take an import name that something else had:
+        a module or package of the checkout or one already in site-packages. A new
+        dependency adds names; it never stands in for code the tests already import."""
+        parts = Path(rel).parts
+        if "site-packages" not in parts[:-1]:
+            return False  # a launcher, data files: the other rules judge those
+        at = parts.index("site-packages") + 1
+        if _DIST_DIR.match(parts[at]):
+            return False
+        top = _import_name(parts[at])
+        if ("/".join(parts[:at]), top) in self._names_before:
+            return True
+        return any((root / top).exists() or (root / f"{top}.py").exists() for root in self.roots)
+
+    def _new_dir(self, rel: str) -> bool:
+        path = self.view / rel
+        return rel not in self._before and path.is_dir() and not path.is_symlink()
+
+    def _project_files(self, names: frozenset[str]) -> dict[str, str | None]:
+        """Paths (relative to the view) that these distributions' RECORDs list, with their
+        recorded hashes, and the distributions' own metadata directories."""
+        files: dict[str, str | None] = {}
+        for name, meta in self._metadata_dirs():
+            if name in names:
                 base = meta.relative_to(self.view).parent
                 files[str(meta.relative_to(self.view))] = None
                 record = meta / "RECORD"
@@ -250,8 +322,8 @@ class EnvGuard:
     def _restore(self, rel: str) -> None:
         path = self.view / rel
         old = self._before.get(rel)
-        if old is None:
-            return
+        if old is None or rel.endswith((".pyc", ".pyo")):
+            return  # old bytecode may claim the changed source: Python compiles it again
         if path.is_symlink() or path.exists():
             _remove(path)  # made again by a restored parent's contents? not here: cleared
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -282,6 +354,11 @@ def _through_real_dirs(root: Path, rel: str) -> bool:
         if path.is_symlink() or not path.is_dir():
             return False
     return True
+
+
+def _import_name(entry: str) -> str:
+    """The name a site-packages entry is imported by: pkg, pkg.py, pkg.cpython-311-....so."""
+    return entry.split(".", 1)[0]
 
 
 def _inside(rel: str, directory: str) -> bool:
@@ -365,6 +442,23 @@ def _paths_inside(value: object, name: str, roots: tuple[Path, ...]) -> bool:
         return True
     resolved = [os.path.normpath(str(p)) for p in paths]
     return all(any(_inside(p, os.path.normpath(r)) for r in roots) for p in resolved)
+
+
+_REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def _requirements(meta: Path) -> set[str]:
+    """The distribution names a metadata directory requires (canonical), extras and
+    markers included: a name that is installed only under a marker was still asked for."""
+    names: set[str] = set()
+    metadata = meta / ("PKG-INFO" if meta.name.endswith(".egg-info") else "METADATA")
+    for line in _read(metadata).splitlines():
+        if line.startswith("Requires-Dist:") and (m := _REQ_NAME.match(line[14:])):
+            names.add(_canonical(m[1]))
+    for line in _read(meta / "requires.txt").splitlines():  # egg-info's own list
+        if not line.startswith("[") and (m := _REQ_NAME.match(line)):
+            names.add(_canonical(m[1]))
+    return names
 
 
 def _plugs_into_pytest(path: Path) -> bool:
