@@ -178,6 +178,11 @@ def test_the_pipeline_refuses_the_local_env_files_fallback(s3: Any, tmp_path: Pa
                 StartEvent(run_id="aws-fork", patches="gold", config={"env_files_at_base": True})
             )
         assert store.get_run("aws-fork") is None
+        with pytest.raises(ValueError, match="regression_check is for local runs"):
+            pipeline.resolve(
+                StartEvent(run_id="aws-rc", patches="gold", config={"regression_check": True})
+            )
+        assert store.get_run("aws-rc") is None
         with pytest.raises(ValueError, match="task_dialect agentswe is for local runs"):
             pipeline.resolve(
                 StartEvent(

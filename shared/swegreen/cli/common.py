@@ -113,6 +113,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "repo_url_template",
         "green_agent_model",
         "base_validation",
+        "regression_check",
         "env_files_at_base",
         "network_instances",
         "isolation",

@@ -50,6 +50,13 @@ def config_flags(p: argparse.ArgumentParser) -> None:
         help="also run the tests on the base commit, to flag environment limits",
     )
     g.add_argument(
+        "--regression-check",
+        action="store_true",
+        default=None,
+        help="for each resolved row, also run the touched modules' whole test files with "
+        "the patch and with gold (cached), and flag tests gold passes but the patch fails",
+    )
+    g.add_argument(
         "--env-files-at-base",
         action="store_true",
         default=None,

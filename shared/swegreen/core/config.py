@@ -99,6 +99,13 @@ class EvalConfig(BaseModel):
         description="Also run each instance's tests on the base commit (cached) to "
         "tell environment problems from participant failures.",
     )
+    regression_check: bool = Field(
+        False,
+        description="For each resolved row, also run the whole test files of the modules "
+        "the patch touched (and the row's own test files) with the patch and with the gold "
+        "patch (cached), and flag the row where the patch fails a test gold passes "
+        "(resolved_with_regressions): a flag, the verdict stays. Engine backend only.",
+    )
     env_files_at_base: bool = Field(
         False,
         description="Where a row's environment_setup_commit is missing from the repository "

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from swebench.harness.constants import (
     END_TEST_OUTPUT,
-    NON_TEST_EXTS,
     START_TEST_OUTPUT,
     TEST_EXIT_CODE_VAR,
 )
@@ -30,6 +29,7 @@ from swebench.utils import get_modified_files
 
 from swegreen.core.dataset import Instance
 from swegreen.core.recipes import Recipe
+from swegreen.core.related_tests import directives_for
 from swegreen.core.upstream import parse_eval_script, record_test_exit_code
 
 HEREDOC = "EOF_114329324912"
@@ -46,18 +46,14 @@ def modified_test_files(test_patch: str) -> list[str]:
     return get_modified_files(test_patch)
 
 
+def files_of_test_patch(instance: Instance) -> list[str]:
+    """Every file the test patch names (upstream's reading of its ``diff --git`` lines)."""
+    return _DIFF_TARGET.findall(instance.test_patch)
+
+
 def get_test_directives(instance: Instance, style: str) -> list[str]:
     """The test files to run, from the test patch; django wants dotted module names."""
-    directives = _DIFF_TARGET.findall(instance.test_patch)
-    directives = [d for d in directives if not any(d.endswith(ext) for ext in NON_TEST_EXTS)]
-    if style == "django":
-        out = []
-        for d in directives:
-            d = d.removesuffix(".py")
-            d = d.removeprefix("tests/")
-            out.append(d.replace("/", "."))
-        directives = out
-    return directives
+    return directives_for(files_of_test_patch(instance), style)
 
 
 def sandboxed(command: str, wrapper: str | None, shell: str = "bash") -> str:
@@ -219,20 +215,28 @@ def eval_phases(
     shell: str = "bash",
     readonly_tests: bool = False,
     skip_install: bool = False,
+    directives: Sequence[str] | None = None,
 ) -> EvalPhases:
     """``readonly_tests``: the test files are read-only mounts in the test phase (the
     engine's sandbox): the reset after the tests is left out (``READONLY_RESET``).
     ``skip_install``: the recipe's install line is left out, saying so, where it can
-    change nothing (``reinstall_changes_nothing``, decided by the engine)."""
+    change nothing (``reinstall_changes_nothing``, decided by the engine).
+    ``directives``: the test command names these instead of the test patch's files (the
+    regression check's wider run; never a graded one)."""
     if instance.eval_script:
-        phases = adapt_eval_phases(
-            instance.eval_script, workdir, test_wrapper, pin_path, shell, readonly_tests
-        )
+        script = instance.eval_script
+        if directives is not None:
+            script = widened_script(
+                script, get_test_directives(instance, recipe.directive_style), directives
+            )
+        phases = adapt_eval_phases(script, workdir, test_wrapper, pin_path, shell, readonly_tests)
         if skip_install and recipe.install:
             lines = _without_install(phases.prepare.splitlines(), recipe.install)
             phases = EvalPhases(prepare="\n".join(lines) + "\n", test=phases.test)
         return phases
-    lines = official_lines(instance, recipe, workdir, test_wrapper, shell=shell)
+    lines = official_lines(
+        instance, recipe, workdir, test_wrapper, shell=shell, directives=directives
+    )
     if skip_install and recipe.install:
         lines = _without_install(lines, recipe.install)
     return split_phases(lines, workdir, pin_path, readonly_tests)
@@ -245,17 +249,18 @@ def official_lines(
     test_wrapper: str | None = None,
     conda: bool = False,
     shell: str = "bash",
+    directives: Sequence[str] | None = None,
 ) -> list[str]:
     """The commands of swebench 4.1.0's ``make_eval_script_list_py``; ``conda`` keeps its
     activation lines (for the instance images, which have the ``testbed`` env)."""
+    if directives is None:
+        directives = get_test_directives(instance, recipe.directive_style)
     files = modified_test_files(instance.test_patch)
     reset_tests = f"git checkout {instance.base_commit} {' '.join(files)}"
     if not files and not conda:
         reset_tests = ":"  # upstream's form checks out the commit itself: the image has it
     apply_test_patch = f"git apply -v - <<'{HEREDOC}'\n{instance.test_patch}\n{HEREDOC}"
-    test_command = " ".join(
-        [recipe.test_cmd, *get_test_directives(instance, recipe.directive_style)]
-    )
+    test_command = " ".join([recipe.test_cmd, *directives])
     activate = list(CONDA_ACTIVATE) if conda else []
     evals = recipe.eval_commands
     if conda and recipe.upstream_eval_commands is not None:
@@ -313,6 +318,28 @@ def adapt_eval_phases(
             lines[i + 1] = sandboxed(lines[i + 1], test_wrapper, shell)
             break
     return split_phases(lines, workdir, pin_path, readonly_tests)
+
+
+class NotWidenable(ValueError):
+    """A row's own eval script names its tests in a form the regression check cannot
+    widen (its test command does not end with the test patch's files)."""
+
+
+def widened_script(script: str, official: Sequence[str], directives: Sequence[str]) -> str:
+    """A row's own eval script with its test command naming ``directives`` instead of
+    the ``official`` ones it ends with."""
+    lines = script.splitlines()
+    for i, line in enumerate(lines):
+        if START_TEST_OUTPUT in line and i + 1 < len(lines):
+            words = lines[i + 1].split()
+            if not official or words[-len(official) :] != list(official):
+                raise NotWidenable(
+                    "the row's eval script does not end its test command with the test "
+                    "patch's files"
+                )
+            lines[i + 1] = " ".join([*words[: -len(official)], *directives])
+            return "\n".join(lines) + "\n"
+    raise NotWidenable("the row's eval script has no test command after its start marker")
 
 
 def _script(lines: list[str]) -> str:

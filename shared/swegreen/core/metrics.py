@@ -51,6 +51,9 @@ class RunMetrics(BaseModel):
     resolved_steps: int = 0
     resolved_with_tokens: int = 0
     resolved_tokens: int = 0
+    # --regression-check: resolved rows it compared, and those failing a test gold passes
+    regression_checked: int = 0
+    resolved_with_regressions: int = 0
     # rows and resolved rows per repository: the headline's clustered interval (additive)
     by_repo: dict[str, list[int]] = Field(default_factory=dict)
 
@@ -85,6 +88,9 @@ class RunMetrics(BaseModel):
                 if resolved:
                     totals["resolved_interactive"] += 1
                     totals["resolved_steps"] += int(steps)
+            if resolved and (r.regression_check or {}).get("ran"):
+                totals["regression_checked"] += 1
+                totals["resolved_with_regressions"] += r.resolved_with_regressions
             if resolved and tokens is not None:
                 totals["resolved_with_tokens"] += 1
                 totals["resolved_tokens"] += tokens
@@ -182,6 +188,7 @@ class RunMetrics(BaseModel):
             pass_to_pass_passed_unrun=self.p2p_passed_unrun,
             resolved_by_repo={r: list(v) for r, v in self.by_repo.items()},
             **{name: getattr(self, name) for name in USAGE_TOTALS},
+            **{name: getattr(self, name) for name in REGRESSION_TOTALS},
         )
         return row
 
@@ -202,7 +209,7 @@ class RunMetrics(BaseModel):
             tests_ran_instances=row.get("tests_ran_instances", 0),
             p2p_passed_unrun=row.get("pass_to_pass_passed_unrun", 0),
             by_repo={r: list(v) for r, v in (row.get("resolved_by_repo") or {}).items()},
-            **{name: row.get(name, 0) for name in USAGE_TOTALS},
+            **{name: row.get(name, 0) for name in (*USAGE_TOTALS, *REGRESSION_TOTALS)},
         )
 
 
@@ -214,6 +221,7 @@ USAGE_TOTALS = (
     "resolved_with_tokens",
     "resolved_tokens",
 )
+REGRESSION_TOTALS = ("regression_checked", "resolved_with_regressions")
 ADDITIVE = (
     "total_instances",
     "f2p_passed",
@@ -226,6 +234,7 @@ ADDITIVE = (
     "tests_ran_instances",
     "p2p_passed_unrun",
     *USAGE_TOTALS,
+    *REGRESSION_TOTALS,
 )
 
 

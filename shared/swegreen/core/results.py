@@ -67,6 +67,10 @@ class InstanceResult(BaseModel):
     durations: Durations = Field(default_factory=Durations)
     test_command_seconds: float = 0.0  # inside the eval script (the benchmark's denominator)
     base_validation: dict[str, Any] | None = None
+    # --regression-check, resolved rows only (evaluation/regression_check.py): the tests
+    # the gold patch passes and this patch does not, over the touched modules' test files.
+    # A flag: the verdict stays the official one.
+    regression_check: dict[str, Any] | None = None
     # How the environment was made where it differs from upstream's way (testbed.py):
     # files read at another commit, build sources from an offline directory, an
     # interpreter the user pointed at. Empty: upstream's way.
@@ -91,6 +95,12 @@ class InstanceResult(BaseModel):
     @property
     def is_participant_failure(self) -> bool:
         return self.reason in PARTICIPANT_FAILURES
+
+    @property
+    def resolved_with_regressions(self) -> bool:
+        """Resolved, and the regression check found a test gold passes that this fails."""
+        check = self.regression_check or {}
+        return self.status is Status.RESOLVED and bool(check.get("regression_count"))
 
     @property
     def is_environment_limited(self) -> bool:

@@ -25,6 +25,7 @@ from swegreen.evaluation.base_validation import BaseValidator
 from swegreen.evaluation.docker_backend import DockerEvaluator
 from swegreen.evaluation.docker_workbench import DockerWorkbenches
 from swegreen.evaluation.evaluate import Evaluator
+from swegreen.evaluation.regression_check import RegressionCheck
 from swegreen.evaluation.runner import Runner
 from swegreen.evaluation.settings import LocalSettings
 from swegreen.evaluation.testbed import TestbedOptions
@@ -181,10 +182,16 @@ def build_evaluator(
         if config.base_validation
         else None
     )
+    check = (
+        RegressionCheck(testbeds, settings.cache_dir / "regression-gold")
+        if config.regression_check
+        else None
+    )
     return Evaluator(
         testbeds=testbeds,
         artifacts=artifacts,
         base_validator=base,
+        regression_check=check,
         max_patch_bytes=config.max_patch_bytes,
         scrub=scrubber,
     )
@@ -213,6 +220,11 @@ def build_engine(
             remarks.append(
                 "base_validation runs on the engine's environments only: the Docker backend "
                 "grades in the official images, where the base run is upstream's own"
+            )
+        if config.regression_check:
+            remarks.append(
+                "regression_check runs on the engine's environments only: this run's rows "
+                "carry no regression flag"
             )
     else:
         isolation = isolation or Isolation.probe(config.isolation)

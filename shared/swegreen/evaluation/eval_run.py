@@ -119,11 +119,17 @@ class EvalRuns(TestbedsBase):
         )
 
     async def run_eval(
-        self, testbed: Testbed, guard: Guard | None = None, skip_install: bool = False
+        self,
+        testbed: Testbed,
+        guard: Guard | None = None,
+        skip_install: bool = False,
+        directives: Sequence[str] | None = None,
     ) -> TestRun:
         """Run the eval script's two phases, each in a fresh sandbox. Between them,
         ``guard`` puts back what the install step changed of the tests. ``skip_install``:
-        the recipe's install line is left out (it can change nothing: ``reinstall_skip``)."""
+        the recipe's install line is left out (it can change nothing: ``reinstall_skip``).
+        ``directives``: the tests to name instead of the test patch's files (the
+        regression check's run, eval_script.py)."""
         recipe = testbed.recipe
         policy = self.policy_for(testbed)
         services = await self._services(recipe, policy)
@@ -139,6 +145,7 @@ class EvalRuns(TestbedsBase):
             # the wrapper mounts them read-only for the rest of the phase
             readonly_tests=self.sandbox.bwrap and bool(readonly),
             skip_install=skip_install,
+            directives=directives,
         )
         host = testbed.host_dir
         log_path = host / art.TEST_OUTPUT

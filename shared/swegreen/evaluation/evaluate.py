@@ -47,6 +47,7 @@ from swegreen.core.rows import RowBuilder
 from swegreen.core.scrub import NO_SCRUBBING, Scrub
 from swegreen.evaluation.apply import apply_patch
 from swegreen.evaluation.base_validation import BaseValidator
+from swegreen.evaluation.regression_check import RegressionCheck
 from swegreen.evaluation.testbeds import Testbeds
 from swegreen.sandbox.recorder import Recorded, contradictions, forced_outcomes
 from swegreen.sandbox.tamper import protected_reason
@@ -305,6 +306,7 @@ class Evaluator(PatchEvaluator):
         testbeds: Testbeds,
         artifacts: ArtifactStore,
         base_validator: BaseValidator | None = None,
+        regression_check: RegressionCheck | None = None,
         max_patch_bytes: int = DEFAULT_MAX_PATCH_BYTES,
         scrub: Scrub = NO_SCRUBBING,
     ) -> None:
@@ -316,6 +318,14 @@ class Evaluator(PatchEvaluator):
             scrub=scrub,
         )
         self.testbeds = testbeds
+        self.regression_check = regression_check
+
+    async def evaluate(self, run_id: str, instance: Instance, patch: PatchResult) -> InstanceResult:
+        result = await super().evaluate(run_id, instance, patch)
+        if self.regression_check is None or result.status is not Status.RESOLVED:
+            return result
+        check = await self.regression_check.check(run_id, instance, patch.patch or "")
+        return result.model_copy(update={"regression_check": check})
 
     async def _run_patch(
         self, run_id: str, key: Key, row: RowBuilder, text: str, notes: list[str]

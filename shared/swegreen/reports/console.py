@@ -129,6 +129,12 @@ def leaderboard_table(metrics: RunMetrics, title: str) -> Table:
     table.add_row("P2P kept without running", str(metrics.p2p_passed_unrun), "")
     if metrics.environment_limited:
         table.add_row("environment-limited (base validation)", str(metrics.environment_limited), "")
+    if metrics.regression_checked:
+        table.add_row(
+            "resolved with regressions",
+            f"{metrics.resolved_with_regressions} of {metrics.regression_checked} checked",
+            "",
+        )
     return table
 
 

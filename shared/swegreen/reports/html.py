@@ -128,6 +128,13 @@ def _leaderboard(metrics: RunMetrics) -> str:
         ("infrastructure errors", str(metrics.infrastructure_errors)),
         ("participant failures", str(metrics.participant_failures)),
     ]
+    if metrics.regression_checked:
+        cards.append(
+            (
+                "resolved with regressions",
+                f"{metrics.resolved_with_regressions} of {metrics.regression_checked} checked",
+            )
+        )
     if metrics.mean_steps_per_resolved is not None:
         cards.append(("steps per resolved", f"{metrics.mean_steps_per_resolved:g}"))
     if metrics.mean_tokens_per_resolved is not None:
@@ -227,6 +234,26 @@ def _timing(results: Sequence[InstanceResult]) -> str:
     return '<h2 id="timing">Time per instance</h2>' + "".join(svg)
 
 
+def _regressions(r: InstanceResult) -> str:
+    """The regression check's flag under a resolved row's reason (a flag, not a verdict)."""
+    check = r.regression_check
+    if not check:
+        return ""
+    if not check.get("ran"):
+        return f"<div class=detail>regression check not run: {escape(check.get('why', ''))}</div>"
+    if not r.resolved_with_regressions:
+        return (
+            f"<div class=detail>regression check: none of {check['tests_gold_passes']} "
+            "tests gold passes fails</div>"
+        )
+    shown = ", ".join(check["regressions"][:5])
+    more = check["regression_count"] - min(5, len(check["regressions"]))
+    return (
+        f"<div class=detail>resolved with regressions: {check['regression_count']} test(s) "
+        f"gold passes fail: {escape(shown)}" + (f" and {more} more" if more > 0 else "") + "</div>"
+    )
+
+
 def _instances(results: Sequence[InstanceResult], exists: Callable[[str, str], bool]) -> str:
     body = []
     for r in sorted(results, key=lambda r: r.instance_id):
@@ -252,6 +279,7 @@ def _instances(results: Sequence[InstanceResult], exists: Callable[[str, str], b
                 if r.interaction
                 else ""
             )
+            + _regressions(r)
             + f"</td><td class=n>{r.f2p_passed}/{r.f2p_total}</td>"
             f"<td class=n>{r.p2p_passed}/{r.p2p_total}</td>"
             f"<td class=n>{r.durations.total:.1f} s</td><td>{links}</td></tr>"

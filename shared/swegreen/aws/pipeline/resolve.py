@@ -48,6 +48,11 @@ class ResolveStep(PipelineBase):
                 "environment_setup_commits; the pipeline's build phase names its artifacts "
                 "by those commits and clones repo_url_template, which must have them all"
             )
+        if config.regression_check:
+            raise ValueError(
+                "regression_check is for local runs for now: the pipeline's sandbox tasks "
+                "evaluate one patch each and keep no cache of the gold side between tasks"
+            )
         wanted = config.task_dialect
         if "agentswe" in ([wanted] if isinstance(wanted, str) else wanted.values()):
             raise ValueError(
