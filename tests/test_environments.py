@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -368,3 +369,42 @@ def test_a_dated_recipe_builds_through_the_dated_index(tmp_path: Path, host_env_
     assert "# pip sees the index as of 2021-01-01: http://127.0.0.1:" in log
     info = json.loads((env.root / "env.json").read_text())
     assert (info["frozen_as_of"], info["frozen_by"]) == ("2021-01-01", "lock")
+
+
+def test_commits_whose_requirements_read_the_same_share_one_environment(
+    tmp_path: Path, host_env_module: dict[str, str]
+) -> None:
+    """Keyed by the text of what the build reads (includes too), not by the commit: two
+    commits with equal requirements share a build; a build made earlier under a commit's
+    key is taken for its content instead of being built again; the index says who shares."""
+    recipe = Recipe(python="host", requirements=("requirements.txt",), test_cmd="true")
+    same = {"requirements.txt": "-r reqs/base.txt\n", "reqs/base.txt": "iniconfig==2.0.0\n"}
+    other = {"requirements.txt": "iniconfig==1.1.1\n"}
+    tree = {"a" * 40: same, "b" * 40: dict(same), "d" * 40: other, "e" * 40: dict(other)}
+    root = tmp_path / "envs"
+    by_commit = EnvManager(
+        root, InterpreterSearch.from_environ(host_env_module), host_env_module, content_keys=False
+    )
+    by_content = manager(root, host_env_module)
+
+    async def main() -> list[Any]:
+        older = await by_commit.ensure(recipe, "o/r 1.0", "d" * 40, tree["d" * 40].get)
+        later = [
+            await by_content.ensure(recipe, "o/r 1.0", c, tree[c].get, row=f"o__r-{c[0]}")
+            for c in ("a" * 40, "b" * 40, "d" * 40, "e" * 40)
+        ]
+        return [older, *later]
+
+    older, a, b, d, e = asyncio.run(main())
+    assert older.key == recipe.env_key("d" * 40)  # the commit's key, as before
+    assert a.key == b.key == recipe.content_env_key(same) != recipe.env_key("a" * 40)
+    assert (not a.reused, b.reused) == (True, True)
+    # the older build of commit d is its content's now, and commit e's with it
+    assert (d.key, d.root, d.reused) == (older.key, older.root, True)
+    assert (e.key, e.root, e.reused) == (older.key, older.root, True)
+    assert (root / recipe.content_env_key(other)).resolve() == older.root.resolve()
+    shared = by_content.shared()
+    assert [x["row"] for x in shared[a.key]] == ["o__r-a", "o__r-b"]
+    assert [x["files_read_at"] for x in shared[a.key]] == ["a" * 40, "b" * 40]
+    assert [x["row"] for x in shared[recipe.content_env_key(other)]] == ["o__r-d", "o__r-e"]
+    assert "iniconfig==2.0.0" in (root / a.key / "lock.txt").read_text()

@@ -97,7 +97,7 @@ def build_phase(phase: str, env: Mapping[str, str], s3: Any) -> int:
     raw = json.loads(listing)[int(env["SWEGREEN_ITEM_INDEX"])]
     config = sandbox_config(env)
     cache = Path(env.get("SWEGREEN_CACHE_DIR", DEFAULT_CACHE))
-    settings = LocalSettings(output_dir=cache / "unused", cache_dir=cache)
+    settings = LocalSettings(output_dir=cache / "unused", cache_dir=cache, content_keyed_envs=False)
     testbeds = build_testbeds(settings, config, env)
     try:
         if phase == "build":
@@ -210,7 +210,7 @@ def evaluate_row(
             archive = Path(tmp) / f"{name}.tar.zst"
             download(http, url, archive)
             prebuilt.unpack(archive, local)
-    settings = LocalSettings(output_dir=local / "unused", cache_dir=local)
+    settings = LocalSettings(output_dir=local / "unused", cache_dir=local, content_keyed_envs=False)
     evaluator = build_evaluator(settings, config, host_env, artifacts, scrubber=scrubber)
     result = asyncio.run(
         evaluate_with_retries(

@@ -111,6 +111,26 @@ class Recipe(BaseModel):
         blob = json.dumps([RECIPE_SCHEMA_VERSION, data], sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def content_env_key(self, files: Mapping[str, str | None]) -> str:
+        """Identity of the environment by what defines it: the recipe's fields and the
+        text of every file the build reads from the repository (``files``: path -> text,
+        None where a candidate is absent). Commits whose requirements read the same share
+        one build (environments/manager.py)."""
+        data: dict[str, object] = {k: getattr(self, k) for k in ENV_FIELDS}
+        data["files"] = {
+            path: None if text is None else hashlib.sha256(text.encode()).hexdigest()
+            for path, text in sorted(files.items())
+        }
+        blob = json.dumps([RECIPE_SCHEMA_VERSION, "content", data], sort_keys=True, default=list)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def content_keyed(self) -> bool:
+        """Whether the build reads only files it can name (requirements files), so that
+        their text, not the commit, says which environment it is. A build that locks the
+        project reads the whole tree at the commit: keyed by the commit."""
+        return bool(self.requirements) and not self.locks_project
+
     @property
     def reads_setup_commit(self) -> bool:
         """Whether the build reads the repository at the environment_setup_commit: its

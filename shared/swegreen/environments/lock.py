@@ -10,7 +10,7 @@ from pathlib import Path
 from swegreen.core.errors import (
     EnvSetupFailed,
 )
-from swegreen.core.recipes import project_extras
+from swegreen.core.recipes import Recipe, project_extras
 from swegreen.environments.constraints import (
     clashing_pins,
     compile_command,
@@ -18,7 +18,7 @@ from swegreen.environments.constraints import (
     merge_requirements,
     yield_pins,
 )
-from swegreen.environments.environment import BUILD_TIMEOUT
+from swegreen.environments.environment import BUILD_TIMEOUT, ReadFile
 from swegreen.environments.interpreters import (
     Interpreter,
 )
@@ -29,6 +29,27 @@ from swegreen.environments.requirements import (
     requirements_txt,
 )
 from swegreen.processes.procs import run_process
+
+
+def files_read(recipe: Recipe, read_file: ReadFile) -> dict[str, str | None]:
+    """Every file of the repository the build reads for ``recipe``'s requirements (as
+    ``_LockedInstalls._requirements`` does): absent candidates before the one found, as
+    None, and the files it includes. Their text is the environment's identity."""
+    seen: dict[str, str | None] = {}
+
+    def read(path: str) -> str | None:
+        if path not in seen:
+            seen[path] = read_file(path)
+        return seen[path]
+
+    for candidate in recipe.requirements:
+        text = read(candidate)
+        if text is None:
+            continue
+        if recipe.requirements_kind != "conda_env":
+            requirements_txt(text, read, os.path.dirname(candidate))
+        break
+    return seen
 
 
 class _LockedInstalls:

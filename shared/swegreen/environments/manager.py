@@ -14,6 +14,7 @@ into another instance running at the same time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -42,12 +43,14 @@ from swegreen.environments.environment import (
 from swegreen.environments.interpreters import (
     InterpreterSearch,
 )
+from swegreen.environments.lock import files_read
 from swegreen.environments.views import (
     make_view,
 )
 from swegreen.processes.locks import file_lock
 from swegreen.sandbox.environ import INDEX_PASSTHROUGH
 
+INDEX = "index.jsonl"  # content-keyed environments and who uses them (EnvManager.shared)
 # Passed from the host to environment builds: what a test run's install gets, and uv's.
 BUILD_PASSTHROUGH = (*INDEX_PASSTHROUGH, "UV_INDEX_URL")
 
@@ -71,8 +74,10 @@ class EnvManager:
         max_builds: int = 2,
         rebuild_failed: bool = False,
         dated_index: DatedIndex | None = None,
+        content_keys: bool = True,
     ) -> None:
         self.root = root
+        self.content_keys = content_keys
         self.dated_index = dated_index
         self.search = search
         self.host_env = dict(host_env)
@@ -130,12 +135,21 @@ class EnvManager:
         setup_commit: str = "",
         read_file: ReadFile | None = None,
         checkout: Checkout | None = None,
+        row: str = "",
     ) -> Environment:
         """The environment for ``recipe``, building it if no complete one exists.
         ``read_file`` reads a path of the repository at ``setup_commit`` (for recipes whose
         requirements come from the repository); ``checkout`` materializes the repository
-        there (for recipes that pip-install it, whose dependencies are locked too)."""
+        there (for recipes that pip-install it, whose dependencies are locked too).
+        Where the recipe reads only its requirements files, the environment is the one
+        for their text (``Recipe.content_env_key``), whatever commit they were read at;
+        ``row`` names who asked, in the index of who shares which (``INDEX``)."""
         key = recipe.env_key(setup_commit)
+        if self.content_keys and recipe.content_keyed and read_file is not None:
+            files = await asyncio.to_thread(files_read, recipe, read_file)
+            key = await asyncio.to_thread(
+                self._content_key, recipe.content_env_key(files), key, label, setup_commit, row
+            )
         path = self.root / key
         if (path / COMPLETE).exists():
             return self._load(key, path)
@@ -183,6 +197,49 @@ class EnvManager:
                 reused=False,
             )
 
+    def _content_key(
+        self, content: str, address: str, label: str, setup_commit: str, row: str
+    ) -> str:
+        """The key to build or load for requirements whose text gives ``content``: that
+        one, or an equal build already made under the commit's key (``address``, before
+        keys were by content), which ``content`` then names (a link). The pair is added to
+        the index the first time it is seen."""
+        path = self.root / content
+        if (
+            not path.exists()
+            and not path.is_symlink()
+            and (self.root / address / COMPLETE).exists()
+        ):
+            link = self.root / f".{content}.{os.getpid()}.link"
+            link.unlink(missing_ok=True)
+            link.symlink_to(address)
+            try:
+                os.rename(link, path)  # fails where a build of its own appeared meanwhile
+            except OSError:
+                link.unlink(missing_ok=True)
+        seen = self.root / "addresses" / f"{address}{'.' + row if row else ''}"
+        seen.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            seen.symlink_to(f"../{content}")
+        except FileExistsError:
+            return content
+        entry = {"env": content, "commit_key": address, "label": label}
+        entry.update(files_read_at=setup_commit, row=row)
+        with (self.root / INDEX).open("a") as fh:  # one short line: appends do not interleave
+            fh.write(json.dumps(entry) + "\n")
+        return content
+
+    def shared(self) -> dict[str, list[dict[str, str]]]:
+        """The index: each content-keyed environment and the rows and commits using it."""
+        by_env: dict[str, list[dict[str, str]]] = {}
+        path = self.root / INDEX
+        if path.exists():
+            for line in path.read_text().splitlines():
+                with contextlib.suppress(ValueError):
+                    entry = json.loads(line)
+                    by_env.setdefault(entry["env"], []).append(entry)
+        return by_env
+
     def _remember(self, key: str, label: str, exc: EvaluationFailure) -> None:
         record = {
             "key": key,
@@ -197,6 +254,9 @@ class EnvManager:
         os.replace(tmp, self.failure_path(key))
 
     def _load(self, key: str, path: Path) -> Environment:
+        if path.is_symlink():  # a content key naming the equal build made under a commit's
+            path = self.root / os.readlink(path)
+            key = path.name
         info = json.loads((path / ENV_INFO).read_text())
         return Environment(
             key=key,

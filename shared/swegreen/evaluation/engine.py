@@ -139,6 +139,7 @@ def build_testbeds(
             ),
             host_env,
             rebuild_failed=settings.rebuild_envs,
+            content_keys=settings.content_keyed_envs,
             dated_index=DatedIndex(
                 host_env.get("PIP_INDEX_URL") or DEFAULT_UPSTREAM, index_env(host_env)
             ),

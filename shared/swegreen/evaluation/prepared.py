@@ -230,7 +230,12 @@ class PreparedWorkspaces(TestbedsBase):
             read = functools.partial(self.repos.read_file, instance.repo, setup_commit)
             checkout = functools.partial(self.repos.checkout, instance.repo, setup_commit)
             built = await self.envs.ensure(
-                recipe, f"{instance.repo} {instance.version}", setup_commit, read, checkout
+                recipe,
+                f"{instance.repo} {instance.version}",
+                setup_commit,
+                read,
+                checkout,
+                row=instance.instance_id,
             )
             how = "reused" if built.reused else f"built in {built.build_seconds:.1f}s"
             notes.append(f"environment {built.key} ({how})")

@@ -59,6 +59,13 @@ class LocalSettings(BaseModel):
         description="Mount each evaluation's checkout copy-on-write over the prepared one "
         "where the engine may (root; overlay.py); off: copy it.",
     )
+    content_keyed_envs: bool = Field(
+        True,
+        description="Key an environment whose recipe reads only requirements files by their "
+        "text, so that commits with the same requirements share one build (index: "
+        "<cache_dir>/envs/index.jsonl); off: by the commit they are read at (the AWS "
+        "pipeline, which plans its builds before any clone).",
+    )
     compile_cache: bool = Field(
         True,
         description="Compile an instance's extensions once, where the host has ccache "
