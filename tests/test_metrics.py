@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import random
 import time
+from importlib import resources
 
 from swegreen.core.classify import Reason, Status
 from swegreen.core.dataset import parse_rows
 from swegreen.core.errors import EnvSetupFailed
+from swegreen.core.intervals import wilson
 from swegreen.core.metrics import RunMetrics
 from swegreen.core.ports import PatchResult
 from swegreen.core.results import InstanceResult
@@ -142,8 +145,10 @@ def test_shards_add_up_exactly_to_the_whole_run() -> None:
                 "completion_tokens": 9,
             }
         results.append(result)
-    whole = RunMetrics.from_results(results)
-    shards = [RunMetrics.from_results(results[k::7]) for k in range(7)]
+    unvalidated = frozenset(f"i{i}" for i in range(0, 60, 5))
+    whole = RunMetrics.from_results(results, unvalidated)
+    assert whole.validated_instances == 48
+    shards = [RunMetrics.from_results(results[k::7], unvalidated) for k in range(7)]
     merged = shards[0]
     for shard in shards[1:]:
         merged = merged.merge(shard)
@@ -203,3 +208,27 @@ def test_pass_rates_cannot_flatter_a_run_of_errors_and_silence() -> None:
         [errored, errored.model_copy(update={"instance_id": "b"})]
     )
     assert only_errors.f2p_rate == 0.0 and only_errors.p2p_rate == 0.0
+
+
+def test_the_validated_denominator_leaves_out_rows_gold_does_not_resolve_here() -> None:
+    """The packaged evidence lists psf__requests-1724 (gold breaks P2P here, every run);
+    a row it does not list counts in both rates."""
+    listed = json.loads((resources.files("swegreen") / "data" / "gold_stability.json").read_text())
+    assert "psf__requests-1724" in listed["rows"]
+    for iid, entry in listed["rows"].items():  # every listing says why, with a verdict per run
+        verdicts = entry["verdicts"]
+        assert verdicts and entry["why"], iid
+        graded = [v for v in verdicts.values() if not v.startswith("error")]
+        assert not graded or any(not v.startswith("resolved") for v in graded), iid
+    results = [
+        row("psf__requests-1724", Status.BREAKING_RESOLVED, (1, 1), (0, 1)),
+        row("psf__requests-863", Status.RESOLVED, (1, 1), (1, 1)),
+        row("psf__requests-5414", Status.NO_OP, (0, 1), (1, 1)),
+    ]
+    metrics = RunMetrics.from_results(results)
+    assert (metrics.validated_instances, metrics.validated_resolved) == (2, 1)
+    published = metrics.result_row("m")
+    assert published["resolved_pct"] == round(1 / 3, 6)
+    assert published["resolved_pct_validated"] == 0.5
+    assert published["resolved_pct_validated_ci"] == [round(x, 6) for x in wilson(1, 2)]
+    assert RunMetrics.from_results([]).result_row("m")["resolved_pct_validated"] is None

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from swegreen.core import gold_stability
 from swegreen.core.classify import Status
 from swegreen.core.intervals import headline, wilson
 from swegreen.core.results import InstanceResult
@@ -51,6 +52,9 @@ class RunMetrics(BaseModel):
     resolved_steps: int = 0
     resolved_with_tokens: int = 0
     resolved_tokens: int = 0
+    # rows whose gold patch is validated here (core/gold_stability.py), and those resolved
+    validated_instances: int = 0
+    validated_resolved: int = 0
     # --regression-check: resolved rows it compared, and those failing a test gold passes
     regression_checked: int = 0
     resolved_with_regressions: int = 0
@@ -58,7 +62,12 @@ class RunMetrics(BaseModel):
     by_repo: dict[str, list[int]] = Field(default_factory=dict)
 
     @classmethod
-    def from_results(cls, results: Iterable[InstanceResult]) -> RunMetrics:
+    def from_results(
+        cls, results: Iterable[InstanceResult], not_validated: frozenset[str] | None = None
+    ) -> RunMetrics:
+        """``not_validated``: rows whose gold patch is not validated here (by default the
+        packaged evidence, core/gold_stability.py)."""
+        unvalidated = gold_stability.not_validated() if not_validated is None else not_validated
         counts: Counter[str] = Counter()
         reasons: Counter[str] = Counter()
         totals = Counter[str]()
@@ -69,6 +78,9 @@ class RunMetrics(BaseModel):
             cell[0] += 1
             cell[1] += r.status is Status.RESOLVED
             reasons[r.reason] += 1
+            if r.instance_id not in unvalidated:
+                totals["validated_instances"] += 1
+                totals["validated_resolved"] += r.status is Status.RESOLVED
             totals["f2p_passed"] += r.f2p_passed
             totals["f2p_total"] += r.f2p_total
             totals["p2p_passed"] += r.p2p_passed
@@ -131,6 +143,17 @@ class RunMetrics(BaseModel):
         return wilson(self.counts.get(status.value, 0), self.total_instances)
 
     @property
+    def resolved_validated_rate(self) -> float | None:
+        """Resolved over the rows whose gold patch is validated here; None without any."""
+        if not self.validated_instances:
+            return None
+        return _ratio(self.validated_resolved, self.validated_instances)
+
+    @property
+    def resolved_validated_interval(self) -> tuple[float, float]:
+        return wilson(self.validated_resolved, self.validated_instances)
+
+    @property
     def f2p_interval(self) -> tuple[float, float]:
         return wilson(self.f2p_passed, self.f2p_total)
 
@@ -174,6 +197,9 @@ class RunMetrics(BaseModel):
             row[f"{status.value}_pct_ci"] = _rounded(self.interval(status))
         row["fail_to_pass_passed_pct_ci"] = _rounded(self.f2p_interval)
         row["pass_to_pass_passed_pct_ci"] = _rounded(self.p2p_interval)
+        # the same over the rows whose gold patch resolves here every time (gold_stability)
+        row["resolved_pct_validated"] = self.resolved_validated_rate
+        row["resolved_pct_validated_ci"] = _rounded(self.resolved_validated_interval)
         row.update(
             counts=dict(self.counts),
             reasons=dict(self.reasons),
@@ -188,7 +214,7 @@ class RunMetrics(BaseModel):
             pass_to_pass_passed_unrun=self.p2p_passed_unrun,
             resolved_by_repo={r: list(v) for r, v in self.by_repo.items()},
             **{name: getattr(self, name) for name in USAGE_TOTALS},
-            **{name: getattr(self, name) for name in REGRESSION_TOTALS},
+            **{name: getattr(self, name) for name in (*REGRESSION_TOTALS, *VALIDATED_TOTALS)},
         )
         return row
 
@@ -209,7 +235,10 @@ class RunMetrics(BaseModel):
             tests_ran_instances=row.get("tests_ran_instances", 0),
             p2p_passed_unrun=row.get("pass_to_pass_passed_unrun", 0),
             by_repo={r: list(v) for r, v in (row.get("resolved_by_repo") or {}).items()},
-            **{name: row.get(name, 0) for name in (*USAGE_TOTALS, *REGRESSION_TOTALS)},
+            **{
+                name: row.get(name, 0)
+                for name in (*USAGE_TOTALS, *REGRESSION_TOTALS, *VALIDATED_TOTALS)
+            },
         )
 
 
@@ -222,6 +251,7 @@ USAGE_TOTALS = (
     "resolved_tokens",
 )
 REGRESSION_TOTALS = ("regression_checked", "resolved_with_regressions")
+VALIDATED_TOTALS = ("validated_instances", "validated_resolved")
 ADDITIVE = (
     "total_instances",
     "f2p_passed",
@@ -235,6 +265,7 @@ ADDITIVE = (
     "p2p_passed_unrun",
     *USAGE_TOTALS,
     *REGRESSION_TOTALS,
+    *VALIDATED_TOTALS,
 )
 
 

@@ -129,6 +129,13 @@ def leaderboard_table(metrics: RunMetrics, title: str) -> Table:
     table.add_row("P2P kept without running", str(metrics.p2p_passed_unrun), "")
     if metrics.environment_limited:
         table.add_row("environment-limited (base validation)", str(metrics.environment_limited), "")
+    rate = metrics.resolved_validated_rate
+    if rate is not None and metrics.validated_instances < metrics.total_instances:
+        table.add_row(
+            "resolved, gold-validated rows",
+            f"{metrics.validated_resolved} of {metrics.validated_instances}",
+            f"{rate:.1%} {as_text(metrics.resolved_validated_interval)}",
+        )
     if metrics.regression_checked:
         table.add_row(
             "resolved with regressions",

@@ -128,6 +128,14 @@ def _leaderboard(metrics: RunMetrics) -> str:
         ("infrastructure errors", str(metrics.infrastructure_errors)),
         ("participant failures", str(metrics.participant_failures)),
     ]
+    validated = row["resolved_pct_validated"]
+    if validated is not None and metrics.validated_instances < metrics.total_instances:
+        cards.append(
+            (
+                f"resolved, {metrics.validated_instances} gold-validated rows",
+                _pct(validated) + _ci(row["resolved_pct_validated_ci"]),
+            )
+        )
     if metrics.regression_checked:
         cards.append(
             (
