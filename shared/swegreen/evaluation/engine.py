@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from swegreen.containers.container import Limits
-from swegreen.containers.daemon import answers, connect
-from swegreen.containers.images import GIB, Images
 from swegreen.core.config import EvalConfig
 from swegreen.core.errors import ConfigError
 from swegreen.core.ports import ArtifactStore, ProgressCallback, RowEvaluator
@@ -22,8 +20,6 @@ from swegreen.environments.dated_index import DEFAULT_UPSTREAM, DatedIndex, inde
 from swegreen.environments.interpreters import InterpreterSearch
 from swegreen.environments.manager import EnvManager
 from swegreen.evaluation.base_validation import BaseValidator
-from swegreen.evaluation.docker_backend import DockerEvaluator
-from swegreen.evaluation.docker_workbench import DockerWorkbenches
 from swegreen.evaluation.evaluate import Evaluator
 from swegreen.evaluation.regression_check import RegressionCheck
 from swegreen.evaluation.runner import Runner
@@ -36,6 +32,10 @@ from swegreen.sandbox.isolation import Isolation
 from swegreen.sandbox.local import LocalSandbox
 from swegreen.stores.artifacts import LocalArtifacts, ScrubbedArtifacts
 from swegreen.stores.sqlite import SqliteStore
+
+if TYPE_CHECKING:  # the Docker backend (and the docker SDK) load only when it is used
+    from swegreen.evaluation.docker_backend import DockerEvaluator
+    from swegreen.evaluation.docker_workbench import DockerWorkbenches
 
 
 @dataclass
@@ -53,23 +53,29 @@ class Engine:
         self.store.close()
         if self.testbeds is not None:
             self.testbeds.close()
-        if isinstance(self.evaluator, DockerEvaluator):
-            self.evaluator.close()
+        if self.on_docker:
+            self.evaluator.close()  # type: ignore[attr-defined]
 
     def describe(self) -> dict[str, object]:
         """Where participant code runs, for a run's provenance."""
-        if isinstance(self.evaluator, DockerEvaluator):
-            return {"backend": "docker", **self.evaluator.describe()}
+        if self.on_docker:
+            return {"backend": "docker", **self.evaluator.describe()}  # type: ignore[attr-defined]
         assert self.isolation is not None
         return {"backend": "engine", **self.isolation.describe()}
 
     def workbenches(self) -> Workbenches | DockerWorkbenches:
         """Where interactive participants' commands run: a container of the row's image
         on the Docker backend, else a copy of the prepared workspace in the sandbox."""
-        if isinstance(self.evaluator, DockerEvaluator):
-            return DockerWorkbenches(self.evaluator)
+        if self.on_docker:
+            from swegreen.evaluation.docker_workbench import DockerWorkbenches
+
+            return DockerWorkbenches(self.evaluator)  # type: ignore[arg-type]
         assert self.testbeds is not None
         return Workbenches(self.testbeds)
+
+    @property
+    def on_docker(self) -> bool:
+        return getattr(self.evaluator, "backend", "") == "docker"
 
     @property
     def notes(self) -> list[str]:
@@ -81,6 +87,8 @@ def choose_backend(config: EvalConfig, host_env: Mapping[str, str]) -> str:
     whose daemon does not answer is refused here, before any row."""
     if config.environments == "engine":
         return "engine"
+    from swegreen.containers.daemon import answers
+
     why_not = answers(host_env)
     if why_not is None:
         return "docker"
@@ -98,6 +106,11 @@ def build_docker_evaluator(
     artifacts: ScrubbedArtifacts,
     recipes: RecipeBook | None = None,
 ) -> DockerEvaluator:
+    from swegreen.containers.container import Limits
+    from swegreen.containers.daemon import connect
+    from swegreen.containers.images import GIB, Images
+    from swegreen.evaluation.docker_backend import DockerEvaluator
+
     client = connect(host_env)
     return DockerEvaluator(
         client=client,
