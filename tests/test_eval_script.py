@@ -19,6 +19,7 @@ from swegreen.core.eval_script import (
     make_eval_script,
     modified_test_files,
     reinstall_changes_nothing,
+    runs_no_project_code,
 )
 from swegreen.core.recipes import Recipe
 
@@ -223,3 +224,23 @@ def test_a_skipped_install_leaves_only_its_line_out_saying_so() -> None:
     assert SKIPPED_INSTALL in own.prepare.splitlines()
     assert "python -m pip install -e ." not in own.prepare
     subprocess.run(["bash", "-n"], input=skipped.prepare, text=True, check=True)
+
+
+def test_only_a_prepare_phase_of_reports_and_no_ops_counts_as_running_nothing() -> None:
+    """Where the install is skipped the environment guard takes no snapshot: only when
+    every line of the phase provably runs nothing of the project's."""
+    recipe = RECIPE.model_copy(
+        update={"install": "python -m pip install -e .", "eval_commands": ("export LANG=C.UTF-8",)}
+    )
+    skipped = eval_phases(instance(), recipe, "/ws/repo", skip_install=True).prepare
+    assert runs_no_project_code(skipped)
+    assert not runs_no_project_code(eval_phases(instance(), recipe, "/ws/repo").prepare)
+    for added in (
+        "export X=$(python -c 'import evil')",
+        "export X=`python setup.py`",
+        "python -m pip install -e .",
+        "git diff HEAD; python conftest.py",
+        "cd /ws/repo && python x.py",
+        "git -c core.fileMode=false diff origin/main",
+    ):
+        assert not runs_no_project_code(skipped + added + "\n"), added

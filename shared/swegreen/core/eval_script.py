@@ -135,6 +135,22 @@ def reinstall_changes_nothing(
     return True
 
 
+# The prepare phase's lines that run nothing of the project's: where every line is one of
+# these (the eval-time install skipped), no participant code runs before the tests, and
+# the environment cannot have changed (eval_run.py then takes no environment snapshot).
+_INERT = re.compile(
+    r"^(#.*|set -[a-z]+ \w+|cd \S+|export [A-Za-z_][A-Za-z0-9_]*=[^`$;&|<>()]*"
+    r"|git config --global --add safe\.directory \S+|git status|git show"
+    r"|git -c core\.fileMode=false diff [0-9a-f]{7,40}|: '[^']*'|)$"
+)
+
+
+def runs_no_project_code(script: str) -> bool:
+    """Whether every line of a phase is inert (``_INERT``): git's reports, directory
+    changes, constant exports, no-ops."""
+    return all(_INERT.match(line.strip()) for line in script.splitlines())
+
+
 def _without_install(lines: list[str], install: str) -> list[str]:
     return [SKIPPED_INSTALL if ln.strip() == install.strip() else ln for ln in lines]
 

@@ -11,7 +11,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from swegreen.core.eval_script import eval_phases, reinstall_changes_nothing
+from swegreen.core.eval_script import (
+    eval_phases,
+    reinstall_changes_nothing,
+    runs_no_project_code,
+)
 from swegreen.core.patches import inspect_patch
 from swegreen.core.recipes import Recipe, tests_need_network
 from swegreen.environments.environment import ENV_INFO
@@ -157,7 +161,13 @@ class EvalRuns(TestbedsBase):
         prepare.write_text(phases.prepare)
         guard = guard or self.guard(testbed)
         await guard.snapshot()
-        env_guard = await asyncio.to_thread(self.env_guard, testbed)
+        # nothing of the project's runs before the tests (the install skipped): nothing
+        # can have changed the environment, and no snapshot of it is taken
+        env_guard = (
+            None
+            if runs_no_project_code(phases.prepare)
+            else await asyncio.to_thread(self.env_guard, testbed)
+        )
         install_env = self._with_compile_cache(testbed, env, writable=False)
         self.sandbox.lend(*self._to_lend(testbed))
         # The install may need the package index (as in upstream's containers), unless it
@@ -183,7 +193,8 @@ class EvalRuns(TestbedsBase):
             await asyncio.to_thread(forget_startup_files, testbed.scratch / "home")
             reverted = await guard.revert_after_run()
             trusted_git.real_dir(testbed.env.prefix, "the environment")
-            reverted += await asyncio.to_thread(env_guard.put_back)
+            if env_guard is not None:
+                reverted += await asyncio.to_thread(env_guard.put_back)
             await asyncio.to_thread(drop_bytecode, testbed.repo)  # only the sources count
             self.sandbox.lend([testbed.repo / ".git", *(testbed.repo / p for p in reverted)])
             result, recorded = await self._run_tests(
