@@ -80,7 +80,10 @@ def test_a_resolution_that_breaks_an_unlisted_test_is_flagged(
     assert again.regression_check is not None
     assert check["gold_cached"] is False and again.regression_check["gold_cached"] is True
     assert again.regression_check["regressions"] == check["regressions"]
+    wider = settings.output_dir / "rc-bad" / "instances" / ROW / "regression_output.txt"
+    assert "FAILED tests/test_ops.py::test_percent" in wider.read_text()
     page = (settings.output_dir / "rc-bad" / "report.html").read_text()
+    assert 'href="instances/sample__calculator-1/regression_output.txt">wider log' in page
     assert "resolved with regressions: 1 test(s) gold passes fail" in page
     assert "tests/test_ops.py::test_percent" in page
     metrics = RunMetrics.from_results([row, gold])

@@ -324,7 +324,10 @@ class Evaluator(PatchEvaluator):
         result = await super().evaluate(run_id, instance, patch)
         if self.regression_check is None or result.status is not Status.RESOLVED:
             return result
-        check = await self.regression_check.check(run_id, instance, patch.patch or "")
+        check, log = await self.regression_check.check(run_id, instance, patch.patch or "")
+        if log:
+            key = functools.partial(art.instance_key, run_id, instance.instance_id)
+            self.artifacts.write_text(key(art.REGRESSION_OUTPUT), log)
         return result.model_copy(update={"regression_check": check})
 
     async def _run_patch(

@@ -47,21 +47,25 @@ class RegressionCheck:
         self.testbeds = testbeds
         self.cache_dir = cache_dir
 
-    async def check(self, run_id: str, instance: Instance, candidate: str) -> dict[str, Any]:
-        """The row's ``regression_check`` record: what ran, and the tests the gold patch
-        passes that the candidate does not."""
+    async def check(
+        self, run_id: str, instance: Instance, candidate: str
+    ) -> tuple[dict[str, Any], str]:
+        """The row's ``regression_check`` record (what ran, and the tests the gold patch
+        passes that the candidate does not), and the candidate's wider test log."""
         t0 = time.monotonic()
+        log = ""
         try:
             async with self.testbeds.open(f"{run_id}-regression", instance) as testbed:
                 files = await self.test_files(testbed, candidate)
                 directives = directives_for(files, testbed.recipe.directive_style)
-                mine = await self._statuses(testbed, candidate, directives)
+                mine, log = await self._statuses(testbed, candidate, directives)
             gold, cached = await self._gold(instance, directives)
         except (EvaluationFailure, CheckFailed, NotWidenable) as exc:
-            return {"ran": False, "why": str(exc), "seconds": round(time.monotonic() - t0, 1)}
+            seconds = round(time.monotonic() - t0, 1)
+            return {"ran": False, "why": str(exc), "seconds": seconds}, log
         passing = sorted(t for t, s in gold.items() if s in PASSING)
         regressions = [t for t in passing if mine.get(t) not in PASSING]
-        return {
+        record = {
             "ran": True,
             "test_files": files,
             "tests_gold_passes": len(passing),
@@ -70,6 +74,7 @@ class RegressionCheck:
             "gold_cached": cached,
             "seconds": round(time.monotonic() - t0, 1),
         }
+        return record, log
 
     async def test_files(self, testbed: Testbed, candidate: str) -> list[str]:
         """The row's own test files, then those of the modules the candidate touched."""
@@ -89,7 +94,7 @@ class RegressionCheck:
 
     async def _statuses(
         self, testbed: Testbed, patch: str, directives: Sequence[str]
-    ) -> dict[str, str]:
+    ) -> tuple[dict[str, str], str]:
         """Apply ``patch`` in ``testbed`` as the evaluation does (test files put back,
         the install where it can change something), run ``directives``, parse the log."""
         patch_file = testbed.workspace / "regression-check.diff"
@@ -102,6 +107,7 @@ class RegressionCheck:
         await guard.revert(paths)
         skip = self.testbeds.reinstall_skip(testbed, paths)
         run = await self.testbeds.run_eval(testbed, guard, skip_install=skip, directives=directives)
+        log = run.log_path.read_text(errors="replace")
         if run.timed_out:
             raise CheckFailed(f"the wider test run passed its {run.timeout:g} s time limit")
         grade = grade_log(
@@ -116,7 +122,7 @@ class RegressionCheck:
             run.recorded, grade.status_map, run.exit_code
         ):
             raise CheckFailed("the wider run's log contradicts what pytest recorded")
-        return dict(grade.status_map)
+        return dict(grade.status_map), log
 
     def key(self, instance: Instance, directives: Sequence[str]) -> str:
         recipe = self.testbeds.recipes.for_instance(instance)
@@ -147,7 +153,9 @@ class RegressionCheck:
             if path.exists():
                 return json.loads(path.read_text())["statuses"], True
             async with self.testbeds.open("regression-gold", instance) as testbed:
-                statuses = await self._statuses(testbed, instance.patch, directives)
+                statuses, log = await self._statuses(testbed, instance.patch, directives)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.with_suffix(".log").write_text(log)
             path.parent.mkdir(parents=True, exist_ok=True)
             record = {"directives": list(directives), "statuses": statuses}
             tmp = path.with_suffix(".tmp")

@@ -271,6 +271,7 @@ def _instances(results: Sequence[InstanceResult], exists: Callable[[str, str], b
             for name, label in (
                 (art.PATCH, "patch"),
                 (art.TEST_OUTPUT, "log"),
+                (art.REGRESSION_OUTPUT, "wider log"),
                 (art.REPORT, "report"),
                 (art.RESULT, "row"),
                 (art.TRANSCRIPT, "commands"),
