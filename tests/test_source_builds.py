@@ -271,3 +271,68 @@ def test_build_requires_are_read_from_the_sdist(tmp_path: Path) -> None:
     with zipfile.ZipFile(legacy, "w") as z:
         z.writestr("legacy-1.0/setup.py", "")
     assert build_requires(legacy) == ["setuptools>=40.8.0", "wheel"]
+
+
+def legacy_sdist(name: str, version: str) -> bytes:
+    """A setup.py-only sdist (no pyproject.toml), like markupsafe 1.0."""
+    setup = f"from setuptools import setup, Feature\nsetup(name={name!r}, version={version!r})\n"
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:gz") as tar:
+        for filename, text in {"setup.py": setup, "PKG-INFO": "Name: x\n"}.items():
+            raw = text.encode()
+            info = tarfile.TarInfo(f"{name}-{version}/{filename}")
+            info.size, info.mtime = len(raw), 0
+            tar.addfile(info, io.BytesIO(raw))
+    return data.getvalue()
+
+
+def test_a_setup_py_only_sdist_that_fails_is_built_again_with_its_days_setuptools(
+    tmp_path: Path,
+) -> None:
+    """markupsafe 1.0 for Python 3.6: pip builds a setup.py-only sdist with the
+    environment's setuptools 59 (no ``Feature``, which its setup.py imports). Only such an
+    sdist is built again, in a virtualenv of its own with setuptools and wheel as of its
+    release; an sdist that declares its build requirements fails as before. The commands
+    are recorded (the fallback's real run is astropy 1.3's environment, docs/validation.md)."""
+    projects = {
+        "legacy": [("legacy-1.0.tar.gz", "2017-03-07T00:00:00Z", legacy_sdist("legacy", "1.0"))],
+        "declared": [("declared-1.0.tar.gz", "2017-03-07T00:00:00Z", sdist("declared", "1.0", []))],
+    }
+    calls: list[tuple[str, str]] = []
+
+    async def step(argv: list[str], what: str, *, extra_env=None, **_: object) -> None:
+        calls.append((" ".join(argv[1:]), (extra_env or {}).get("PIP_INDEX_URL", "")))
+        if argv[1:4] == ["-m", "pip", "wheel"] and "--no-build-isolation" not in argv:
+            raise EnvSetupFailed(f"{what} exited 1")  # the environment's setuptools
+
+    with json_index(projects) as url:
+        index = DatedIndex(url, {})
+        try:
+
+            async def main(name: str) -> list[dict[str, object]]:
+                recipe_day = await index.url("2024-08-01")
+                env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+                target = await _target(env, tmp_path, [f"{name}==1.0"], recipe_day)
+                todo = await find_source_only([(name, "1.0")], recipe_day, {"py3-none-any"})
+                return await build_wheels(target, todo, tmp_path / name, index.url, step)
+
+            built = asyncio.run(main("legacy"))
+            with pytest.raises(EnvSetupFailed):
+                asyncio.run(main("declared"))
+        finally:
+            index.close()
+    assert built == [
+        {
+            "name": "legacy",
+            "version": "1.0",
+            "build_requirements_as_of": "2017-03-07",
+            "built_with_setuptools_of_its_release": True,
+        }
+    ]
+    commands = [c for c, _ in calls]
+    assert commands[1].startswith("-m venv ")
+    assert "install --no-input --force-reinstall -c" in commands[2]
+    assert commands[2].endswith("setuptools wheel") and "/2017-03-07/" in calls[2][1]
+    assert "wheel --no-deps --no-build-isolation" in commands[3]
+    # the declared one: its one isolated build failed, and nothing more was tried
+    assert len(calls) == 5 and "--no-build-isolation" not in calls[4][0]

@@ -43,6 +43,8 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from swegreen.core.errors import EnvSetupFailed
+
 # What the target interpreter accepts and how it evaluates markers, asked of its own pip
 # (which vendors packaging).
 TARGET_SCRIPT = (
@@ -52,6 +54,7 @@ TARGET_SCRIPT = (
 )
 # What pip assumes of an sdist without a pyproject.toml (PEP 517's legacy fallback).
 LEGACY_REQUIRES = ("setuptools>=40.8.0", "wheel")
+RELEASE_DAY_TOOLS = ("setuptools", "wheel")  # a setup.py-only sdist's, as its day had them
 
 
 @dataclass(frozen=True)
@@ -269,19 +272,31 @@ async def build_wheels(
             "build_requirements_as_of": pin.released,
         }
         if not replaced:
-            await step(
-                [str(target.python), "-m", "pip", "wheel", "--no-deps", "-w", str(wheelhouse),
-                 str(sdist)],
-                f"building {pin.name} {pin.version} (source only for this interpreter) with "
-                f"the build requirements of its release, {pin.released}",
-                extra_env={"PIP_INDEX_URL": day_url},
-            )  # fmt: skip
+            try:
+                await step(
+                    [str(target.python), "-m", "pip", "wheel", "--no-deps", "-w",
+                     str(wheelhouse), str(sdist)],
+                    f"building {pin.name} {pin.version} (source only for this interpreter) "
+                    f"with the build requirements of its release, {pin.released}",
+                    extra_env={"PIP_INDEX_URL": day_url},
+                )  # fmt: skip
+            except EnvSetupFailed:
+                if requires[pin.name] != list(LEGACY_REQUIRES):
+                    raise
+                # A setup.py-only sdist: an older pip builds it with the environment's own
+                # setuptools (markupsafe 1.0 imports setuptools.Feature, gone in 46), a
+                # newer one asks for setuptools>=40.8, which its release day never saw.
+                # Built again beside: setuptools and wheel as its release day had them.
+                record["built_with_setuptools_of_its_release"] = True
+                await _build_in_virtualenv(
+                    target, pin, sdist, list(RELEASE_DAY_TOOLS), {}, wheelhouse, day_url, step
+                )
         else:
             record["built_against_environment"] = {
                 name: f"{target.pins[name]} (its build pins {version}, source only here)"
                 for name, version in replaced.items()
             }
-            await _build_against_environment(
+            await _build_in_virtualenv(
                 target, pin, sdist, requires[pin.name], replaced, wheelhouse, day_url, step
             )
         built.append(record)
@@ -297,7 +312,7 @@ def _parses(line: str) -> bool:
     return True
 
 
-async def _build_against_environment(
+async def _build_in_virtualenv(
     target: Target,
     pin: SourceOnly,
     sdist: Path,
@@ -307,6 +322,10 @@ async def _build_against_environment(
     day_url: str,
     step: Step,
 ) -> None:
+    """Build ``pin`` without isolation in a virtualenv of its own holding the environment's
+    versions of ``replaced`` and the rest of ``requires`` as of its release day (``--force-
+    reinstall`` where nothing is replaced: the virtualenv's bundled setuptools may be newer
+    than that day's)."""
     venv = wheelhouse.parent / f"build-{pin.name}"
     shutil.rmtree(venv, ignore_errors=True)
     python = str(venv / "bin" / "python")
@@ -318,16 +337,18 @@ async def _build_against_environment(
         line for line in against_environment(requires, replaced, target.pins) if line not in ours
     ]
     why = ", ".join(f"{n} {target.pins[n]} for its {n}=={v}" for n, v in replaced.items())
+    why = f"the environment's {why}" if why else f"setuptools and wheel of {pin.released}"
     await step([str(target.python), "-m", "venv", str(venv)], f"a build virtualenv for {pin.name}")
     # the environment's versions come from its own index (and the wheels built before)
-    await step(
-        [*pip, *ours],
-        f"installing the environment's {', '.join(ours)} to build {pin.name} against",
-        extra_env={"PIP_INDEX_URL": target.index_url, "PIP_FIND_LINKS": str(wheelhouse)},
-    )
+    if ours:
+        await step(
+            [*pip, *ours],
+            f"installing the environment's {', '.join(ours)} to build {pin.name} against",
+            extra_env={"PIP_INDEX_URL": target.index_url, "PIP_FIND_LINKS": str(wheelhouse)},
+        )
     if rest:
         await step(
-            [*pip, "-c", str(constraints), *rest],
+            [*pip, *([] if ours else ["--force-reinstall"]), "-c", str(constraints), *rest],
             f"installing {pin.name} {pin.version}'s other build requirements as of {pin.released}",
             extra_env={"PIP_INDEX_URL": day_url, "PIP_FIND_LINKS": str(wheelhouse)},
         )
@@ -335,7 +356,7 @@ async def _build_against_environment(
         [python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
          str(wheelhouse), str(sdist)],
         f"building {pin.name} {pin.version} (source only for this interpreter) against "
-        f"the environment's {why}",
+        f"{why}",
     )  # fmt: skip
     shutil.rmtree(venv, ignore_errors=True)
     constraints.unlink(missing_ok=True)
