@@ -11,6 +11,7 @@ from pathlib import Path
 
 from swegreen.core.classify import Reason, Status
 from swegreen.core.dataset import Instance, load_dataset, select_instances
+from swegreen.core.eval_script import PHASE_BREAK
 from swegreen.core.ports import PatchResult, ProgressEvent
 from swegreen.core.recipes import Recipe, RecipeBook
 from swegreen.core.sources import GoldPatches
@@ -49,6 +50,12 @@ def test_gold_patches_resolve_every_sample_task(
             "PASS_TO_FAIL",
         }
         assert json.loads((d / art.RESULT).read_text())["status"] == "resolved"
+        # one sandbox where the first phase runs nothing of the project's (no install, or
+        # one skipped), two where the eval-time install runs: the stored script says which
+        script = (d / art.EVAL_SCRIPT).read_text()
+        installed = r.environment.get("eval_install") == "ran"
+        assert (PHASE_BREAK in script) == installed, (r.instance_id, r.environment)
+        assert "git status" in script and "git status" in log
     published = json.loads((run_dir / art.RESULTS).read_text())
     assert published["participants"] == {"agent": "gold"}
     [row] = published["results"]

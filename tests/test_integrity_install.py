@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from swegreen.core.dataset import load_dataset
+from swegreen.core.eval_script import PHASE_BREAK
 from swegreen.sample import SampleBenchmark
 from tests.helpers import Server, read_jsonl, start, stop
 from tests.test_agent import assess
@@ -342,3 +343,14 @@ def test_payloads_compile() -> None:
     compile(FORCE_PASS_ENV, "setup.py", "exec")
     compile(SHADOW_RECORDER, "setup.py", "exec")
     assert textwrap.dedent(PLANT_GIT).count("cfg(") > 8
+
+
+def test_an_install_that_runs_gets_a_sandbox_of_its_own(attacks: Outcome) -> None:
+    """A patch that changes setup.py has its install run, and the tests run in a second
+    sandbox after the put-back; one that changes no build input runs in one sandbox."""
+    seen = set()
+    for script in (attacks.canaries.parent / "green").rglob("eval.sh"):
+        installs = "a/setup.py" in (script.parent / "patch.diff").read_text()
+        assert (PHASE_BREAK in script.read_text()) == installs, script
+        seen.add(installs)
+    assert seen == {True, False}

@@ -130,7 +130,8 @@ class EvalRuns(TestbedsBase):
         directives: Sequence[str] | None = None,
     ) -> TestRun:
         """Run the eval script's two phases, each in a fresh sandbox. Between them,
-        ``guard`` puts back what the install step changed of the tests. ``skip_install``:
+        ``guard`` puts back what the install step changed of the tests. Where the first
+        phase provably runs nothing of the project's, both run in one sandbox. ``skip_install``:
         the recipe's install line is left out (it can change nothing: ``reinstall_skip``).
         ``directives``: the tests to name instead of the test patch's files (the
         regression check's run, eval_script.py)."""
@@ -157,17 +158,23 @@ class EvalRuns(TestbedsBase):
         env = self.test_env(testbed)
         mounts = self.mounts(testbed)
         deadline = time.monotonic() + policy.timeout
+        if runs_no_project_code(phases.prepare):
+            # Nothing of the project's runs before the tests (no install, or one skipped):
+            # nothing can change the tests, .git, HOME or the environment between the
+            # phases, so both run in one sandbox, one after the other, as one log.
+            trusted_git.real_dir(testbed.repo, "the checkout")
+            await asyncio.to_thread(drop_bytecode, testbed.repo)  # only the sources count
+            self.sandbox.lend(*self._to_lend(testbed))
+            script = phases.prepare + phases.test
+            result, recorded = await self._run_tests(
+                testbed, script, env, mounts, policy, log_path, deadline
+            )
+            return self._finished(script, log_path, result, policy, [], recorded)
         prepare = host / "prepare.sh"
         prepare.write_text(phases.prepare)
         guard = guard or self.guard(testbed)
         await guard.snapshot()
-        # nothing of the project's runs before the tests (the install skipped): nothing
-        # can have changed the environment, and no snapshot of it is taken
-        env_guard = (
-            None
-            if runs_no_project_code(phases.prepare)
-            else await asyncio.to_thread(self.env_guard, testbed)
-        )
+        env_guard = await asyncio.to_thread(self.env_guard, testbed)
         install_env = self._with_compile_cache(testbed, env, writable=False)
         self.sandbox.lend(*self._to_lend(testbed))
         # The install may need the package index (as in upstream's containers), unless it
@@ -193,18 +200,28 @@ class EvalRuns(TestbedsBase):
             await asyncio.to_thread(forget_startup_files, testbed.scratch / "home")
             reverted = await guard.revert_after_run()
             trusted_git.real_dir(testbed.env.prefix, "the environment")
-            if env_guard is not None:
-                reverted += await asyncio.to_thread(env_guard.put_back)
+            reverted += await asyncio.to_thread(env_guard.put_back)
             await asyncio.to_thread(drop_bytecode, testbed.repo)  # only the sources count
             self.sandbox.lend([testbed.repo / ".git", *(testbed.repo / p for p in reverted)])
             result, recorded = await self._run_tests(
                 testbed, phases.test, env, mounts, policy, log_path, deadline
             )
+        return self._finished(phases.script, log_path, result, policy, reverted, recorded)
+
+    @staticmethod
+    def _finished(
+        script: str,
+        log_path: Path,
+        result: ProcResult,
+        policy: SandboxPolicy,
+        reverted: list[str],
+        recorded: Recorded | None,
+    ) -> TestRun:
         if result.timed_out:
             with log_path.open("a") as fh:  # the official harness's timeout line
                 fh.write(f"\n\nTimeout error: {policy.timeout:g} seconds exceeded.")
         return TestRun(
-            phases.script,
+            script,
             log_path,
             result,
             policy.timeout,
