@@ -47,13 +47,14 @@ def from_runs(results: Path, runs: str) -> dict[str, str]:
     return rows
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path)
     parser.add_argument("--table", action="append", default=[])
     parser.add_argument("--runs", action="append", default=[])
     parser.add_argument("--dataset", default=str(DATASET))
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
     evidence: dict[str, dict[str, str]] = {}
     described = []
     for spec in args.table:
@@ -79,7 +80,7 @@ def main() -> int:
             else "never graded here (every run ended in an error)"
         )
         listed[iid] = {"why": why, "verdicts": verdicts}
-    OUT.write_text(
+    args.out.write_text(
         json.dumps(
             {
                 "about": "Rows of SWE-bench Verified whose gold patch is not validated here: "
@@ -92,7 +93,7 @@ def main() -> int:
         )
         + "\n"
     )
-    print(f"{len(listed)} rows not validated, from {len(evidence)} evidence run(s): {OUT}")
+    print(f"{len(listed)} rows not validated, from {len(evidence)} evidence run(s): {args.out}")
     return 0
 
 
