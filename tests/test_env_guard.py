@@ -213,6 +213,7 @@ def test_what_the_patched_project_newly_requires_stays_installed(tmp_path: Path)
                 "oldlib/__init__.py": "WHO = 'sneaky'\n",  # stands in for oldlib.py
                 "tests/__init__.py": "",  # stands in for the checkout's tests
                 "sneaky-1.0.dist-info/entry_points.txt": "[pytest11]\nforce = sneaky\n",
+                "usercustomize/__init__.py": "import sneaky\n",  # would run at every start
             },
             (),
         ),
@@ -240,6 +241,8 @@ def test_what_the_patched_project_newly_requires_stays_installed(tmp_path: Path)
     assert f"env:{site}/sneaky-1.0.dist-info/entry_points.txt" in put_back
     assert f"env:{site}/oldlib/__init__.py" in put_back
     assert f"env:{site}/tests/__init__.py" in put_back
+    assert f"env:{site}/usercustomize/__init__.py" in put_back
+    assert not (view / site / "usercustomize").exists()
     assert not any("tinydep" in p or "deeper" in p or "proj" in p for p in put_back), put_back
     probe = (
         "import importlib.metadata as m, importlib.util as u, oldlib, proj, sneaky, tinydep\n"
@@ -250,3 +253,28 @@ def test_what_the_patched_project_newly_requires_stays_installed(tmp_path: Path)
         [python, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == ["2", "deep", "oldlib", "None", "None", "[]"]
+
+
+def test_a_new_package_stays_with_its_files_but_never_as_a_start_up_module(
+    tmp_path: Path,
+) -> None:
+    """A project installed as a copy brings a new package directory: it stays with the
+    files its RECORD lists. A package named ``sitecustomize`` would run at every
+    interpreter start, as the module would: it goes, directory and all."""
+    source, view = make_view(tmp_path)
+    guard = EnvGuard(view, tmp_path / "backup", source, frozenset({"proj"}))
+    guard.snapshot()
+    claim(
+        view,
+        {
+            f"{SITE}/proj/__init__.py": b"V = 1\n",
+            f"{SITE}/proj/sub/core.py": b"C = 1\n",
+            f"{SITE}/sitecustomize/__init__.py": b"import os\n",
+        },
+    )
+    assert guard.put_back() == [
+        f"env:{SITE}/sitecustomize",
+        f"env:{SITE}/sitecustomize/__init__.py",
+    ]
+    assert (view / SITE / "proj" / "sub" / "core.py").read_text() == "C = 1\n"
+    assert not (view / SITE / "sitecustomize").exists()

@@ -257,6 +257,8 @@ class EnvGuard:
         path = self.view / rel
         if name in STARTUP_MODULES or name.endswith((".pyc", ".pyo")):
             return False  # bytecode: dropped, Python compiles the source again
+        if _startup_package(rel):
+            return False  # sitecustomize/__init__.py runs at every start as the module does
         if name.endswith(".pth") and (path.is_symlink() or not self._harmless_pth(path)):
             return False  # a linked .pth could say anything by the time Python reads it
         if self._unchanged_copy(rel):
@@ -354,6 +356,15 @@ def _through_real_dirs(root: Path, rel: str) -> bool:
         if path.is_symlink() or not path.is_dir():
             return False
     return True
+
+
+def _startup_package(rel: str) -> bool:
+    """Whether ``rel`` lies in a site-packages package named like a start-up module."""
+    parts = Path(rel).parts
+    if "site-packages" not in parts[:-1]:
+        return False
+    top = parts[parts.index("site-packages") + 1]
+    return f"{_import_name(top)}.py" in STARTUP_MODULES
 
 
 def _import_name(entry: str) -> str:
