@@ -194,7 +194,10 @@ def test_an_image_that_cannot_be_had_is_an_error_row_that_says_why(
 ) -> None:
     one = {"instance_ids": ["sample__calculator-1"], "max_attempts": 1}
     nowhere = "127.0.0.1:9/nope/{official_id}:latest"  # a pull, refused by the registry
-    engine = docker_engine(settings, sample, gateway, docker_images=nowhere, **one)
+    # no disk reserve: the pull itself must fail, on a machine with any free disk
+    engine = docker_engine(
+        settings, sample, gateway, docker_images=nowhere, docker_disk_reserve_gb=0, **one
+    )
     try:
         missing = run_sample("gold", run_id="docker-missing", engine=engine, **one).results[0]
     finally:
