@@ -110,22 +110,27 @@ def test_unresolved_rows_and_runs_without_the_flag_run_no_check(
 def test_related_test_files_are_found_the_way_projects_name_them() -> None:
     tracked = [
         "sympy/core/tests/test_expr.py",
-        "sympy/polys/tests/test_expr.py",  # same name, farther away
+        "sympy/polys/tests/test_expr.py",  # same name, another package
         "sympy/core/tests/test_basic.py",
         "testing/test_pathlib.py",
         "tests/utils_tests/test_text.py",
         "sklearn/linear_model/tests/test_base.py",
         "sklearn/tests/test_base.py",
         "lib/matplotlib/tests/test_axes.py",
+        "tests/auth_tests/test_management.py",
+        "tests/contenttypes_tests/test_management.py",
+        "astropy/cosmology/tests/test_core.py",
         "astropy/io/fits/tests/test_core.py",
         "docs/conf.py",
     ]
     changed = [
         "sympy/core/expr.py",
-        "src/_pytest/pathlib.py",
+        "src/_pytest/pathlib.py",  # one test file of that name, wherever it is
         "django/utils/text.py",
         "sklearn/linear_model/_base.py",
         "lib/matplotlib/axes/__init__.py",
+        "django/contrib/contenttypes/management/__init__.py",
+        "astropy/timeseries/core.py",  # two test_core.py, neither its package's: none
         "django/db/models/query.py",  # no test file names it: nothing added
         "sympy/core/tests/test_basic.py",  # a test file itself is no module
         "README.rst",
@@ -133,12 +138,11 @@ def test_related_test_files_are_found_the_way_projects_name_them() -> None:
     found = related_test_files(changed, tracked)
     assert found == [
         "sympy/core/tests/test_expr.py",
-        "sympy/polys/tests/test_expr.py",
         "testing/test_pathlib.py",
         "tests/utils_tests/test_text.py",
         "sklearn/linear_model/tests/test_base.py",
-        "sklearn/tests/test_base.py",
         "lib/matplotlib/tests/test_axes.py",
+        "tests/contenttypes_tests/test_management.py",
     ]
     assert related_test_files(changed, tracked, limit=2) == found[:2]
     assert is_test_path("tests/foo/helpers.py") and not is_test_path("sympy/core/expr.py")

@@ -48,11 +48,34 @@ def _shared_prefix(a: str, b: str) -> int:
     return len(os.path.commonpath([a, b]).split("/")) if os.path.commonpath([a, b]) else 0
 
 
+def _tokens(directory: str) -> set[str]:
+    """The words of a directory path that say what it is about: not the test folders,
+    ``_tests`` suffixes stripped (django's ``contenttypes_tests``)."""
+    words = set()
+    for part in directory.split("/"):
+        part = part.removesuffix("_tests").removesuffix("_test").strip("_")
+        if part and part not in TEST_DIRS:
+            words.add(part)
+    return words
+
+
+def _affinity(module: str, candidate: str) -> int:
+    """How many of the module's package words (below its top-level package) the test
+    file's directories name: ``django/contrib/contenttypes/management/__init__.py`` is
+    nearer ``tests/contenttypes_tests/test_management.py`` than
+    ``tests/auth_tests/test_management.py``."""
+    package = module.split("/")[1:-1]
+    return len(set(package) & _tokens(os.path.dirname(candidate)))
+
+
 def related_test_files(
     changed: Iterable[str], tracked: Sequence[str], limit: int = MAX_FILES
 ) -> list[str]:
-    """The tracked test files that name the changed modules, nearest first, at most
-    ``MAX_PER_MODULE`` per module and ``limit`` in all (in the order modules came)."""
+    """The tracked test files that name the changed modules, at most ``MAX_PER_MODULE``
+    per module and ``limit`` in all (in the order modules came). Of several, the ones
+    whose directories name the module's package win, then the nearest; a name that
+    several unrelated test files share and none of them ties to the module (astropy's
+    many ``test_core.py`` for ``astropy/timeseries/core.py``) adds nothing."""
     by_name: dict[str, list[str]] = {}
     for path in tracked:
         if path.endswith(".py") and is_test_path(path):
@@ -66,7 +89,13 @@ def related_test_files(
             continue
         names = (f"test_{stem}.py", f"{stem}_test.py", f"test_{stem}s.py")
         candidates = [p for n in names for p in by_name.get(n, [])]
+        if not candidates:
+            continue
         home = os.path.dirname(module) or "."
+        best = max(_affinity(module, c) for c in candidates)
+        if best == 0 and len(candidates) > 1:
+            continue  # one name, unrelated places: nothing says which tests this module
+        candidates = [c for c in candidates if _affinity(module, c) == best]
         candidates.sort(key=lambda p: (-_shared_prefix(home, os.path.dirname(p) or "."), p))
         for path in candidates[:MAX_PER_MODULE]:
             if path not in found and len(found) < limit:
