@@ -17,6 +17,7 @@ from typing import Any
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import EvaluationFailure
 from swegreen.core.grading import grade_log, grader_version
+from swegreen.core.recipes import Recipe
 from swegreen.evaluation.testbeds import Testbeds
 from swegreen.processes.locks import file_lock
 
@@ -29,23 +30,16 @@ class BaseValidator:
         self.cache_dir = cache_dir
 
     def key(self, instance: Instance) -> str:
-        recipe = self.testbeds.recipes.for_instance(instance)
-        blob = json.dumps(
-            [
-                SCHEMA,
-                instance.instance_id,
-                instance.base_commit,
-                instance.test_patch,
-                instance.FAIL_TO_PASS,
-                instance.PASS_TO_PASS,
-                instance.eval_script,
-                recipe.digest(),
-                # the environment it ran in (a rebuilt environment may pass other tests)
-                recipe.env_key(instance.environment_setup_commit),
-                grader_version(),
-            ]
-        )
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        head = [
+            SCHEMA,
+            instance.instance_id,
+            instance.base_commit,
+            instance.test_patch,
+            instance.FAIL_TO_PASS,
+            instance.PASS_TO_PASS,
+            instance.eval_script,
+        ]
+        return run_key(head, self.testbeds.recipes.for_instance(instance), instance)
 
     async def validate(self, instance: Instance) -> dict[str, Any]:
         """The base run's report for ``instance``, from the cache when it has one. Rows
@@ -96,6 +90,14 @@ class BaseValidator:
             "log": log_copy.name,
             "env_build_seconds": testbed.env_build_seconds,
         }
+
+
+def run_key(head: list[object], recipe: Recipe, instance: Instance) -> str:
+    """The name of a cached test run: what it ran (``head``), the recipe, the environment
+    it ran in (a rebuilt environment may pass other tests) and the grader."""
+    parts = [*head, recipe.digest(), recipe.env_key(instance.environment_setup_commit)]
+    blob = json.dumps([*parts, grader_version()])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _cached(path: Path) -> dict[str, Any]:

@@ -11,7 +11,6 @@ cached per row and test selection, as base validation's run is.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -21,10 +20,11 @@ from typing import Any
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import EvaluationFailure
 from swegreen.core.eval_script import NotWidenable, files_of_test_patch
-from swegreen.core.grading import grade_log, grader_version
+from swegreen.core.grading import grade_log
 from swegreen.core.patches import inspect_patch
 from swegreen.core.related_tests import directives_for, is_test_path, related_test_files
 from swegreen.evaluation.apply import apply_patch
+from swegreen.evaluation.base_validation import run_key
 from swegreen.evaluation.testbed import Testbed
 from swegreen.evaluation.testbeds import Testbeds
 from swegreen.processes.locks import file_lock
@@ -125,22 +125,16 @@ class RegressionCheck:
         return dict(grade.status_map), log
 
     def key(self, instance: Instance, directives: Sequence[str]) -> str:
-        recipe = self.testbeds.recipes.for_instance(instance)
-        blob = json.dumps(
-            [
-                SCHEMA,
-                instance.instance_id,
-                instance.base_commit,
-                instance.patch,
-                instance.test_patch,
-                instance.eval_script,
-                list(directives),
-                recipe.digest(),
-                recipe.env_key(instance.environment_setup_commit),
-                grader_version(),
-            ]
-        )
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        head = [
+            SCHEMA,
+            instance.instance_id,
+            instance.base_commit,
+            instance.patch,
+            instance.test_patch,
+            instance.eval_script,
+            list(directives),
+        ]
+        return run_key(head, self.testbeds.recipes.for_instance(instance), instance)
 
     async def _gold(
         self, instance: Instance, directives: Sequence[str]

@@ -145,8 +145,9 @@ class EnvGuard:
     def put_back(self) -> list[str]:
         """Undo what is not the project's; returns the paths put back (``env:`` ones)."""
         changed, removed = self.changes()
-        owned = self._project_files(self.projects)
-        needed = self._project_files(self.dependencies() - self.projects)
+        metas = self._metadata_dirs()
+        owned = self._project_files(self.projects, metas)
+        needed = self._project_files(self.dependencies(metas) - self.projects, metas)
         allowed = {**self._owned_before, **needed, **owned}
         dependency = {rel for rel in needed if rel not in owned}
         kept = {
@@ -188,12 +189,12 @@ class EnvGuard:
                     found.append((_canonical(match["name"]), meta))
         return found
 
-    def dependencies(self) -> frozenset[str]:
+    def dependencies(self, metas: list[tuple[str, Path]] | None = None) -> frozenset[str]:
         """Distributions new since the snapshot that the project requires, directly or
         through one another: what upstream's install fetches when a patch adds a
         requirement (pylint-4661's ``appdirs``). A distribution that was there before is
         never one of them: an upgrade would replace files another one had."""
-        metas = self._metadata_dirs()
+        metas = self._metadata_dirs() if metas is None else metas
         new = {
             name: meta
             for name, meta in metas
@@ -234,11 +235,13 @@ class EnvGuard:
         path = self.view / rel
         return rel not in self._before and path.is_dir() and not path.is_symlink()
 
-    def _project_files(self, names: frozenset[str]) -> dict[str, str | None]:
+    def _project_files(
+        self, names: frozenset[str], metas: list[tuple[str, Path]] | None = None
+    ) -> dict[str, str | None]:
         """Paths (relative to the view) that these distributions' RECORDs list, with their
         recorded hashes, and the distributions' own metadata directories."""
         files: dict[str, str | None] = {}
-        for name, meta in self._metadata_dirs():
+        for name, meta in self._metadata_dirs() if metas is None else metas:
             if name in names:
                 base = meta.relative_to(self.view).parent
                 files[str(meta.relative_to(self.view))] = None
