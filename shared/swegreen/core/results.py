@@ -108,6 +108,23 @@ class InstanceResult(BaseModel):
         return bool(self.base_validation) and self.base_validation.get("ok") is False
 
 
+# The fields a grading of the test log decides (``swegreen regrade`` replaces only these).
+GRADED_FIELDS = (
+    "status",
+    "reason",
+    "detail",
+    "error_kind",
+    "patch_applied",
+    "tests_ran",
+    "f2p_passed",
+    "f2p_total",
+    "p2p_passed",
+    "p2p_total",
+    "f2p_failing",
+    "p2p_failing",
+)
+
+
 def unapplied_counts(f2p_total: int, p2p_total: int) -> TestCounts:
     """Counts for a patch that was never applied: the repository stayed at the base commit.
 

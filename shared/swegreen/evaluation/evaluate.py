@@ -42,7 +42,7 @@ from swegreen.core.patches import (
 )
 from swegreen.core.ports import ArtifactStore, PatchResult
 from swegreen.core.recipes import Recipe, RecipeBook
-from swegreen.core.results import InstanceResult, utcnow
+from swegreen.core.results import GRADED_FIELDS, InstanceResult, utcnow
 from swegreen.core.rows import RowBuilder
 from swegreen.core.scrub import NO_SCRUBBING, Scrub
 from swegreen.evaluation.apply import apply_patch
@@ -192,14 +192,9 @@ class PatchEvaluator:
             )
         finally:
             scratch.unlink(missing_ok=True)
-        return fresh.model_copy(
-            update={
-                "durations": stored.durations,
-                "attempts": stored.attempts,
-                "finished_at": stored.finished_at,
-                "participant_usage": stored.participant_usage,
-            }
-        )
+        # Only what the grader decides changes; what the run measured and recorded (times,
+        # environment, checks, conversation) stays as the run saw it.
+        return stored.model_copy(update={f: getattr(fresh, f) for f in GRADED_FIELDS})
 
     def _grade(
         self,
