@@ -28,6 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from rich.console import Console
 
+    from swegreen.cli.cache import cache_command
     from swegreen.cli.compare import compare_command
     from swegreen.cli.demo import demo, sample_command
     from swegreen.cli.participant import participant_command
@@ -70,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return participant_command(args, settings)
         if args.command == "sample":
             return sample_command(settings, console)
+        if args.command == "cache":
+            return cache_command(args, settings, console)
         if args.command == "compare":
             runs = [checked_run_id(r) for r in args.runs]
             return compare_command(runs, settings, console, args.html)

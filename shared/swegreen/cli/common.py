@@ -27,6 +27,7 @@ LOCAL_ENV_KEYS = frozenset(
         "max_processes",
         "offline_sources",
         "pythons",
+        "disk_reserve_gb",
     }
 )
 # Exit codes (docs/usage.md): scripts tell a run that could not start from one that
@@ -71,8 +72,27 @@ def local_settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettin
         pythons=pythons(getattr(args, "pythons", None), env),
         offline_sources=getattr(args, "offline_sources", None)
         or (Path(raw) if (raw := env.get("SWEGREEN_OFFLINE_SOURCES", "").strip()) else None),
+        disk_reserve_gb=disk_reserve_gb(getattr(args, "disk_reserve_gb", None), env),
         **limits,
     )
+
+
+def disk_reserve_gb(flag: float | None, env: dict[str, str]) -> float:
+    if flag is not None:
+        return flag
+    raw = env.get("SWEGREEN_DISK_RESERVE_GB", "").strip()
+    if not raw:
+        return 5.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ConfigError(
+            f"SWEGREEN_DISK_RESERVE_GB={raw!r} is not a size: give GiB of free disk a new "
+            "build must leave (a number, 0 for no check)"
+        )
+    return value
 
 
 def pythons(flags: list[str] | None, env: dict[str, str]) -> dict[str, Path]:

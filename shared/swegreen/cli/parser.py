@@ -127,8 +127,25 @@ def local_flags(p: argparse.ArgumentParser, evaluates: bool = True) -> None:
         "remembered per environment until the recipe changes)",
     )
     g.add_argument(
+        "--disk-reserve-gb",
+        type=nonnegative_float,
+        metavar="GIB",
+        help="free disk a new environment or prepared workspace must leave; below it the "
+        "row ends error/disk_full (default 5; 0: no check; also SWEGREEN_DISK_RESERVE_GB)",
+    )
+    g.add_argument(
         "--no-progress", action="store_true", help="plain lines instead of a progress bar"
     )
+
+
+def nonnegative_float(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a size in GiB (a number, 0 or more)")
+    return value
 
 
 RUN_EPILOG = """\
@@ -211,6 +228,23 @@ def parser() -> argparse.ArgumentParser:
     compare.add_argument("runs", nargs="+", metavar="RUN_ID", help="two run ids, or more")
     html_flag(compare, "also write the second run's HTML report, with a section against the first")
     local_flags(compare, evaluates=False)
+
+    cache = sub.add_parser(
+        "cache",
+        help="what the cache holds; `cache prune --keep-gb N` removes least recently used "
+        "environments and prepared workspaces",
+    )
+    cache.add_argument("action", nargs="?", choices=["prune"], help="omit to show sizes")
+    cache.add_argument(
+        "--keep-gb",
+        type=nonnegative_float,
+        metavar="GIB",
+        help="prune: remove builds until the cache holds this much at most",
+    )
+    cache.add_argument(
+        "--dry-run", action="store_true", help="prune: list what would go, remove nothing"
+    )
+    local_flags(cache, evaluates=False)
 
     sample = sub.add_parser("sample", help="build the sample benchmark and print where it is")
     local_flags(sample, evaluates=False)

@@ -56,7 +56,7 @@ class Reason(StrEnum):
     WORKSPACE_TAMPERING = "workspace_tampering"
     PROTOCOL_UNAVAILABLE = "protocol_unavailable"
     IMAGE_UNAVAILABLE = "image_unavailable"  # the Docker backend: no instance image
-    DISK_FULL = "disk_full"  # the Docker backend: a pull would leave too little disk
+    DISK_FULL = "disk_full"  # a pull or a build would leave too little disk
     # The participant said it could not read the task: it was never evaluated.
     PARTICIPANT_PROTOCOL = "participant_protocol"
     INTERNAL_ERROR = "internal_error"
@@ -93,7 +93,7 @@ REASON_WORDS: dict[str, str] = {
     "workspace_tampering": "the workspace was tampered with",
     "protocol_unavailable": "the participant could not be reached",
     "image_unavailable": "no instance image",
-    "disk_full": "too little disk for the instance image",
+    "disk_full": "too little free disk for the image or build",
     "participant_protocol": "the participant could not read the task",
     "internal_error": "an internal error (a bug; see the row's log)",
 }

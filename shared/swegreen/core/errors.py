@@ -68,8 +68,9 @@ class ImageUnavailable(EvaluationFailure):
 
 
 class DiskFull(EvaluationFailure):
-    """Pulling the next image would leave less free disk than the run keeps in reserve
-    (pulled images cannot be removed through AgentBeats' Docker gateway)."""
+    """The next image pull, environment build or prepared workspace would leave less free
+    disk than the run keeps in reserve (a full disk breaks everything on the machine;
+    pulled images cannot be removed through AgentBeats' Docker gateway)."""
 
     reason = "disk_full"
     permanent = True

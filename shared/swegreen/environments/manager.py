@@ -47,6 +47,7 @@ from swegreen.environments.lock import files_read
 from swegreen.environments.views import (
     make_view,
 )
+from swegreen.processes.cache_room import DiskReserve, mark_used
 from swegreen.processes.locks import file_lock
 from swegreen.sandbox.environ import INDEX_PASSTHROUGH
 
@@ -75,8 +76,10 @@ class EnvManager:
         rebuild_failed: bool = False,
         dated_index: DatedIndex | None = None,
         content_keys: bool = True,
+        reserve: DiskReserve | None = None,
     ) -> None:
         self.root = root
+        self.reserve = reserve
         self.content_keys = content_keys
         self.dated_index = dated_index
         self.search = search
@@ -160,6 +163,8 @@ class EnvManager:
                 return self._load(key, path)
             if (known := self.remembered_failure(key)) is not None:  # failed while we waited
                 raise known
+            if self.reserve is not None:  # a disk too full to build on: not the recipe's fault
+                await asyncio.to_thread(self.reserve.check, f"the environment {label}")
             failures = self._failures.setdefault(key, [])
             if failures and (failures[-1].permanent or len(failures) >= self.max_builds):
                 last = failures[-1]
@@ -257,6 +262,7 @@ class EnvManager:
         if path.is_symlink():  # a content key naming the equal build made under a commit's
             path = self.root / os.readlink(path)
             key = path.name
+        mark_used(self.root, key)  # what `swegreen cache prune` keeps longest
         info = json.loads((path / ENV_INFO).read_text())
         return Environment(
             key=key,

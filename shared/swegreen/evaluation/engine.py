@@ -27,6 +27,7 @@ from swegreen.evaluation.settings import LocalSettings
 from swegreen.evaluation.testbed import TestbedOptions
 from swegreen.evaluation.testbeds import Testbeds
 from swegreen.evaluation.workbench import Workbenches
+from swegreen.processes.cache_room import GIB, CacheLease, DiskReserve
 from swegreen.repositories.repo_cache import RepoCache
 from swegreen.sandbox.isolation import Isolation
 from swegreen.sandbox.local import LocalSandbox
@@ -143,6 +144,7 @@ def build_testbeds(
     cache.mkdir(parents=True, exist_ok=True)
     isolation.check_reachable(cache)
     return Testbeds(
+        lease=CacheLease(cache, shared=True),
         repos=RepoCache(cache / "repos", config.repo_url_template, host_env),
         recipes=recipes or builtin_recipes(),
         envs=EnvManager(
@@ -153,6 +155,7 @@ def build_testbeds(
             host_env,
             rebuild_failed=settings.rebuild_envs,
             content_keys=settings.content_keyed_envs,
+            reserve=DiskReserve(cache, round(settings.disk_reserve_gb * GIB)),
             dated_index=DatedIndex(
                 host_env.get("PIP_INDEX_URL") or DEFAULT_UPSTREAM, index_env(host_env)
             ),

@@ -31,6 +31,7 @@ from swegreen.evaluation.testbed import (
     Testbed,
     TestbedsBase,
 )
+from swegreen.processes.cache_room import mark_used
 from swegreen.processes.locks import file_lock
 from swegreen.processes.procs import run_checked, run_process
 from swegreen.repositories import trusted_git
@@ -74,15 +75,22 @@ class PreparedWorkspaces(TestbedsBase):
                 if (known := self._failed.get(root.name)) is not None:
                     raise known
                 if not self._usable(root):
+                    if (reserve := self.envs.reserve) is not None:
+                        await asyncio.to_thread(
+                            reserve.check, f"the prepared workspace {root.name}"
+                        )
                     try:
-                        return await self._prepare(
+                        made = await self._prepare(
                             instance, recipe, root, notes, setup_commit, provenance
                         )
                     except EvaluationFailure as exc:
                         if exc.permanent:
                             self._failed[root.name] = exc
                         raise
+                    mark_used(root.parent, root.name)
+                    return made
         info = json.loads((root / PREPARED_INFO).read_text())
+        mark_used(root.parent, root.name)  # what `swegreen cache prune` keeps longest
         env = self.envs.loaded(info["env_key"], root / "env")
         notes.append(f"environment {env.key} and prepared workspace {root.name} (reused)")
         index_url = await self.envs.index_url(recipe)

@@ -66,6 +66,13 @@ class LocalSettings(BaseModel):
         "<cache_dir>/envs/index.jsonl); off: by the commit they are read at (the AWS "
         "pipeline, which plans its builds before any clone).",
     )
+    disk_reserve_gb: float = Field(
+        5.0,
+        ge=0,
+        description="Free disk (GiB) a new environment or prepared workspace must leave on "
+        "the cache's disk; below it the row ends error/disk_full, saying how to make room "
+        "(`swegreen cache prune`), instead of filling the disk. 0: no check.",
+    )
     compile_cache: bool = Field(
         True,
         description="Compile an instance's extensions once, where the host has ccache "

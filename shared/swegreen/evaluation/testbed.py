@@ -24,6 +24,7 @@ from swegreen.environments.compile_cache import CompileCache
 from swegreen.environments.environment import Environment
 from swegreen.environments.manager import EnvManager
 from swegreen.evaluation.trash import empty_trash
+from swegreen.processes.cache_room import CacheLease
 from swegreen.processes.procs import ProcResult
 from swegreen.repositories import trusted_git
 from swegreen.repositories.repo_cache import RepoCache, git_env
@@ -170,7 +171,10 @@ class TestbedsBase:
         host_env: Mapping[str, str],
         compile_cache: CompileCache | None = None,
         sources: OfflineSources | None = None,
+        lease: CacheLease | None = None,
     ) -> None:
+        # held while these testbeds may read the cache: `swegreen cache prune` waits for it
+        self.lease = lease
         self.repos = repos
         self.sources = sources or OfflineSources(None)
         # Permanent failures of a prepared workspace's setup in this run, by its name: the
@@ -189,6 +193,8 @@ class TestbedsBase:
 
     def close(self) -> None:
         self.envs.close()
+        if self.lease is not None:
+            self.lease.release()
 
     def timeout_for(self, recipe: Recipe) -> float:
         return self.options.eval_timeout or recipe.eval_timeout or DEFAULT_EVAL_TIMEOUT

@@ -1,0 +1,68 @@
+"""`swegreen cache`: what the cache holds, and `cache prune`: room made in it."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from typing import TYPE_CHECKING
+
+from swegreen.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from swegreen.evaluation.settings import LocalSettings
+
+GIB = 1024**3
+
+
+def gib(n: int) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def cache_command(args: argparse.Namespace, settings: LocalSettings, console: Console) -> int:
+    from swegreen.evaluation import cache_prune
+
+    cache = settings.cache_dir
+    if args.action is None:
+        if args.keep_gb is not None or args.dry_run:
+            raise ConfigError("--keep-gb and --dry-run go with `swegreen cache prune`")
+        if not cache.is_dir():
+            console.print(f"no cache at {cache} yet (a run makes it)")
+            return 0
+        sizes = cache_prune.usage(cache)
+        disk = shutil.disk_usage(cache)
+        console.print(f"cache {cache}: {gib(sum(sizes.values()))}")
+        counts = {
+            cache_prune.ENVS: "environments",
+            cache_prune.PREPARED: "prepared workspaces",
+        }
+        for name, size in sorted(sizes.items(), key=lambda kv: -kv[1]):
+            what = ""
+            if name in counts:
+                n = len(cache_prune.build_dirs(cache / name))
+                what = f"  ({n} {counts[name]})"
+            console.print(f"  {name:<16} {gib(size):>10}{what}")
+        console.print(f"disk: {gib(disk.free)} free of {gib(disk.total)}")
+        console.print(
+            "make room: swegreen cache prune --keep-gb N (least recently used environments "
+            "and prepared workspaces; later runs build them again)"
+        )
+        return 0
+    if args.keep_gb is None:
+        raise ConfigError(
+            "cache prune needs --keep-gb N: the most the cache may hold afterwards, in GiB "
+            "(`swegreen cache` shows what it holds now)"
+        )
+    report = cache_prune.prune(cache, round(args.keep_gb * GIB), dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for build in report.removed:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(build.last_used))
+        console.print(f"  {verb} {build.kind}/{build.name}  {gib(build.size)}  last used {when}")
+    console.print(
+        f"{verb} {len(report.removed)} build(s), {report.kept} kept; cache "
+        f"{gib(report.size_before)} -> {gib(report.size_after)}"
+        + ("" if args.dry_run else f"; {gib(report.freed_on_disk)} freed on disk")
+    )
+    return 0
