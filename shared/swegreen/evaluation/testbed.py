@@ -173,7 +173,7 @@ class TestbedsBase:
         sources: OfflineSources | None = None,
         lease: CacheLease | None = None,
     ) -> None:
-        # held while these testbeds may read the cache: `swegreen cache prune` waits for it
+        # held while these testbeds may read the cache: `swegreen cache prune` refuses then
         self.lease = lease
         self.repos = repos
         self.sources = sources or OfflineSources(None)

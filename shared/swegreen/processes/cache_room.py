@@ -12,6 +12,7 @@ environments and prepared workspaces without a lock once they are complete.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -59,8 +60,11 @@ def mark_used(root: Path, name: str) -> None:
     try:
         os.utime(stamp)
     except FileNotFoundError:
-        stamp.parent.mkdir(parents=True, exist_ok=True)
-        stamp.touch()
+        with contextlib.suppress(OSError):  # a cache this user may read, not write
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            stamp.touch()
+    except OSError:
+        pass
 
 
 def last_used(root: Path, name: str) -> float:
