@@ -22,15 +22,20 @@ from .conftest import RunSample, open_to_sandbox, sample_config
 
 
 def test_a_build_under_the_reserve_says_how_to_make_room(tmp_path: Path) -> None:
-    reserve = DiskReserve(tmp_path / "not-yet", 10 * GIB, free=lambda _p: 3 * GIB)
+    reserve = DiskReserve(tmp_path / "not-yet", 10 * GIB, disk=lambda _p: (3 * GIB, 250 * GIB))
     with pytest.raises(DiskFull) as err:
         reserve.check("the environment django 4.0")
     message = str(err.value)
     assert "3.0 GiB free" in message and "10.0 GiB" in message
     assert "the environment django 4.0 was not built" in message
     assert f"swegreen cache prune --cache-dir {tmp_path / 'not-yet'} --keep-gb N" in message
-    DiskReserve(tmp_path, 10 * GIB, free=lambda _p: 11 * GIB).check("x")  # room: no error
-    DiskReserve(tmp_path, 0, free=lambda _p: 0).check("x")  # 0: no check at all
+    DiskReserve(tmp_path, 10 * GIB, disk=lambda _p: (11 * GIB, 250 * GIB)).check("x")  # room
+    DiskReserve(tmp_path, 0, disk=lambda _p: (0, 250 * GIB)).check("x")  # 0: no check at all
+    # a small disk (a tmpfs of 12 GiB) keeps a tenth of itself, not the whole reserve
+    small = DiskReserve(tmp_path, 5 * GIB, disk=lambda _p: (2 * GIB, 12 * GIB))
+    small.check("x")
+    with pytest.raises(DiskFull, match=r"under the 1\.2 GiB"):
+        DiskReserve(tmp_path, 5 * GIB, disk=lambda _p: (GIB, 12 * GIB)).check("x")
 
 
 def test_a_hard_link_counts_once_and_stamps_order_builds(tmp_path: Path) -> None:

@@ -69,7 +69,8 @@ class LocalSettings(BaseModel):
     disk_reserve_gb: float = Field(
         5.0,
         ge=0,
-        description="Free disk (GiB) a new environment or prepared workspace must leave on "
+        description="Free disk (GiB; at most a tenth of the filesystem) a new environment or "
+        "prepared workspace must leave on "
         "the cache's disk; below it the row ends error/disk_full, saying how to make room "
         "(`swegreen cache prune`), instead of filling the disk. 0: no check.",
     )

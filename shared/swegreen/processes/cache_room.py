@@ -27,13 +27,20 @@ LEASE = ".in-use"  # under the cache dir: every run holds it shared, prune exclu
 USED = ".used"  # under envs/ and prepared/: one empty file per build, touched on each use
 
 
+def _disk(path: Path) -> tuple[int, int]:
+    usage = shutil.disk_usage(path)
+    return usage.free, usage.total
+
+
 @dataclass(frozen=True)
 class DiskReserve:
-    """Free disk a new environment or prepared workspace must leave under ``root``."""
+    """Free disk a new environment or prepared workspace must leave under ``root``:
+    ``reserve_bytes``, or a tenth of the filesystem where that is less (a small disk, or
+    a tmpfs whose size is a share of memory, is not declared full while mostly empty)."""
 
     root: Path
     reserve_bytes: int
-    free: Callable[[Path], int] = field(default=lambda p: shutil.disk_usage(p).free)
+    disk: Callable[[Path], tuple[int, int]] = field(default=_disk)  # (free, total) bytes
 
     def check(self, what: str) -> None:
         if self.reserve_bytes <= 0:
@@ -41,11 +48,12 @@ class DiskReserve:
         probe = self.root
         while not probe.exists() and probe != probe.parent:
             probe = probe.parent
-        free = self.free(probe)
-        if free < self.reserve_bytes:
+        free, total = self.disk(probe)
+        reserve = min(self.reserve_bytes, total // 10)
+        if free < reserve:
             raise DiskFull(
                 f"{free / GIB:.1f} GiB free on the disk of {self.root}, under the "
-                f"{self.reserve_bytes / GIB:.1f} GiB this run keeps free, so {what} was not "
+                f"{reserve / GIB:.1f} GiB this run keeps free, so {what} was not "
                 f"built. Make room with `swegreen cache prune --cache-dir {self.root} "
                 "--keep-gb N` (least recently used environments and prepared workspaces "
                 "first; `swegreen cache` shows what the cache holds) or lower the reserve "
