@@ -70,9 +70,9 @@ class LocalSettings(BaseModel):
         5.0,
         ge=0,
         description="Free disk (GiB; at most a tenth of the filesystem) a new environment or "
-        "prepared workspace must leave on "
-        "the cache's disk; below it the row ends error/disk_full, saying how to make room "
-        "(`swegreen cache prune`), instead of filling the disk. 0: no check.",
+        "prepared workspace must leave on the cache's disk; below it the row ends "
+        "error/disk_full, saying how to make room (`swegreen cache prune`), instead of "
+        "filling the disk. 0: no check.",
     )
     compile_cache: bool = Field(
         True,
