@@ -164,7 +164,7 @@ class EvalRuns(TestbedsBase):
             # phases, so both run in one sandbox, one after the other, as one log.
             trusted_git.real_dir(testbed.repo, "the checkout")
             await asyncio.to_thread(drop_bytecode, testbed.repo)  # only the sources count
-            self.sandbox.lend(*self._to_lend(testbed))
+            await asyncio.to_thread(self.sandbox.lend, *self._to_lend(testbed))
             script = phases.prepare + phases.test
             result, recorded = await self._run_tests(
                 testbed, script, env, mounts, policy, log_path, deadline
@@ -176,7 +176,7 @@ class EvalRuns(TestbedsBase):
         await guard.snapshot()
         env_guard = await asyncio.to_thread(self.env_guard, testbed)
         install_env = self._with_compile_cache(testbed, env, writable=False)
-        self.sandbox.lend(*self._to_lend(testbed))
+        await asyncio.to_thread(self.sandbox.lend, *self._to_lend(testbed))
         # The install may need the package index (as in upstream's containers), unless it
         # installs offline from the prepared wheelhouse; the tests never get the network
         # unless the recipe or the instance needs it.
@@ -202,7 +202,8 @@ class EvalRuns(TestbedsBase):
             trusted_git.real_dir(testbed.env.prefix, "the environment")
             reverted += await asyncio.to_thread(env_guard.put_back)
             await asyncio.to_thread(drop_bytecode, testbed.repo)  # only the sources count
-            self.sandbox.lend([testbed.repo / ".git", *(testbed.repo / p for p in reverted)])
+            lent = [testbed.repo / ".git", *(testbed.repo / p for p in reverted)]
+            await asyncio.to_thread(self.sandbox.lend, lent)
             result, recorded = await self._run_tests(
                 testbed, phases.test, env, mounts, policy, log_path, deadline
             )

@@ -154,7 +154,9 @@ class Workbenches:
                     f"could not prepare the participant's workspace: {exc}"
                 ) from exc
             bench = Workbench(self.testbeds, testbed)  # makes HOME and TMPDIR: lend them too
-            self.testbeds.sandbox.lend([testbed.workspace, testbed.scratch])
+            await asyncio.to_thread(
+                self.testbeds.sandbox.lend, [testbed.workspace, testbed.scratch]
+            )
             yield bench
 
 
