@@ -61,20 +61,45 @@ def test_the_plan_takes_prepared_workspaces_first_and_an_environments_dependents
     def b(kind: str, name: str, size: int, used: float, env: str | None = None) -> Build:
         return Build(kind, name, Path(f"/c/{kind}/{name}"), size, used, env)
 
+    def names(keep: int, builds: list[Build], total: int) -> list[str]:
+        return [x.name for x in plan(builds, total, keep)[0]]
+
     envs = [b(ENVS, "e-old", 50, 1), b(ENVS, "e-new", 50, 9)]
     prepared = [b(PREPARED, "p-new", 10, 8, "e-new"), b(PREPARED, "p-old", 10, 2, "e-old")]
     everything = sorted(envs + prepared, key=lambda x: x.last_used)
-    total = 120
-    assert plan(everything, total, 200) == []
-    assert [x.name for x in plan(everything, total, 110)] == ["p-old"]
-    assert [x.name for x in plan(everything, total, 100)] == ["p-old", "p-new"]
+    assert plan(everything, 120, 200) == ([], 120)
+    assert names(110, everything, 120) == ["p-old"]
+    assert names(100, everything, 120) == ["p-old", "p-new"]
     # the oldest environment next (its prepared workspace already chosen)
-    assert [x.name for x in plan(everything, total, 50)] == ["p-old", "p-new", "e-old"]
-    assert len(plan(everything, total, 0)) == 4
+    assert names(50, everything, 120) == ["p-old", "p-new", "e-old"]
+    assert plan(everything, 120, 0)[1] == 0
     # an environment goes with the prepared workspaces made from it
     only = [b(ENVS, "e", 50, 1), b(PREPARED, "p", 10, 5, "e"), b(PREPARED, "q", 10, 6, "f")]
-    assert [x.name for x in plan(only[1:2] + only[:1], 60, 5)] == ["p", "e"]
-    assert {x.name for x in plan([only[0], only[2]], 60, 5)} == {"q", "e"}
+    assert names(5, only[1:2] + only[:1], 60) == ["p", "e"]
+    assert set(names(5, [only[0], only[2]], 60)) == {"q", "e"}
+
+
+def test_a_file_two_builds_link_is_freed_with_the_last_of_them(tmp_path: Path) -> None:
+    """A prepared workspace's view hardlinks its environment's files: removing the
+    workspace alone frees only its own files, and the plan counts it so."""
+    env = tmp_path / ENVS / "e"
+    view = tmp_path / PREPARED / "p" / "env"
+    (env / "site").mkdir(parents=True)
+    view.mkdir(parents=True)
+    (env / "site" / "big.so").write_bytes(os.urandom(1024 * 1024))
+    os.link(env / "site" / "big.so", view / "big.so")
+    (view / "own.pth").write_bytes(os.urandom(64 * 1024))
+    (tmp_path / PREPARED / "p" / "prepared.json").write_text('{"env_key": "e"}')
+    found, inodes = cache_prune.builds(tmp_path)
+    by_name = {x.name: x for x in found}
+    assert by_name["p"].env_key == "e" and len(inodes) == 1
+    assert by_name["p"].size < 256 * 1024  # its own file and folders, not the shared 1 MiB
+    assert by_name["e"].size < 256 * 1024
+    total = sum(cache_prune.usage(tmp_path).values())
+    chosen, left = plan(found, total, total - 1, inodes)
+    assert [x.name for x in chosen] == ["p"] and left >= 1024 * 1024  # the shared file stays
+    chosen, left = plan(found, total, 0, inodes)
+    assert {x.name for x in chosen} == {"p", "e"} and left < 64 * 1024  # freed with both
 
 
 def test_a_run_stops_at_the_reserve_and_prune_makes_room_for_the_next(
@@ -88,8 +113,11 @@ def test_a_run_stops_at_the_reserve_and_prune_makes_room_for_the_next(
         )
         return build_engine(settings, sample_config(sample), host_env, isolation=isolation)
 
-    # a reserve no disk has: the row ends disk_full, saying how to make room; nothing built
-    full = engine(10**9)
+    # a disk with less free than the reserve: the row ends disk_full, saying how to make
+    # room; nothing built
+    full = engine(5)
+    assert full.testbeds is not None
+    full.testbeds.envs.reserve = DiskReserve(cache, 5 * GIB, disk=lambda _p: (GIB, 100 * GIB))
     try:
         [row] = run_sample("gold", run_id="full", engine=full, max_rows=1).results
     finally:
@@ -104,9 +132,10 @@ def test_a_run_stops_at_the_reserve_and_prune_makes_room_for_the_next(
         [row] = run_sample("gold", run_id="roomy", engine=roomy, max_rows=1).results
         assert row.status is Status.RESOLVED and row.durations.env_build > 0
         assert len(build_dirs(cache / ENVS)) == 1 and len(build_dirs(cache / PREPARED)) == 1
-        # a run holds the cache: nothing is pruned under it
+        # a run holds the cache: nothing is pruned under it (a dry run may look)
         with pytest.raises(ConfigError, match="a run is using the cache"):
             prune(cache, 0)
+        assert len(prune(cache, 0, dry_run=True).removed) == 2
     finally:
         roomy.close()
 
@@ -118,6 +147,8 @@ def test_a_run_stops_at_the_reserve_and_prune_makes_room_for_the_next(
     assert [b.kind for b in done.removed] == [PREPARED, ENVS]
     assert build_dirs(cache / ENVS) == [] and build_dirs(cache / PREPARED) == []
     assert done.size_after < done.size_before and not (cache / ".pruning").exists()
+    # what the dry run said would be left is what is left (shared links counted once)
+    assert abs(seen.size_after - done.size_after) < 1024 * 1024, (seen, done)
     assert (cache / "repos").is_dir()  # mirrors stay
 
     again = engine(0)

@@ -11,13 +11,15 @@ prune never leaves a build that looks complete but is not.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import shutil
 import stat
 import subprocess
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from swegreen.core.errors import ConfigError
@@ -27,16 +29,23 @@ ENVS, PREPARED = "envs", "prepared"
 PRUNING = ".pruning"  # under the cache dir: builds on their way out
 
 
+Inode = tuple[int, int]  # (st_dev, st_ino)
+
+
 @dataclass(frozen=True)
 class Build:
-    """One environment or prepared workspace: what pruning it frees, at most."""
+    """One environment or prepared workspace. A prepared workspace's view hardlinks its
+    environment's files, so removing it alone frees only what no other build links to:
+    ``size``; ``shared`` counts its links to the inodes other builds (or other folders)
+    hold too, freed once the last of their links goes (``plan``)."""
 
     kind: str  # ENVS or PREPARED
     name: str
     path: Path
-    size: int  # bytes on disk (each inode once)
+    size: int  # bytes only this build holds (allocated blocks)
     last_used: float
     env_key: str | None = None  # a prepared workspace's environment (resolved)
+    shared: dict[Inode, int] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -100,25 +109,54 @@ def build_dirs(folder: Path) -> list[Path]:
     ]
 
 
-def builds(cache_dir: Path) -> list[Build]:
-    """Every environment and prepared workspace in the cache, least recently used first."""
+def builds(cache_dir: Path) -> tuple[list[Build], dict[Inode, tuple[int, int]]]:
+    """Every environment and prepared workspace in the cache, least recently used first,
+    and the inodes some of them share: (bytes, links) of each."""
     envs, prepared = cache_dir / ENVS, cache_dir / PREPARED
-    found = [
-        Build(ENVS, path.name, path, disk_size(path), last_used(envs, path.name))
-        for path in build_dirs(envs)
-    ]
-    found += [
-        Build(
-            PREPARED,
-            path.name,
-            path,
-            disk_size(path),
-            last_used(prepared, path.name),
-            _env_of(envs, path),
-        )
-        for path in build_dirs(prepared)
-    ]
-    return sorted(found, key=lambda b: (b.last_used, b.kind != PREPARED, b.name))
+    inodes: dict[Inode, tuple[int, int]] = {}
+    found: list[Build] = []
+    for kind, folder in ((ENVS, envs), (PREPARED, prepared)):
+        for path in build_dirs(folder):
+            own, links = _tally(path, inodes)
+            env = _env_of(envs, path) if kind == PREPARED else None
+            found.append(
+                Build(kind, path.name, path, own, last_used(folder, path.name), env, links)
+            )
+    exclusive: list[Build] = []
+    for build in found:  # an inode all of whose links are in one build is that build's own
+        own = build.size
+        for key, n in list(build.shared.items()):
+            if n == inodes[key][1]:
+                own += inodes[key][0]
+                del build.shared[key]
+        exclusive.append(dataclasses.replace(build, size=own))
+    kept = {key for build in exclusive for key in build.shared}
+    shared = {key: inodes[key] for key in kept}
+    return sorted(exclusive, key=lambda b: (b.last_used, b.kind != PREPARED, b.name)), shared
+
+
+def _tally(root: Path, inodes: dict[Inode, tuple[int, int]]) -> tuple[int, dict[Inode, int]]:
+    """Bytes of ``root``'s inodes with one link, and its links to inodes with more."""
+    own = 0
+    links: dict[Inode, int] = {}
+    stack = [root]
+    while stack:
+        here = stack.pop()
+        try:
+            st = here.lstat()
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            own += st.st_blocks * 512
+            with contextlib.suppress(OSError):
+                stack.extend(Path(e.path) for e in os.scandir(here))
+        elif st.st_nlink <= 1:
+            own += st.st_blocks * 512
+        else:
+            key = (st.st_dev, st.st_ino)
+            links[key] = links.get(key, 0) + 1
+            inodes[key] = (st.st_blocks * 512, st.st_nlink)
+    return own, links
 
 
 def _env_of(envs: Path, prepared: Path) -> str | None:
@@ -130,35 +168,52 @@ def _env_of(envs: Path, prepared: Path) -> str | None:
     return os.path.basename(os.readlink(link)) if link.is_symlink() else key
 
 
-def plan(all_builds: list[Build], total: int, keep_bytes: int) -> list[Build]:
-    """The builds to remove so that ``total`` falls to ``keep_bytes``: prepared workspaces
-    before environments, each kind least recently used first; an environment takes the
-    prepared workspaces made from it along."""
+def plan(
+    all_builds: list[Build],
+    total: int,
+    keep_bytes: int,
+    inodes: dict[Inode, tuple[int, int]] | None = None,
+) -> tuple[list[Build], int]:
+    """The builds to remove so that ``total`` falls to ``keep_bytes``, and the size left:
+    prepared workspaces before environments, each kind least recently used first; an
+    environment takes the prepared workspaces made from it along. A shared inode counts
+    as freed once every one of its links is in a removed build."""
+    inodes = inodes or {}
+    remaining = {key: links for key, (_, links) in inodes.items()}
     order = [b for b in all_builds if b.kind == PREPARED] + [
         b for b in all_builds if b.kind == ENVS
     ]
     chosen: dict[Path, Build] = {}
     size = total
+
+    def take(build: Build) -> None:
+        nonlocal size
+        chosen[build.path] = build
+        size -= build.size
+        for key, n in build.shared.items():
+            remaining[key] -= n
+            if remaining[key] == 0:
+                size -= inodes[key][0]
+
     for build in order:
         if size <= keep_bytes:
             break
         if build.path in chosen:
             continue
-        chosen[build.path] = build
-        size -= build.size
+        take(build)
         if build.kind == ENVS:
             for dependent in all_builds:
                 if dependent.env_key == build.name and dependent.path not in chosen:
-                    chosen[dependent.path] = dependent
-                    size -= dependent.size
-    return list(chosen.values())
+                    take(dependent)
+    return list(chosen.values()), size
 
 
 def prune(cache_dir: Path, keep_bytes: int, *, dry_run: bool = False) -> PruneReport:
     """Remove least recently used builds until the cache holds ``keep_bytes`` at most."""
     if not cache_dir.is_dir():
         raise ConfigError(f"no cache at {cache_dir} (--cache-dir names the one to prune)")
-    lease = CacheLease(cache_dir, shared=False)
+    # a dry run removes nothing: it may look while runs use the cache
+    lease = CacheLease(cache_dir, shared=dry_run)
     if not lease.held:
         raise ConfigError(
             f"a run is using the cache {cache_dir}; prune it after that run ends "
@@ -166,11 +221,10 @@ def prune(cache_dir: Path, keep_bytes: int, *, dry_run: bool = False) -> PruneRe
         )
     try:
         before = sum(usage(cache_dir).values())
-        all_builds = builds(cache_dir)
-        chosen = plan(all_builds, before, keep_bytes)
+        all_builds, inodes = builds(cache_dir)
+        chosen, expected = plan(all_builds, before, keep_bytes, inodes)
         if dry_run:
-            freed = sum(b.size for b in chosen)
-            return PruneReport(chosen, len(all_builds) - len(chosen), before, before - freed, 0)
+            return PruneReport(chosen, len(all_builds) - len(chosen), before, expected, 0)
         free_before = shutil.disk_usage(cache_dir).free
         trash = cache_dir / PRUNING / uuid.uuid4().hex
         trash.mkdir(parents=True)
