@@ -31,6 +31,8 @@ def test_a_build_under_the_reserve_says_how_to_make_room(tmp_path: Path) -> None
     assert f"swegreen cache prune --cache-dir {tmp_path / 'not-yet'} --keep-gb N" in message
     DiskReserve(tmp_path, 10 * GIB, disk=lambda _p: (11 * GIB, 250 * GIB)).check("x")  # room
     DiskReserve(tmp_path, 0, disk=lambda _p: (0, 250 * GIB)).check("x")  # 0: no check at all
+    with pytest.raises(DiskFull, match=r"30 MiB free .* under the 40 MiB"):  # small: MiB
+        DiskReserve(tmp_path, GIB, disk=lambda _p: (30 << 20, 400 << 20)).check("x")
     # a small disk (a tmpfs of 12 GiB) keeps a tenth of itself, not the whole reserve
     small = DiskReserve(tmp_path, 5 * GIB, disk=lambda _p: (2 * GIB, 12 * GIB))
     small.check("x")
@@ -177,7 +179,7 @@ def test_the_cache_command_shows_sizes_and_refuses_unclear_requests(tmp_path: Pa
     (cache / "repos").mkdir()
     shown = swegreen("cache", "--cache-dir", str(cache))
     assert shown.returncode == 0, shown.stderr
-    assert f"cache {cache}:" in shown.stdout and "(1 environments)" in shown.stdout
+    assert f"cache {cache}:" in shown.stdout and "(1 environment)" in shown.stdout
     assert "swegreen cache prune --keep-gb N" in shown.stdout
 
     no_size = swegreen("cache", "prune", "--cache-dir", str(cache))

@@ -35,14 +35,14 @@ def cache_command(args: argparse.Namespace, settings: LocalSettings, console: Co
         disk = shutil.disk_usage(cache)
         console.print(f"cache {cache}: {gib(sum(sizes.values()))}")
         counts = {
-            cache_prune.ENVS: "environments",
-            cache_prune.PREPARED: "prepared workspaces",
+            cache_prune.ENVS: ("environment", "environments"),
+            cache_prune.PREPARED: ("prepared workspace", "prepared workspaces"),
         }
         for name, size in sorted(sizes.items(), key=lambda kv: -kv[1]):
             what = ""
             if name in counts:
                 n = len(cache_prune.build_dirs(cache / name))
-                what = f"  ({n} {counts[name]})"
+                what = f"  ({n} {counts[name][n != 1]})"
             console.print(f"  {name:<16} {gib(size):>10}{what}")
         console.print(f"disk: {gib(disk.free)} free of {gib(disk.total)}")
         console.print(

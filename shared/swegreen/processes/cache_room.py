@@ -52,13 +52,18 @@ class DiskReserve:
         reserve = min(self.reserve_bytes, total // 10)
         if free < reserve:
             raise DiskFull(
-                f"{free / GIB:.1f} GiB free on the disk of {self.root}, under the "
-                f"{reserve / GIB:.1f} GiB this run keeps free, so {what} was not "
+                f"{size(free)} free on the disk of {self.root}, under the "
+                f"{size(reserve)} this run keeps free, so {what} was not "
                 f"built. Make room with `swegreen cache prune --cache-dir {self.root} "
                 "--keep-gb N` (least recently used environments and prepared workspaces "
                 "first; `swegreen cache` shows what the cache holds) or lower the reserve "
                 "with --disk-reserve-gb."
             )
+
+
+def size(n: int) -> str:
+    """Bytes as people read them: GiB, or MiB under one GiB."""
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / 1024**2:.0f} MiB"
 
 
 def mark_used(root: Path, name: str) -> None:
