@@ -277,6 +277,12 @@ def test_regrade_reproduces_verdicts_from_saved_logs(
             assert (again.status, again.reason, again.counts) == (r.status, r.reason, r.counts)
             # nothing ran again, and what the run measured survives the regrade
             assert again == r
+            if r.tests_ran:  # a row an older regrade stripped of it gets it back from its log
+                stripped = r.model_copy(update={"test_command_seconds": 0.0})
+                healed = engine.evaluator.regrade(
+                    "regrade", by_id[r.instance_id], stripped, settings.cache_dir / "work"
+                )
+                assert abs(healed.test_command_seconds - r.test_command_seconds) < 1e-6
         assert any(r.tests_ran and r.test_command_seconds > 0 for r in outcome.results)
     finally:
         engine.close()

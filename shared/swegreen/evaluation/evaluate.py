@@ -20,6 +20,7 @@ from swegreen.core.classify import Reason, Status, TestCounts, classify
 from swegreen.core.config import DEFAULT_MAX_PATCH_BYTES
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import EnvironmentFault, EvaluationFailure, TestTimeout, unevaluated
+from swegreen.core.eval_script import test_command_seconds
 from swegreen.core.grading import (
     FULL,
     PARTIAL,
@@ -194,7 +195,11 @@ class PatchEvaluator:
             scratch.unlink(missing_ok=True)
         # Only what the grader decides changes; what the run measured and recorded (times,
         # environment, checks, conversation) stays as the run saw it.
-        return stored.model_copy(update={f: getattr(fresh, f) for f in GRADED_FIELDS})
+        update = {f: getattr(fresh, f) for f in GRADED_FIELDS}
+        if not stored.test_command_seconds and (measured := test_command_seconds(log)):
+            # a row regraded before regrades kept it lost it; its log's clock stamps have it
+            update["test_command_seconds"] = measured
+        return stored.model_copy(update=update)
 
     def _grade(
         self,
