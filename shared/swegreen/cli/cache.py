@@ -8,17 +8,13 @@ import time
 from typing import TYPE_CHECKING
 
 from swegreen.core.errors import ConfigError
+from swegreen.processes.cache_room import GIB
+from swegreen.processes.cache_room import size as gib
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from swegreen.evaluation.settings import LocalSettings
-
-GIB = 1024**3
-
-
-def gib(n: int) -> str:
-    return f"{n / GIB:.1f} GiB"
 
 
 def cache_command(args: argparse.Namespace, settings: LocalSettings, console: Console) -> int:

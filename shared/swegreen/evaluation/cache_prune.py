@@ -19,6 +19,7 @@ import shutil
 import stat
 import subprocess
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,8 +28,6 @@ from swegreen.processes.cache_room import LEASE, USED, CacheLease, last_used
 
 ENVS, PREPARED = "envs", "prepared"
 PRUNING = ".pruning"  # under the cache dir: builds on their way out
-
-
 Inode = tuple[int, int]  # (st_dev, st_ino)
 
 
@@ -57,26 +56,29 @@ class PruneReport:
     freed_on_disk: int  # as the filesystem reports it (hard links shared with kept builds stay)
 
 
-def disk_size(path: Path, seen: set[tuple[int, int]] | None = None) -> int:
-    """Bytes ``path`` occupies (allocated blocks, each inode once; symlinks not followed)."""
-    seen = set() if seen is None else seen
-    total = 0
-    stack = [path]
+def _walk(root: Path) -> Iterator[os.stat_result]:
+    """The lstat of ``root`` and of everything under it (symlinks not followed)."""
+    stack = [root]
     while stack:
         here = stack.pop()
         try:
             st = here.lstat()
         except OSError:
             continue
-        if (st.st_dev, st.st_ino) in seen:
-            continue
-        seen.add((st.st_dev, st.st_ino))
-        total += st.st_blocks * 512
+        yield st
         if stat.S_ISDIR(st.st_mode):
-            try:
+            with contextlib.suppress(OSError):
                 stack.extend(Path(e.path) for e in os.scandir(here))
-            except OSError:
-                continue
+
+
+def disk_size(path: Path, seen: set[Inode] | None = None) -> int:
+    """Bytes ``path`` occupies (allocated blocks, each inode once)."""
+    seen = set() if seen is None else seen
+    total = 0
+    for st in _walk(path):
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
     return total
 
 
@@ -139,18 +141,8 @@ def _tally(root: Path, inodes: dict[Inode, tuple[int, int]]) -> tuple[int, dict[
     """Bytes of ``root``'s inodes with one link, and its links to inodes with more."""
     own = 0
     links: dict[Inode, int] = {}
-    stack = [root]
-    while stack:
-        here = stack.pop()
-        try:
-            st = here.lstat()
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            own += st.st_blocks * 512
-            with contextlib.suppress(OSError):
-                stack.extend(Path(e.path) for e in os.scandir(here))
-        elif st.st_nlink <= 1:
+    for st in _walk(root):
+        if stat.S_ISDIR(st.st_mode) or st.st_nlink <= 1:
             own += st.st_blocks * 512
         else:
             key = (st.st_dev, st.st_ino)
