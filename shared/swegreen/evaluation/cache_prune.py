@@ -208,8 +208,9 @@ def prune(cache_dir: Path, keep_bytes: int, *, dry_run: bool = False) -> PruneRe
     lease = CacheLease(cache_dir, shared=dry_run)
     if not lease.held:
         raise ConfigError(
-            f"a run is using the cache {cache_dir}; prune it after that run ends "
-            "(runs read their environments and prepared workspaces without a lock)"
+            f"a run is using the cache {cache_dir} (swegreen run, demo or regrade, or a "
+            "green agent: swegreen serve); prune it after that ends (runs read their "
+            "environments and prepared workspaces without a lock)"
         )
     try:
         before = sum(usage(cache_dir).values())
