@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -324,9 +326,10 @@ def test_many_rows_share_one_environment(settings: LocalSettings, run_sample: Ru
 def test_an_event_loop_stays_responsive_during_a_run(
     run_sample: RunSample, settings, sample, isolation, host_env, monkeypatch
 ) -> None:
-    """No call that blocks on a process or sleeps runs on the event loop's thread: every
-    wait happens in a worker thread or through asyncio (checked by what is called where,
-    not by timing, so a loaded machine cannot make it fail or pass)."""
+    """No call that blocks on a process, sleeps or walks a tree runs on the event loop's
+    thread (the green agent answers A2A on the same loop as its rows): every wait happens
+    in a worker thread or through asyncio (checked by what is called where, not by timing,
+    so a loaded machine cannot make it fail or pass)."""
     on_loop: list[str] = []
 
     def watch(owner: object, name: str) -> None:
@@ -346,6 +349,11 @@ def test_an_event_loop_stays_responsive_during_a_run(
         (subprocess.Popen, "wait"),
         (subprocess.Popen, "communicate"),
         (time, "sleep"),
+        # tree walks (a workspace handed to the sandbox, a checkout deleted) take as long
+        # as the tree is big: django's environment view alone is 7,000 files
+        (os, "walk"),
+        (shutil, "rmtree"),
+        (shutil, "copytree"),
     ]:
         watch(owner, name)
 

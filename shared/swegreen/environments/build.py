@@ -147,7 +147,7 @@ class _Build(_LockedInstalls):
 
     async def run(self) -> None:
         failed_log = self.mgr.root / f"{self.key}.failed.log"
-        shutil.rmtree(self.path, ignore_errors=True)  # an interrupted earlier build
+        await asyncio.to_thread(shutil.rmtree, self.path, True)  # an interrupted earlier build
         self.path.mkdir(parents=True)
         failed_log.unlink(missing_ok=True)
         try:

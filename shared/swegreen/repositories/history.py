@@ -25,6 +25,7 @@ the history directory, can reach nothing after the base.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import shutil
@@ -143,7 +144,7 @@ class HistoryStores:
     ) -> None:
         """A bare object directory at ``store`` with the objects reachable from ``tips``
         and not from ``previous`` (whose store, and all older ones, it borrows from)."""
-        shutil.rmtree(store, ignore_errors=True)
+        await asyncio.to_thread(shutil.rmtree, store, True)  # an interrupted earlier one
         store.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{store.name}.", dir=store.parent))
         try:
@@ -171,4 +172,4 @@ class HistoryStores:
                 path.chmod(0o755 if path.is_dir() else 0o644)  # read by sandboxed git
             tmp.replace(store)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, tmp, True)

@@ -9,6 +9,7 @@ match).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -287,7 +288,7 @@ class RepoCache:
                 )
             os.replace(tmp, mirror)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, tmp, True)
 
     async def _fetch(self, repo: str, url: str, mirror: Path, commit: str) -> None:
         git = ["git", "-C", str(mirror), "fetch", "--quiet", url]
@@ -341,7 +342,7 @@ async def _expire_history(dest: Path, env: Mapping[str, str]) -> None:
     for gitdir in [top, *modules]:
         for name in ("ORIG_HEAD", "FETCH_HEAD"):
             (gitdir / name).unlink(missing_ok=True)
-        shutil.rmtree(gitdir / "logs", ignore_errors=True)
+        await asyncio.to_thread(shutil.rmtree, gitdir / "logs", True)
     for gitdir in modules:
         git = ["git", "--git-dir", str(gitdir)]
         refs = await run_checked([*git, "for-each-ref", "--format=%(refname)"], env=env)

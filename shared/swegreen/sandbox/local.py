@@ -337,7 +337,7 @@ class LocalSandbox:
             caps = CONTAINER_CAPS if net else (*CONTAINER_CAPS, "CAP_NET_ADMIN")
             caps = (*caps, "CAP_SYS_ADMIN") if admin else caps
             if mounts.tmp is not None:
-                self._make_tmp(mounts.tmp)
+                await asyncio.to_thread(self._make_tmp, mounts.tmp)
             inside = mounts.with_files((script, SCRIPT_INSIDE))
             argv += self.isolation._bwrap_prefix(
                 inside, cwd, network=net, caps=caps, shm_mb=policy.shm_mb
@@ -348,7 +348,7 @@ class LocalSandbox:
             argv += _drop_to(self.isolation.sandbox_uid)
             if self.confined:
                 if mounts.tmp is not None:
-                    self._make_tmp(mounts.tmp)
+                    await asyncio.to_thread(self._make_tmp, mounts.tmp)
                 net = policy.network if network is None else network
                 spec, confined_fds = self.confinement(mounts, script, network=net)
                 argv += [*confine_argv(spec), self._bash, str(script)]
