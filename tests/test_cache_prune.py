@@ -16,7 +16,7 @@ from swegreen.evaluation import cache_prune
 from swegreen.evaluation.cache_prune import ENVS, PREPARED, Build, build_dirs, plan, prune
 from swegreen.evaluation.engine import build_engine
 from swegreen.evaluation.settings import LocalSettings
-from swegreen.processes.cache_room import GIB, DiskReserve, last_used, mark_used
+from swegreen.processes.cache_room import GIB, CacheLease, DiskReserve, last_used, mark_used
 
 from .conftest import RunSample, open_to_sandbox, sample_config
 
@@ -181,6 +181,15 @@ def test_the_cache_command_shows_sizes_and_refuses_unclear_requests(tmp_path: Pa
     assert shown.returncode == 0, shown.stderr
     assert f"cache {cache}:" in shown.stdout and "(1 environment)" in shown.stdout
     assert "swegreen cache prune --keep-gb N" in shown.stdout
+    assert "a run is using this cache now" not in shown.stdout
+    held = CacheLease(cache, shared=True)  # as an engine holds it
+    try:
+        busy = swegreen("cache", "--cache-dir", str(cache))
+        assert "a run is using this cache now" in busy.stdout
+        refused = swegreen("cache", "prune", "--keep-gb", "0", "--cache-dir", str(cache))
+        assert refused.returncode == 2 and "a run is using the cache" in refused.stdout
+    finally:
+        held.release()
 
     no_size = swegreen("cache", "prune", "--cache-dir", str(cache))
     assert no_size.returncode == 2 and "cache prune needs --keep-gb N" in no_size.stdout

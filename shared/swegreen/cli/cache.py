@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from swegreen.core.errors import ConfigError
-from swegreen.processes.cache_room import GIB
+from swegreen.processes.cache_room import GIB, CacheLease
 from swegreen.processes.cache_room import size as gib
 
 if TYPE_CHECKING:
@@ -41,9 +41,12 @@ def cache_command(args: argparse.Namespace, settings: LocalSettings, console: Co
                 what = f"  ({n} {counts[name][n != 1]})"
             console.print(f"  {name:<16} {gib(size):>10}{what}")
         console.print(f"disk: {gib(disk.free)} free of {gib(disk.total)}")
+        probe = CacheLease(cache, shared=False)  # held at once, or someone holds it
+        probe.release()
         console.print(
             "make room: swegreen cache prune --keep-gb N (least recently used environments "
             "and prepared workspaces; later runs build them again)"
+            + ("" if probe.held else "; a run is using this cache now: prune after it ends")
         )
         return 0
     if args.keep_gb is None:
