@@ -72,27 +72,27 @@ def local_settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettin
         pythons=pythons(getattr(args, "pythons", None), env),
         offline_sources=getattr(args, "offline_sources", None)
         or (Path(raw) if (raw := env.get("SWEGREEN_OFFLINE_SOURCES", "").strip()) else None),
-        disk_reserve_gb=disk_reserve_gb(getattr(args, "disk_reserve_gb", None), env),
+        **disk_reserve(getattr(args, "disk_reserve_gb", None), env),
         **limits,
     )
 
 
-def disk_reserve_gb(flag: float | None, env: dict[str, str]) -> float:
-    if flag is not None:
-        return flag
+def disk_reserve(flag: float | None, env: dict[str, str]) -> dict[str, float]:
+    """The flag, else the environment's value; neither: LocalSettings' default."""
+    from swegreen.cli.parser import nonnegative_float
+
     raw = env.get("SWEGREEN_DISK_RESERVE_GB", "").strip()
+    if flag is not None:
+        return {"disk_reserve_gb": flag}
     if not raw:
-        return 5.0
+        return {}
     try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
+        return {"disk_reserve_gb": nonnegative_float(raw)}
+    except argparse.ArgumentTypeError:
         raise ConfigError(
             f"SWEGREEN_DISK_RESERVE_GB={raw!r} is not a size: give GiB of free disk a new "
             "build must leave (a number, 0 for no check)"
-        )
-    return value
+        ) from None
 
 
 def pythons(flags: list[str] | None, env: dict[str, str]) -> dict[str, Path]:
