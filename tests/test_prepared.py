@@ -16,7 +16,8 @@ from swegreen.core.classify import Status
 from swegreen.core.dataset import Instance, load_dataset
 from swegreen.core.ports import PatchResult
 from swegreen.core.recipes import Recipe, RecipeBook
-from swegreen.evaluation.engine import LocalSettings, build_engine
+from swegreen.environments.dated_index import DatedIndex
+from swegreen.evaluation.engine import Engine, LocalSettings, build_engine
 from swegreen.evaluation.testbed import Testbed
 from swegreen.sample import SampleBenchmark
 from swegreen.sandbox import overlay, seal
@@ -379,3 +380,47 @@ def test_the_reinstall_is_skipped_where_it_changes_nothing_and_the_verdict_is_th
     # the same verdict, tests and counts, with or without the reinstall
     fields = ("status", "reason", "f2p_passed", "f2p_total", "p2p_passed", "p2p_total")
     assert [getattr(row, f) for f in fields] == [getattr(again, f) for f in fields]
+
+
+def test_a_warm_row_starts_no_package_index_and_an_install_gets_the_dated_one(
+    settings: LocalSettings, sample: SampleBenchmark, host_env, tmp_path, run_sample: RunSample
+) -> None:
+    """The dated package index is a process of its own: a row on a reused prepared
+    workspace whose eval script installs nothing (the reinstall skipped) never starts it;
+    a patch touching a build input runs the install, which sees the recipe's date."""
+    count = tmp_path / "setups"
+    recipe = editable_recipe(count).model_copy(
+        update={
+            "exclude_newer": "2025-06-01",
+            "install": "python -m pip install --no-build-isolation -e .",  # names its index
+        }
+    )
+    book = RecipeBook({"sample/calculator": {"1.0": recipe}})
+    local = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
+    ids = ["sample__calculator-1"]
+
+    def engine_index(engine: Engine) -> DatedIndex:  # running or not: its process
+        return engine.testbeds.envs.dated_index
+
+    first = build_engine(local, sample_config(sample), host_env, recipes=book)
+    try:  # the prepared workspace's setup installs: the index runs
+        (row,) = run_sample("gold", run_id="idx-1", engine=first, instance_ids=ids).results
+        assert row.status == Status.RESOLVED, row.detail
+        assert engine_index(first)._proc is not None
+    finally:
+        first.close()
+    setups = count.read_text()  # (a dated build also runs pre_install to resolve: lock.py)
+    warm = build_engine(local, sample_config(sample), host_env, recipes=book)
+    try:
+        (row,) = run_sample("gold", run_id="idx-2", engine=warm, instance_ids=ids).results
+        assert row.status == Status.RESOLVED, row.detail
+        assert row.environment["eval_install"] == "skipped (no build input changed)"
+        assert engine_index(warm)._proc is None  # nothing could install: no index process
+        built = run_sample(GoldPlusBuildFile(), run_id="idx-3", engine=warm, instance_ids=ids)
+        assert [r.status for r in built.results] == [Status.RESOLVED]
+        log = (local.output_dir / "idx-3" / "instances" / ids[0] / "test_output.txt").read_text()
+        assert engine_index(warm)._proc is not None
+        assert "Looking in indexes: http://127.0.0.1:" in log and "/2025-06-01/" in log
+    finally:
+        warm.close()
+    assert count.read_text() == setups  # the warm engine reused the prepared workspace

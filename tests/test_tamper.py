@@ -14,7 +14,13 @@ import pytest
 from swegreen.core.patches import inspect_patch
 from swegreen.repositories.repo_cache import git_env
 from swegreen.sandbox.recorder import Recorded, contradictions, forced_outcomes
-from swegreen.sandbox.tamper import Guard, protected_reason, runner_files, sections_changed
+from swegreen.sandbox.tamper import (
+    Guard,
+    drop_bytecode,
+    protected_reason,
+    runner_files,
+    sections_changed,
+)
 from tests.helpers import git, make_repo
 
 VERIFIED = Path(__file__).resolve().parents[2] / "shared" / "data" / "swebench_verified.jsonl"
@@ -160,6 +166,29 @@ def call(nodeid: str, outcome: str, when: str = "call") -> dict[str, object]:
 
 def finish(status: int, session: int = 1) -> dict[str, object]:
     return {"event": "finish", "pid": 7, "status": status, "session": session}
+
+
+def test_bytecode_is_dropped_everywhere_or_where_the_upper_layer_says(tmp_path: Path) -> None:
+    """Every ``__pycache__`` of a checkout goes (``.git``'s and a symlink's target stay);
+    given the upper layer of a copy-on-write checkout, only what it holds is looked at:
+    its names, removed through the checkout."""
+    repo, upper = tmp_path / "repo", tmp_path / "upper"
+    for root in (repo, upper):
+        for d in ("pkg/__pycache__", ".git/__pycache__"):
+            (root / d).mkdir(parents=True)
+            (root / d / "m.cpython-311.pyc").write_bytes(b"forged")
+    (repo / "lower" / "__pycache__").mkdir(parents=True)  # not in the upper layer
+    assert drop_bytecode(repo, upper) == 1
+    assert not (repo / "pkg" / "__pycache__").exists()
+    assert (upper / "pkg" / "__pycache__").exists()  # the layer is read, not written
+    assert (repo / "lower" / "__pycache__").exists() and (repo / ".git" / "__pycache__").exists()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (repo / "link" / "__pycache__").parent.mkdir()
+    (repo / "link" / "__pycache__").symlink_to(outside)
+    assert drop_bytecode(repo) == 2  # lower/ and the link: the link goes, not its target
+    assert outside.is_dir() and not (repo / "link" / "__pycache__").is_symlink()
+    assert (repo / ".git" / "__pycache__").exists()
 
 
 def test_an_honest_run_has_no_contradiction() -> None:

@@ -29,7 +29,6 @@ from swegreen.evaluation.testbed import (
 )
 from swegreen.processes.procs import ProcResult, run_process
 from swegreen.repositories import trusted_git
-from swegreen.sandbox import overlay
 from swegreen.sandbox.env_guard import EnvGuard, command_words, project_names
 from swegreen.sandbox.environ import free_port
 from swegreen.sandbox.isolation import Mounts, SandboxPolicy
@@ -155,15 +154,18 @@ class EvalRuns(TestbedsBase):
         host = testbed.host_dir
         log_path = host / art.TEST_OUTPUT
         log_path.unlink(missing_ok=True)
+        one_sandbox = runs_no_project_code(phases.prepare)
+        if policy.network or not one_sandbox:  # something may install: the dated index
+            await self.with_index(testbed)
         env = self.test_env(testbed)
         mounts = self.mounts(testbed)
         deadline = time.monotonic() + policy.timeout
-        if runs_no_project_code(phases.prepare):
+        if one_sandbox:
             # Nothing of the project's runs before the tests (no install, or one skipped):
             # nothing can change the tests, .git, HOME or the environment between the
             # phases, so both run in one sandbox, one after the other, as one log.
             trusted_git.real_dir(testbed.repo, "the checkout")
-            await asyncio.to_thread(drop_bytecode, testbed.repo)  # only the sources count
+            await asyncio.to_thread(drop_bytecode, *self._bytecode_scope(testbed))
             await asyncio.to_thread(self.sandbox.lend, *self._to_lend(testbed))
             script = phases.prepare + phases.test
             result, recorded = await self._run_tests(
@@ -201,7 +203,7 @@ class EvalRuns(TestbedsBase):
             reverted = await guard.revert_after_run()
             trusted_git.real_dir(testbed.env.prefix, "the environment")
             reverted += await asyncio.to_thread(env_guard.put_back)
-            await asyncio.to_thread(drop_bytecode, testbed.repo)  # only the sources count
+            await asyncio.to_thread(drop_bytecode, *self._bytecode_scope(testbed))
             lent = [testbed.repo / ".git", *(testbed.repo / p for p in reverted)]
             await asyncio.to_thread(self.sandbox.lend, lent)
             result, recorded = await self._run_tests(
@@ -290,10 +292,15 @@ class EvalRuns(TestbedsBase):
         """What to hand to the sandbox before it runs: the workspace and scratch; of a
         copy-on-write checkout only its upper layer (what changed since the prepared
         one, which is the sandbox's already), not a walk over every file."""
-        upper = testbed.host_dir / "layers" / "upper"
-        if overlay.is_mounted(testbed.repo) and upper.is_dir():
+        if (upper := testbed.upper_layer) is not None:
             return [testbed.workspace, testbed.scratch, upper], (testbed.repo,)
         return [testbed.workspace, testbed.scratch], ()
+
+    @staticmethod
+    def _bytecode_scope(testbed: Testbed) -> tuple[Path, Path | None]:
+        """Where bytecode can be (``drop_bytecode``): in a copy-on-write checkout over a
+        prepared one that has none, only in its upper layer; else anywhere."""
+        return testbed.repo, testbed.upper_layer if testbed.bytecode_free else None
 
     def reinstall_skip(self, testbed: Testbed, paths: Sequence[str]) -> bool:
         """Whether upstream's eval-time install can change nothing here: the patch touches

@@ -36,6 +36,7 @@ from swegreen.processes.locks import file_lock
 from swegreen.processes.procs import run_checked, run_process
 from swegreen.repositories import trusted_git
 from swegreen.sandbox import overlay, seal
+from swegreen.sandbox.tamper import drop_bytecode
 
 
 class PreparedWorkspaces(TestbedsBase):
@@ -93,14 +94,13 @@ class PreparedWorkspaces(TestbedsBase):
         mark_used(root.parent, root.name)  # what `swegreen cache prune` keeps longest
         env = self.envs.loaded(info["env_key"], root / "env")
         notes.append(f"environment {env.key} and prepared workspace {root.name} (reused)")
-        index_url = await self.envs.index_url(recipe)
         return Testbed(
             instance,
             recipe,
             root,
             env,
             [],
-            index_url=index_url,
+            bytecode_free=info.get("bytecode_free", False),  # prepared by an older version
             provenance=info.get("provenance") or {},
         )
 
@@ -253,6 +253,9 @@ class PreparedWorkspaces(TestbedsBase):
                 instance, recipe, root, env, notes, index_url=index_url, provenance=provenance
             )
             await self._setup_repo(testbed)
+            # the evaluations drop bytecode before their tests (eval_run.py): none here
+            # means each of them need look only at what it changed
+            await asyncio.to_thread(drop_bytecode, testbed.repo)
             scratch = testbed.scratch
             if (scratch / PIP_CACHE).is_dir():  # kept for the evaluations (open)
                 await asyncio.to_thread(shutil.move, scratch / PIP_CACHE, root / PIP_CACHE)
@@ -265,6 +268,7 @@ class PreparedWorkspaces(TestbedsBase):
                         "layout": PREPARED_LAYOUT,
                         "instance_id": instance.instance_id,
                         "provenance": provenance,
+                        "bytecode_free": True,
                     }
                 )
             )
@@ -292,6 +296,7 @@ class PreparedWorkspaces(TestbedsBase):
             [],
             env_build_seconds=seconds,
             index_url=index_url,
+            bytecode_free=True,
             provenance=provenance,
         )
 

@@ -94,6 +94,9 @@ class TestbedOptions:
         return self.prepared_dir or self.work_root.with_name("prepared")
 
 
+LAYERS = "layers"  # in a testbed's host_dir: a copy-on-write checkout's (overlay.py)
+
+
 @dataclass
 class Testbed:
     """A prepared checkout with its environment view; notes collect what happened."""
@@ -107,7 +110,12 @@ class Testbed:
     notes: list[str] = field(default_factory=list)
     env_build_seconds: float = 0.0  # spent building what this testbed was first to need
     prepared: Path | None = None  # the prepared workspace this one is a copy of
-    index_url: str | None = None  # the package index as of the recipe's date (dated_index)
+    # the package index as of the recipe's date (dated_index): resolved where something
+    # may install (``TestbedsBase.with_index``), so a warm row starts no index process
+    index_url: str | None = None
+    # the prepared checkout holds no ``__pycache__`` (dropped before its seal): a copy-on-
+    # write evaluation then looks for bytecode only in what it changed (its upper layer)
+    bytecode_free: bool = False
     # How the environment was made where that differs from upstream's way (a row's
     # ``environment`` provenance): files read at another commit, say.
     provenance: dict[str, object] = field(default_factory=dict)
@@ -125,6 +133,13 @@ class Testbed:
     def host_dir(self) -> Path:
         """Beside the workspace, never shown to the sandbox: scripts, log, record channel."""
         return self.workspace.with_name(self.workspace.name + ".host")
+
+    @property
+    def upper_layer(self) -> Path | None:
+        """What a copy-on-write checkout changed of the prepared one (testbeds.py mounts
+        it with its layers in ``host_dir``); None for a plain copy."""
+        upper = self.host_dir / LAYERS / "upper"
+        return upper if overlay.is_mounted(self.repo) and upper.is_dir() else None
 
     @property
     def site_packages(self) -> Path | None:
@@ -195,6 +210,12 @@ class TestbedsBase:
         self.envs.close()
         if self.lease is not None:
             self.lease.release()
+
+    async def with_index(self, testbed: Testbed) -> None:
+        """Give ``testbed`` its dated package index, starting the index process if this
+        is the first thing to need it (installs, the workbench, networked tests)."""
+        if testbed.index_url is None:
+            testbed.index_url = await self.envs.index_url(testbed.recipe)
 
     def timeout_for(self, recipe: Recipe) -> float:
         return self.options.eval_timeout or recipe.eval_timeout or DEFAULT_EVAL_TIMEOUT

@@ -12,10 +12,7 @@ from collections.abc import AsyncIterator
 from swegreen.core.dataset import Instance
 from swegreen.evaluation.eval_run import EvalRuns
 from swegreen.evaluation.prepared import PreparedWorkspaces, _copy_tree
-from swegreen.evaluation.testbed import (
-    PIP_CACHE,
-    Testbed,
-)
+from swegreen.evaluation.testbed import LAYERS, PIP_CACHE, Testbed
 from swegreen.evaluation.trash import discard
 from swegreen.repositories import trusted_git
 from swegreen.sandbox import overlay
@@ -47,7 +44,7 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
             await asyncio.to_thread(trusted_git.check_config, prepared.repo / ".git")
             if self._copy_on_write(prepared.repo):
                 mounted = await asyncio.to_thread(
-                    overlay.mount, prepared.repo, host_dir / "layers", repo
+                    overlay.mount, prepared.repo, host_dir / LAYERS, repo
                 )
             if not mounted:
                 await asyncio.to_thread(_copy_tree, prepared.repo, repo)
@@ -77,6 +74,7 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
                 env_build_seconds=built,
                 prepared=prepared.workspace,
                 index_url=prepared.index_url,
+                bytecode_free=prepared.bytecode_free and mounted,
                 provenance=prepared.provenance,
             )
         finally:

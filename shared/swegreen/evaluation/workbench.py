@@ -153,6 +153,7 @@ class Workbenches:
                 raise EnvSetupFailed(
                     f"could not prepare the participant's workspace: {exc}"
                 ) from exc
+            await self.testbeds.with_index(testbed)  # the participant's pip sees its date
             bench = Workbench(self.testbeds, testbed)  # makes HOME and TMPDIR: lend them too
             await asyncio.to_thread(
                 self.testbeds.sandbox.lend, [testbed.workspace, testbed.scratch]

@@ -189,18 +189,21 @@ class Guard:
         return reverted
 
 
-def drop_bytecode(repo: Path) -> int:
+def drop_bytecode(repo: Path, within: Path | None = None) -> int:
     """Remove every ``__pycache__`` of the checkout (``.git`` aside), following no symlink;
     returns how many. Python reads a cache whose header matches its source's mtime and
     size instead of the source, so code that ran before the tests (the install) could
     leave a fix, or a forged pass, that the source does not hold; the tests compile the
-    sources again."""
+    sources again. ``within``: a tree laid out as ``repo`` that holds everything that can
+    differ from a checkout known to have no ``__pycache__`` (a copy-on-write checkout's
+    upper layer over a prepared one whose bytecode was dropped): only it is walked."""
     removed = 0
-    for dirpath, dirnames, _ in os.walk(repo):
-        if dirpath == str(repo):
+    top = within if within is not None else repo
+    for dirpath, dirnames, _ in os.walk(top):
+        if dirpath == str(top):
             dirnames[:] = [d for d in dirnames if d != ".git"]
         for name in [d for d in dirnames if d == "__pycache__"]:
-            path = Path(dirpath) / name
+            path = repo / Path(dirpath, name).relative_to(top)
             if not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
             else:
