@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,8 @@ import pytest
 from swegreen.core.errors import EnvSetupFailed
 from swegreen.core.recipes import Recipe
 from swegreen.environments import build as environments
-from swegreen.environments.build import transient_failure
 from swegreen.environments.constraints import merge_requirements
+from swegreen.environments.environment import transient_failure
 from swegreen.environments.interpreters import InterpreterSearch
 from swegreen.environments.lock import creation_stage
 from swegreen.environments.manager import EnvManager
@@ -408,3 +409,16 @@ def test_commits_whose_requirements_read_the_same_share_one_environment(
     assert [x["files_read_at"] for x in shared[a.key]] == ["a" * 40, "b" * 40]
     assert [x["row"] for x in shared[recipe.content_env_key(other)]] == ["o__r-d", "o__r-e"]
     assert "iniconfig==2.0.0" in (root / a.key / "lock.txt").read_text()
+
+
+def test_the_engine_loads_the_build_machinery_only_when_it_builds() -> None:
+    """Every command that evaluates imports the engine; a row on a prepared workspace never
+    builds, so the build's machinery (packaging, yaml, the lock) costs it nothing."""
+    probe = (
+        "import sys, swegreen.evaluation.engine\n"
+        "print(sorted(m for m in ('yaml', 'packaging', 'swegreen.environments.build',"
+        " 'swegreen.environments.lock', 'swegreen.evaluation.docker_backend')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import shutil
 import time
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from swegreen.environments.environment import (
     LOCK_LIST,
     Checkout,
     ReadFile,
+    transient_failure,
 )
 from swegreen.environments.interpreters import (
     Interpreter,
@@ -66,22 +66,6 @@ BASE_TOOLING = {
 
 
 DEFAULT_TOOLING = ("pip==24.2", "setuptools==75.1.0", "wheel==0.44.0")
-
-
-# A build step that failed for one of these may succeed later: it is retried and not
-# remembered as the recipe's failure.
-_TRANSIENT = re.compile(
-    r"Temporary failure in name resolution|Name or service not known|Connection refused|"
-    r"Connection reset|Network is unreachable|Max retries exceeded|ReadTimeoutError|"
-    r"Could not fetch URL|error sending request|Failed to fetch|No space left on device|"
-    r"HTTP status server error|503 Service Unavailable|502 Bad Gateway",
-    re.IGNORECASE,
-)
-
-
-def transient_failure(output: str) -> bool:
-    """A failed build step's output blames the moment (network, disk), not the recipe."""
-    return _TRANSIENT.search(output) is not None
 
 
 class BuildHost(Protocol):

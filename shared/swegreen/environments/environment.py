@@ -3,6 +3,7 @@ directories, and the files a build leaves in its folder."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,21 @@ LOCK_LIST = "lock.txt"
 
 BUILD_TIMEOUT = 3600.0
 ENV_INFO = "env.json"
+
+# A build step that failed for one of these may succeed later: it is retried and not
+# remembered as the recipe's failure.
+_TRANSIENT = re.compile(
+    r"Temporary failure in name resolution|Name or service not known|Connection refused|"
+    r"Connection reset|Network is unreachable|Max retries exceeded|ReadTimeoutError|"
+    r"Could not fetch URL|error sending request|Failed to fetch|No space left on device|"
+    r"HTTP status server error|503 Service Unavailable|502 Bad Gateway",
+    re.IGNORECASE,
+)
+
+
+def transient_failure(output: str) -> bool:
+    """A failed build step's output blames the moment (network, disk), not the recipe."""
+    return _TRANSIENT.search(output) is not None
 
 
 @dataclass(frozen=True)

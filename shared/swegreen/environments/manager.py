@@ -29,9 +29,6 @@ from swegreen.core.errors import (
     RepoUnavailable,
 )
 from swegreen.core.recipes import Recipe
-from swegreen.environments.build import (
-    _Build,
-)
 from swegreen.environments.dated_index import DEFAULT_UPSTREAM, DatedIndex
 from swegreen.environments.environment import (
     COMPLETE,
@@ -43,7 +40,6 @@ from swegreen.environments.environment import (
 from swegreen.environments.interpreters import (
     InterpreterSearch,
 )
-from swegreen.environments.lock import files_read
 from swegreen.environments.views import (
     make_view,
 )
@@ -149,6 +145,10 @@ class EnvManager:
         ``row`` names who asked, in the index of who shares which (``INDEX``)."""
         key = recipe.env_key(setup_commit)
         if self.content_keys and recipe.content_keyed and read_file is not None:
+            # the build machinery (packaging, yaml, uv's lock) loads only when needed: a
+            # row on a prepared workspace never does
+            from swegreen.environments.lock import files_read
+
             files = await asyncio.to_thread(files_read, recipe, read_file)
             key = await asyncio.to_thread(
                 self._content_key, recipe.content_env_key(files), key, label, setup_commit, row
@@ -177,6 +177,8 @@ class EnvManager:
             self._rebuilt.add(key)
             self.failure_path(key).unlink(missing_ok=True)
             start = time.monotonic()
+            from swegreen.environments.build import _Build
+
             try:
                 build = _Build(
                     self, recipe, label, setup_commit, key, path, read_file or (lambda _path: None)

@@ -18,9 +18,9 @@ import swegreen
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import EnvSetupFailed, EvaluationFailure, RepoUnavailable
 from swegreen.core.recipes import Recipe, prepared_name
-from swegreen.environments.build import transient_failure
 from swegreen.environments.dated_index import NO_CUTOFF
 from swegreen.environments.environment import COMPLETE as ENV_COMPLETE
+from swegreen.environments.environment import transient_failure
 from swegreen.evaluation.testbed import (
     PIP_CACHE,
     PREPARED_COMPLETE,
