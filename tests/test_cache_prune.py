@@ -98,10 +98,22 @@ def test_a_file_two_builds_link_is_freed_with_the_last_of_them(tmp_path: Path) -
     assert by_name["p"].size < 256 * 1024  # its own file and folders, not the shared 1 MiB
     assert by_name["e"].size < 256 * 1024
     total = sum(cache_prune.usage(tmp_path).values())
+    assert cache_prune.survey(tmp_path) == (total, found, inodes)  # one walk, the same sums
     chosen, left = plan(found, total, total - 1, inodes)
     assert [x.name for x in chosen] == ["p"] and left >= 1024 * 1024  # the shared file stays
     chosen, left = plan(found, total, 0, inodes)
     assert {x.name for x in chosen} == {"p", "e"} and left < 64 * 1024  # freed with both
+    # a run's view links the file too (outside every build), and envs/ holds more than builds
+    (tmp_path / "work").mkdir()
+    os.link(env / "site" / "big.so", tmp_path / "work" / "big.so")
+    (tmp_path / ENVS / ".locks").mkdir()
+    (tmp_path / ENVS / ".locks" / "e.lock").write_bytes(os.urandom(8 * 1024))
+    (tmp_path / ENVS / "content-key").symlink_to("e")
+    found, inodes = cache_prune.builds(tmp_path)
+    total = sum(cache_prune.usage(tmp_path).values())
+    assert cache_prune.survey(tmp_path) == (total, found, inodes)
+    chosen, left = plan(found, total, 0, inodes)
+    assert {x.name for x in chosen} == {"p", "e"} and left >= 1024 * 1024  # the view keeps it
 
 
 def test_a_run_stops_at_the_reserve_and_prune_makes_room_for_the_next(

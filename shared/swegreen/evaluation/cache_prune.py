@@ -114,8 +114,34 @@ def build_dirs(folder: Path) -> list[Path]:
 def builds(cache_dir: Path) -> tuple[list[Build], dict[Inode, tuple[int, int]]]:
     """Every environment and prepared workspace in the cache, least recently used first,
     and the inodes some of them share: (bytes, links) of each."""
-    envs, prepared = cache_dir / ENVS, cache_dir / PREPARED
+    return _builds(cache_dir, {})
+
+
+def survey(cache_dir: Path) -> tuple[int, list[Build], dict[Inode, tuple[int, int]]]:
+    """The cache's size (as ``usage`` sums it) with its ``builds``, in one walk of it."""
     inodes: dict[Inode, tuple[int, int]] = {}
+    found, shared = _builds(cache_dir, inodes)
+    total = sum(b.size for b in found) + sum(size for size, _ in shared.values())
+    seen = set(inodes)  # every inode of a build with more than one link: counted above
+    for child in cache_dir.iterdir():
+        if child.name == LEASE:
+            continue
+        if child.name in (ENVS, PREPARED) and child.is_dir() and not child.is_symlink():
+            total += child.lstat().st_blocks * 512  # the folder, and what is not a build
+            ours = set(build_dirs(child))
+            for entry in child.iterdir():
+                if entry not in ours:
+                    total += disk_size(entry, seen)
+        else:
+            total += disk_size(child, seen)
+    return total, found, shared
+
+
+def _builds(
+    cache_dir: Path, inodes: dict[Inode, tuple[int, int]]
+) -> tuple[list[Build], dict[Inode, tuple[int, int]]]:
+    """``builds``, filling ``inodes`` with every inode of theirs with more than one link."""
+    envs, prepared = cache_dir / ENVS, cache_dir / PREPARED
     found: list[Build] = []
     for kind, folder in ((ENVS, envs), (PREPARED, prepared)):
         for path in build_dirs(folder):
@@ -213,8 +239,7 @@ def prune(cache_dir: Path, keep_bytes: int, *, dry_run: bool = False) -> PruneRe
             "environments and prepared workspaces without a lock)"
         )
     try:
-        before = sum(usage(cache_dir).values())
-        all_builds, inodes = builds(cache_dir)
+        before, all_builds, inodes = survey(cache_dir)
         chosen, expected = plan(all_builds, before, keep_bytes, inodes)
         if dry_run:
             return PruneReport(chosen, len(all_builds) - len(chosen), before, expected, 0)
