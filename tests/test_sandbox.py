@@ -421,6 +421,30 @@ def test_disk_limit_stops_a_run_that_fills_the_disk(tmp_path: Path) -> None:
     assert ok.ok and "fine" in ok.output
 
 
+def test_the_disk_limit_sizes_a_copy_on_write_checkout_by_its_upper_layer(
+    tmp_path: Path,
+) -> None:
+    """Writes to a copy-on-write checkout land in its upper layer: the watch walks that
+    layer, not the merged checkout (every file of the prepared one, every few seconds)."""
+    from swegreen.sandbox.limits import DiskWatch
+
+    workspace, upper, scratch = tmp_path / "ws", tmp_path / "host" / "upper", tmp_path / "s"
+    for d in (workspace / "repo" / "pkg", workspace / "env", upper, scratch):
+        d.mkdir(parents=True)
+    (workspace / "repo" / "pkg" / "big").write_bytes(b"0" * (4 << 20))  # the prepared one's
+    mounts = Mounts(writable=(workspace, scratch), layers=((workspace / "repo", upper),))
+    roots, skip = mounts.sized()
+    assert (roots, skip) == ([workspace, scratch, upper], [workspace / "repo"])
+    assert mounts.with_files((tmp_path / "x", "/x")).layers == mounts.layers
+    watch = DiskWatch(roots, 1, skip=skip)
+    before = watch.used()
+    assert before < 1 << 20  # the merged checkout's 4 MiB are not read
+    (upper / "new").write_bytes(b"1" * (2 << 20))  # a run's write, as overlayfs keeps it
+    (workspace / "env" / "leak").write_bytes(b"1" * (1 << 20))
+    assert watch.used() - before >= 3 << 20
+    assert DiskWatch([workspace], 1).used() >= 4 << 20  # without layers: everything
+
+
 @pytest.mark.skipif(ISO.mode != "bwrap", reason="bubblewrap")
 def test_tmp_is_on_disk_and_ram_backed_mounts_are_bounded(tmp_path: Path) -> None:
     sys_tmp = tmp_path / "sys-tmp"

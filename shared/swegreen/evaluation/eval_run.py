@@ -115,10 +115,12 @@ class EvalRuns(TestbedsBase):
             data = json.loads(info.read_text())
             if data.get("layout") == "virtualenv" and data.get("interpreter"):
                 readonly.append(Path(data["interpreter"]).resolve().parents[1])
+        upper = testbed.upper_layer
         return Mounts(
             writable=(testbed.workspace, testbed.scratch),
             readonly=tuple(readonly),
             tmp=testbed.scratch / "sys-tmp",  # the sandbox's /tmp and /var/tmp, on disk
+            layers=((testbed.repo, upper),) if upper is not None else (),
         )
 
     async def run_eval(

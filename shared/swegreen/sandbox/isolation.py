@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -332,9 +332,17 @@ class Mounts:
     readonly: tuple[Path, ...] = ()
     files: tuple[tuple[Path, str], ...] = ()
     tmp: Path | None = None  # a writable host directory that holds /tmp and /var/tmp
+    # (mount point, upper layer) of each copy-on-write checkout under ``writable``: what
+    # is written there lands in the upper layer, which the disk limit walks instead
+    layers: tuple[tuple[Path, Path], ...] = ()
 
     def with_files(self, *files: tuple[Path, str]) -> Mounts:
-        return Mounts(self.writable, self.readonly, (*self.files, *files), self.tmp)
+        return replace(self, files=(*self.files, *files))
+
+    def sized(self) -> tuple[list[Path], list[Path]]:
+        """What the disk limit walks (``DiskWatch``), and what it leaves out."""
+        roots = [*self.writable, *([self.tmp] if self.tmp else [])]
+        return [*roots, *(upper for _, upper in self.layers)], [m for m, _ in self.layers]
 
     def binds(self) -> list[tuple[tuple[str, str], str]]:
         out = [(("--ro-bind", str(p)), str(p)) for p in dict.fromkeys(self.readonly)]

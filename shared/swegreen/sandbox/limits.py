@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -15,10 +16,20 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 class DiskWatch:
     """How much a sandboxed run has added to its writable trees, looked at every few
-    seconds (a thread walks them; no symlink is followed, a file counted once)."""
+    seconds (a thread walks them; no symlink is followed, a file counted once). ``skip``:
+    trees under them left out, a copy-on-write checkout whose writes land in its upper
+    layer (one of ``roots``): walking the merged tree would read every file of the
+    prepared one, each time."""
 
-    def __init__(self, roots: list[Path], limit_mb: int, interval: float = 2.0) -> None:
+    def __init__(
+        self,
+        roots: list[Path],
+        limit_mb: int,
+        interval: float = 2.0,
+        skip: Sequence[Path] = (),
+    ) -> None:
         self.roots = roots
+        self.skip = {str(p) for p in skip}
         self.limit = limit_mb * 1024 * 1024
         self.interval = interval
         self._baseline: asyncio.Future[int] | None = None
@@ -33,6 +44,8 @@ class DiskWatch:
         total = 0
         for root in self.roots:
             for dirpath, dirnames, filenames in os.walk(root):
+                if self.skip:
+                    dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) not in self.skip]
                 for name in (*dirnames, *filenames):
                     with contextlib.suppress(OSError):
                         st = os.lstat(os.path.join(dirpath, name))

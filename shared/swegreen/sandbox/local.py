@@ -363,8 +363,10 @@ class LocalSandbox:
             # Join the cgroups before exec'ing: every descendant is then counted.
             joins = " && ".join(f'echo $$ > "{c / "cgroup.procs"}"' for c in cgroups)
             argv = [tool("sh"), "-c", f'{joins} && exec "$@"', "sh", *argv]
-        watched = [*mounts.writable, *([mounts.tmp] if mounts.tmp else [])]
-        watchdog = DiskWatch(watched, policy.disk_mb) if policy.disk_mb and watched else None
+        watched, skipped = mounts.sized()
+        watchdog = (
+            DiskWatch(watched, policy.disk_mb, skip=skipped) if policy.disk_mb and watched else None
+        )
         try:
             run = asyncio.ensure_future(
                 run_process(
