@@ -116,6 +116,9 @@ class Testbed:
     # the prepared checkout holds no ``__pycache__`` (dropped before its seal): a copy-on-
     # write evaluation then looks for bytecode only in what it changed (its upper layer)
     bytecode_free: bool = False
+    # a copy-on-write checkout's upper layer: what it changed of the prepared one
+    # (testbeds.py mounts it, its layers in ``host_dir``); None for a plain copy
+    upper_layer: Path | None = None
     # How the environment was made where that differs from upstream's way (a row's
     # ``environment`` provenance): files read at another commit, say.
     provenance: dict[str, object] = field(default_factory=dict)
@@ -133,13 +136,6 @@ class Testbed:
     def host_dir(self) -> Path:
         """Beside the workspace, never shown to the sandbox: scripts, log, record channel."""
         return self.workspace.with_name(self.workspace.name + ".host")
-
-    @property
-    def upper_layer(self) -> Path | None:
-        """What a copy-on-write checkout changed of the prepared one (testbeds.py mounts
-        it with its layers in ``host_dir``); None for a plain copy."""
-        upper = self.host_dir / LAYERS / "upper"
-        return upper if overlay.is_mounted(self.repo) and upper.is_dir() else None
 
     @property
     def site_packages(self) -> Path | None:

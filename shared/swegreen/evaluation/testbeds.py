@@ -75,6 +75,7 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
                 prepared=prepared.workspace,
                 index_url=prepared.index_url,
                 bytecode_free=prepared.bytecode_free and mounted,
+                upper_layer=host_dir / LAYERS / "upper" if mounted else None,
                 provenance=prepared.provenance,
             )
         finally:
