@@ -33,6 +33,44 @@ def test_loads_jsonl_json_and_parquet_alike(tmp_path: Path) -> None:
     assert loaded[0].instances[0].FAIL_TO_PASS == ("t0",)
 
 
+def test_a_parsed_file_is_kept_by_its_bytes_and_read_back_without_parsing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import swegreen.core.dataset as dataset_module
+
+    path, cache = tmp_path / "d.jsonl", tmp_path / "cache" / "datasets"
+    path.write_text("".join(json.dumps(raw_row(i)) + "\n" for i in range(3)))
+    first = load_dataset(str(path), parsed_cache=cache)
+    (kept,) = cache.glob("*.pickle")
+    assert kept.stat().st_mode & 0o077 == 0  # it holds gold patches: the owner's alone
+
+    def no_parse(*_: object, **__: object) -> None:
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(dataset_module, "parse_rows", no_parse)
+    again = load_dataset(str(path), parsed_cache=cache)
+    assert again == first  # rows, digest and the file's sha256
+    monkeypatch.undo()
+
+    # Changed bytes are a new key: the change is seen, never the old parse.
+    path.write_text("".join(json.dumps(raw_row(i)) + "\n" for i in range(2)))
+    changed = load_dataset(str(path), parsed_cache=cache)
+    assert len(changed.instances) == 2 and changed.digest != first.digest
+    assert changed == load_dataset(str(path))  # the same as without a cache
+
+    # A kept parse that cannot be read (truncated, another library's) is parsed again.
+    for pickle_file in cache.glob("*.pickle"):
+        pickle_file.write_bytes(b"not a pickle")
+    assert load_dataset(str(path), parsed_cache=cache) == changed
+
+    # At most PARSED_KEPT files are kept.
+    for n in range(dataset_module.PARSED_KEPT + 2):
+        path.write_text("".join(json.dumps(raw_row(i)) + "\n" for i in range(n + 1)))
+        load_dataset(str(path), parsed_cache=cache)
+    assert len(list(cache.glob("*.pickle"))) == dataset_module.PARSED_KEPT
+    assert not list(cache.glob("*.part"))
+
+
 def test_f2p_and_p2p_accept_lists_as_well_as_json_strings() -> None:
     a = parse_rows([raw_row(1)])[0]
     b = parse_rows([raw_row(1, FAIL_TO_PASS=["t1"], PASS_TO_PASS=[])])[0]

@@ -26,7 +26,12 @@ async def regrade(
         record = engine.store.get_run(run_id)
         if record is None:
             raise ConfigError(f"no run {run_id!r} in {settings.store_path}")
-        dataset = load_dataset(record.dataset, record.split, record.dataset_revision)
+        dataset = load_dataset(
+            record.dataset,
+            record.split,
+            record.dataset_revision,
+            parsed_cache=settings.parsed_datasets,
+        )
         if dataset.digest != record.dataset_digest:
             raise ConfigError(
                 f"the dataset {record.dataset} changed since run {run_id} (digest differs)"

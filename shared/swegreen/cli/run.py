@@ -93,7 +93,12 @@ def evaluate(
     from swegreen.sample import resolve_sample
 
     config = resolve_sample(config, settings.cache_dir)  # the request's name works here too
-    dataset = load_dataset(config.dataset, config.split, config.dataset_revision)
+    dataset = load_dataset(
+        config.dataset,
+        config.split,
+        config.dataset_revision,
+        parsed_cache=settings.parsed_datasets,
+    )
     instances = select_instances(dataset, config.selection())
     source = source_for(patches)
     if isinstance(source, PredictionsSource):

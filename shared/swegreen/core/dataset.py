@@ -8,9 +8,11 @@ same ordered list.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import json
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -163,24 +165,96 @@ def public_dataset_name(name: str) -> str:
 
 
 def load_dataset(
-    name: str = DEFAULT_DATASET, split: str = "test", revision: str | None = None
+    name: str = DEFAULT_DATASET,
+    split: str = "test",
+    revision: str | None = None,
+    *,
+    parsed_cache: Path | None = None,
 ) -> Dataset:
-    """Load and validate every row of a dataset (hub id or local file)."""
+    """Load and validate every row of a dataset (hub id or local file).
+
+    With ``parsed_cache`` (a folder), a local file's validated rows and digest are kept
+    there under a hash of the file's bytes and of this parser, so a command that loads the
+    same file again skips parsing, validating and digesting its 500 rows (about 0.1 s of
+    every command's start): a changed file or a changed parser is a new key.
+    """
     local = is_local_source(name)
     file_sha256 = None
     if local:
-        rows, file_sha256 = _read_local(Path(name))
+        path = Path(name)
+        data = _local_bytes(path)
+        file_sha256 = hashlib.sha256(data).hexdigest()
+        key = _parse_key(file_sha256)
+        cached = _cached_parse(parsed_cache, key) if parsed_cache is not None else None
+        if cached is not None:
+            instances, digest = cached
+            return Dataset(name, split, revision, instances, digest, file_sha256)
+        rows = _rows_from_bytes(path, data)
     else:
         rows = _read_hub(name, split, revision)
     instances = parse_rows(rows, source=name)
+    digest = dataset_digest(instances)
+    if local and parsed_cache is not None:
+        _keep_parse(parsed_cache, key, instances, digest)
     return Dataset(
         name=name,
         split=split,
         revision=revision,
         instances=instances,
-        digest=dataset_digest(instances),
+        digest=digest,
         file_sha256=file_sha256,
     )
+
+
+PARSED_KEPT = 4  # parsed files kept in a parse cache: a few dataset versions side by side
+
+
+def _parse_key(file_sha256: str) -> str:
+    """The file's hash with this parser's own: its source and the model library's version."""
+    import pydantic
+
+    h = hashlib.sha256(file_sha256.encode())
+    for module in (__file__, check_id.__code__.co_filename):
+        h.update(Path(module).read_bytes())
+    h.update(f"{pydantic.VERSION} {sys.version}".encode())
+    return h.hexdigest()[:32]
+
+
+def _cached_parse(folder: Path, key: str) -> tuple[tuple[Instance, ...], str] | None:
+    """A parse kept by ``_keep_parse``, or None: a missing or unreadable one is parsed again.
+
+    The folder is the cache's, trusted as its environments are (they run as the user)."""
+    import os
+    import pickle
+
+    kept = folder / f"{key}.pickle"
+    try:
+        instances, digest = pickle.loads(kept.read_bytes())
+    except Exception:  # missing, truncated, from another library version: parse again
+        return None
+    if not isinstance(digest, str) or not all(isinstance(i, Instance) for i in instances):
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(kept)  # the least recently used are the ones dropped
+    return tuple(instances), digest
+
+
+def _keep_parse(folder: Path, key: str, instances: tuple[Instance, ...], digest: str) -> None:
+    import os
+    import pickle
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".part")
+        with os.fdopen(fd, "wb") as out:
+            pickle.dump((instances, digest), out, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, folder / f"{key}.pickle")
+        kept = sorted(folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[PARSED_KEPT:]:
+            old.unlink(missing_ok=True)
+    except OSError:  # a read-only or full cache: the rows were parsed, the run goes on
+        return
 
 
 def parse_rows(rows: Iterable[Mapping[str, Any]], source: str = "dataset") -> tuple[Instance, ...]:
@@ -238,21 +312,22 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _read_local(path: Path) -> tuple[list[Mapping[str, Any]], str]:
-    """The file's rows and its sha256."""
+def _local_bytes(path: Path) -> bytes:
     if not path.exists():
         raise DatasetError(f"dataset file {path} does not exist")
-    data = path.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
+    return path.read_bytes()
+
+
+def _rows_from_bytes(path: Path, data: bytes) -> list[Mapping[str, Any]]:
     if path.suffix == ".parquet":
         import pyarrow as pa  # datasets depends on pyarrow
         import pyarrow.parquet as pq
 
         try:
-            return pq.read_table(pa.BufferReader(data)).to_pylist(), digest
+            return pq.read_table(pa.BufferReader(data)).to_pylist()
         except Exception as exc:  # pyarrow raises several unrelated types
             raise DatasetError(f"{path}: not a readable parquet file: {exc}") from exc
-    return _parse_local_text(path, data.decode("utf-8")), digest
+    return _parse_local_text(path, data.decode("utf-8"))
 
 
 def _parse_local_text(path: Path, text: str) -> list[Mapping[str, Any]]:

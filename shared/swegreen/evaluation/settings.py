@@ -84,6 +84,11 @@ class LocalSettings(BaseModel):
     def store_path(self) -> Path:
         return self.output_dir / "swegreen.sqlite"
 
+    @property
+    def parsed_datasets(self) -> Path:
+        """Local dataset files' validated rows, kept by their bytes' hash (core/dataset.py)."""
+        return self.cache_dir / "datasets"
+
 
 def host_environment() -> dict[str, str]:
     """The process environment, read once at a composition root."""
