@@ -283,6 +283,10 @@ def test_a_prepared_workspace_changed_behind_the_engines_back_is_prepared_again(
         assert seal.broken(prepared) is not None
         again = asyncio.run(open_one(f"tampered-{n}"))
         assert "files changed since it was prepared" in again.provenance["seal_broken"]
+        # the copy made beside the seal check (mounted, its view made) was taken down
+        work_root = str(testbeds.options.work_root)
+        assert work_root not in Path("/proc/self/mountinfo").read_text()
+        assert not list((testbeds.options.work_root / f"tampered-{n}").glob("*"))
         assert count.read_text().count("setup") == n
         assert seal.broken(prepared) is None  # the new one is sealed
         asides = sorted(prepared.parent.glob(f"{prepared.name}.broken-*"))

@@ -58,6 +58,15 @@ class PreparedWorkspaces(TestbedsBase):
             testbed.provenance["seal_broken"] = incident
         return testbed
 
+    async def reused(self, instance: Instance, recipe: Recipe, notes: list[str]) -> Testbed | None:
+        """The instance's existing prepared workspace with its seal not yet checked (None:
+        there is none). The caller checks it (``seal.broken``) before anything runs in it
+        and, where it is broken, calls ``prepared``, which sets it aside."""
+        root = self._existing(instance, recipe)
+        if root is None:
+            return None
+        return await self._prepared_at(instance, recipe, notes, root)
+
     async def _prepared_at(
         self, instance: Instance, recipe: Recipe, notes: list[str], root: Path | None
     ) -> Testbed:

@@ -8,14 +8,16 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from swegreen.core.dataset import Instance
+from swegreen.core.recipes import Recipe
 from swegreen.evaluation.eval_run import EvalRuns
 from swegreen.evaluation.prepared import PreparedWorkspaces, _copy_tree
 from swegreen.evaluation.testbed import LAYERS, PIP_CACHE, Testbed
 from swegreen.evaluation.trash import discard
 from swegreen.repositories import trusted_git
-from swegreen.sandbox import overlay
+from swegreen.sandbox import overlay, seal
 from swegreen.sandbox.environ import scratch_dir
 
 
@@ -25,8 +27,26 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
     @contextlib.asynccontextmanager
     async def open(self, scope: str, instance: Instance) -> AsyncIterator[Testbed]:
         """A fresh testbed for ``instance`` under ``work_root/scope``, removed afterwards:
-        a private copy of the instance's prepared workspace (``prepared``)."""
+        a private copy of the instance's prepared workspace (``prepared``).
+
+        A reused prepared workspace's seal is checked beside the steps that make the
+        copy (the mount, the environment view: they read it and run nothing of it), and
+        before anything runs in it; where it is broken the copy is thrown away and made
+        again the checked way (``prepared``: set aside, prepared again, an incident)."""
         recipe = self.recipes.for_instance(instance)
+        for overlapped in (True, False):
+            testbed = await self._open_once(scope, instance, recipe, overlapped)
+            if testbed is None:
+                continue  # the seal broke: the checked way, which records the incident
+            try:
+                yield testbed
+            finally:
+                await self._close(testbed)
+            return
+
+    async def _open_once(
+        self, scope: str, instance: Instance, recipe: Recipe, overlapped: bool
+    ) -> Testbed | None:
         workspace = (
             self.options.work_root / scope / f"{instance.instance_id}.{uuid.uuid4().hex[:8]}"
         )
@@ -36,10 +56,16 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
         host_dir.chmod(0o711)  # the sandbox's uid may open the files it is given by name
         repo = workspace / "repo"
         mounted = False
+        sealing: asyncio.Future[str | None] | None = None
         try:
             notes: list[str] = []
             t0 = time.monotonic()
-            prepared = await self.prepared(instance, recipe, notes)
+            found = await self.reused(instance, recipe, notes) if overlapped else None
+            if found is not None:
+                prepared = found
+                sealing = asyncio.ensure_future(asyncio.to_thread(seal.broken, prepared.workspace))
+            else:
+                prepared = await self.prepared(instance, recipe, notes)
             # the engine's git runs over a copy of it before any sandbox does
             await asyncio.to_thread(trusted_git.check_config, prepared.repo / ".git")
             if self._copy_on_write(prepared.repo):
@@ -59,30 +85,50 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
             env = await self.envs.view(
                 prepared.env, workspace / "env", {str(prepared.repo): str(workspace / "repo")}
             )
-            built = prepared.env_build_seconds
-            how = "mounted copy-on-write on" if mounted else "copied from"
-            notes.append(
-                f"workspace {how} the prepared one in {time.monotonic() - t0:.1f}s"
-                + (f" (including {built:.1f}s of building)" if built else "")
-            )
-            yield Testbed(
-                instance,
-                recipe,
-                workspace,
-                env,
-                notes,
-                env_build_seconds=built,
-                prepared=prepared.workspace,
-                index_url=prepared.index_url,
-                bytecode_free=prepared.bytecode_free and mounted,
-                upper_layer=host_dir / LAYERS / "upper" if mounted else None,
-                provenance=prepared.provenance,
-            )
-        finally:
-            if mounted:
-                await asyncio.to_thread(overlay.unmount, repo)
-            if not self.options.keep_workspaces:
-                scratch = scratch_dir(workspace / "repo", f"swegreen-{workspace.name}")
-                await asyncio.to_thread(
-                    discard, self.options.work_root, [scratch, workspace, host_dir]
-                )
+            if sealing is not None and await _broken(sealing):
+                await self._close_parts(workspace, host_dir, mounted)
+                return None
+        except BaseException:
+            if sealing is not None:
+                await _broken(sealing)  # its thread ends either way; nothing is left unread
+            await self._close_parts(workspace, host_dir, mounted)
+            raise
+        built = prepared.env_build_seconds
+        how = "mounted copy-on-write on" if mounted else "copied from"
+        notes.append(
+            f"workspace {how} the prepared one in {time.monotonic() - t0:.1f}s"
+            + (f" (including {built:.1f}s of building)" if built else "")
+        )
+        return Testbed(
+            instance,
+            recipe,
+            workspace,
+            env,
+            notes,
+            env_build_seconds=built,
+            prepared=prepared.workspace,
+            index_url=prepared.index_url,
+            bytecode_free=prepared.bytecode_free and mounted,
+            upper_layer=host_dir / LAYERS / "upper" if mounted else None,
+            provenance=prepared.provenance,
+        )
+
+    async def _close(self, testbed: Testbed) -> None:
+        host_dir = testbed.workspace.with_name(testbed.workspace.name + ".host")
+        await self._close_parts(testbed.workspace, host_dir, testbed.upper_layer is not None)
+
+    async def _close_parts(self, workspace: Path, host_dir: Path, mounted: bool) -> None:
+        if mounted:
+            await asyncio.to_thread(overlay.unmount, workspace / "repo")
+        if not self.options.keep_workspaces:
+            scratch = scratch_dir(workspace / "repo", f"swegreen-{workspace.name}")
+            await asyncio.to_thread(discard, self.options.work_root, [scratch, workspace, host_dir])
+
+
+async def _broken(sealing: asyncio.Future[str | None]) -> bool:
+    """Whether the seal check says the workspace must not be used (one that could not be
+    made counts as broken: the checked way makes it again and says why)."""
+    try:
+        return await sealing is not None
+    except Exception:
+        return True
