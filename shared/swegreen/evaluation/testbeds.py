@@ -51,7 +51,7 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
             self.options.work_root / scope / f"{instance.instance_id}.{uuid.uuid4().hex[:8]}"
         )
         workspace.mkdir(parents=True)
-        host_dir = workspace.with_name(workspace.name + ".host")
+        host_dir = _host_dir(workspace)
         host_dir.mkdir()
         host_dir.chmod(0o711)  # the sandbox's uid may open the files it is given by name
         repo = workspace / "repo"
@@ -114,8 +114,8 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
         )
 
     async def _close(self, testbed: Testbed) -> None:
-        host_dir = testbed.workspace.with_name(testbed.workspace.name + ".host")
-        await self._close_parts(testbed.workspace, host_dir, testbed.upper_layer is not None)
+        mounted = testbed.upper_layer is not None
+        await self._close_parts(testbed.workspace, _host_dir(testbed.workspace), mounted)
 
     async def _close_parts(self, workspace: Path, host_dir: Path, mounted: bool) -> None:
         if mounted:
@@ -123,6 +123,11 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
         if not self.options.keep_workspaces:
             scratch = scratch_dir(workspace / "repo", f"swegreen-{workspace.name}")
             await asyncio.to_thread(discard, self.options.work_root, [scratch, workspace, host_dir])
+
+
+def _host_dir(workspace: Path) -> Path:
+    """Beside the workspace, what the host keeps of it (the overlay's layers)."""
+    return workspace.with_name(workspace.name + ".host")
 
 
 async def _broken(sealing: asyncio.Future[str | None]) -> bool:
