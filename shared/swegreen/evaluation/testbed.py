@@ -135,7 +135,7 @@ class Testbed:
     @property
     def host_dir(self) -> Path:
         """Beside the workspace, never shown to the sandbox: scripts, log, record channel."""
-        return self.workspace.with_name(self.workspace.name + ".host")
+        return host_dir_of(self.workspace)
 
     @property
     def site_packages(self) -> Path | None:
@@ -267,3 +267,8 @@ class TestbedsBase:
         return trusted_git.environment(
             git_env(testbed.host_dir / "git-home", self.host_env), testbed.host_dir / "git-home"
         )
+
+
+def host_dir_of(workspace: Path) -> Path:
+    """Beside a workspace, what the host keeps of it (``Testbed.host_dir``)."""
+    return workspace.with_name(workspace.name + ".host")

@@ -14,7 +14,7 @@ from swegreen.core.dataset import Instance
 from swegreen.core.recipes import Recipe
 from swegreen.evaluation.eval_run import EvalRuns
 from swegreen.evaluation.prepared import PreparedWorkspaces, _copy_tree
-from swegreen.evaluation.testbed import LAYERS, PIP_CACHE, Testbed
+from swegreen.evaluation.testbed import LAYERS, PIP_CACHE, Testbed, host_dir_of
 from swegreen.evaluation.trash import discard
 from swegreen.repositories import trusted_git
 from swegreen.sandbox import overlay, seal
@@ -51,7 +51,7 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
             self.options.work_root / scope / f"{instance.instance_id}.{uuid.uuid4().hex[:8]}"
         )
         workspace.mkdir(parents=True)
-        host_dir = _host_dir(workspace)
+        host_dir = host_dir_of(workspace)
         host_dir.mkdir()
         host_dir.chmod(0o711)  # the sandbox's uid may open the files it is given by name
         repo = workspace / "repo"
@@ -115,7 +115,7 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
 
     async def _close(self, testbed: Testbed) -> None:
         mounted = testbed.upper_layer is not None
-        await self._close_parts(testbed.workspace, _host_dir(testbed.workspace), mounted)
+        await self._close_parts(testbed.workspace, testbed.host_dir, mounted)
 
     async def _close_parts(self, workspace: Path, host_dir: Path, mounted: bool) -> None:
         if mounted:
@@ -123,11 +123,6 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
         if not self.options.keep_workspaces:
             scratch = scratch_dir(workspace / "repo", f"swegreen-{workspace.name}")
             await asyncio.to_thread(discard, self.options.work_root, [scratch, workspace, host_dir])
-
-
-def _host_dir(workspace: Path) -> Path:
-    """Beside the workspace, what the host keeps of it (the overlay's layers)."""
-    return workspace.with_name(workspace.name + ".host")
 
 
 async def _broken(sealing: asyncio.Future[str | None]) -> bool:

@@ -40,17 +40,9 @@ def mount(lower: Path, layers: Path, target: Path) -> bool:
     paths = [str(lower), str(layers), str(target)]
     if not can_mount() or any(c in p for p in paths for c in _UNSAFE) or target.exists():
         return False
-    upper, work = layers / "upper", layers / "work"
     try:
-        upper.mkdir(parents=True)
-        work.mkdir()
         target.mkdir(parents=True)
-        # the upper layer's root takes the lower root's owner and mode, as a copy would
-        st = lower.stat()
-        os.chown(upper, st.st_uid, st.st_gid)
-        upper.chmod(st.st_mode & 0o7777)
-        (layers / OWNER).write_text(str(os.getpid()))  # for ``sweep`` after a crash
-        if _mount(lower, upper, work, target):
+        if _mount(lower, layers, target):
             return True
     except OSError:
         pass
@@ -61,10 +53,19 @@ def mount(lower: Path, layers: Path, target: Path) -> bool:
     return False
 
 
-def _mount(lower: Path, upper: Path, work: Path, target: Path) -> bool:
-    """The overlay mount itself. Volatile (Linux 5.10+): no sync reaches the upper layer,
-    which is thrown away with its evaluation, so an fsync in the tests or the unmount's
-    flush of what they wrote costs nothing; an older kernel mounts without it."""
+def _mount(lower: Path, layers: Path, target: Path) -> bool:
+    """The overlay mount itself, its upper and work dirs made under ``layers``. Volatile
+    (Linux 5.10+): no sync reaches the upper layer, which is thrown away with its
+    evaluation, so an fsync in the tests or the unmount's flush of what they wrote costs
+    nothing; an older kernel mounts without it."""
+    upper, work = layers / "upper", layers / "work"
+    upper.mkdir(parents=True)
+    work.mkdir()
+    # the upper layer's root takes the lower root's owner and mode, as a copy would
+    st = lower.stat()
+    os.chown(upper, st.st_uid, st.st_gid)
+    upper.chmod(st.st_mode & 0o7777)
+    (layers / OWNER).write_text(str(os.getpid()))  # for ``sweep`` after a crash
     options = f"lowerdir={lower},upperdir={upper},workdir={work}"
     for extra in (",volatile", ""):
         done = subprocess.run(
@@ -87,13 +88,7 @@ def discard_later(path: Path, layers: Path) -> Callable[[], None]:
     layers.mkdir(parents=True, exist_ok=True)
     upper, work = layers / "upper", layers / "work"
     if can_mount() and not any(c in str(p) for p in (path, layers) for c in _UNSAFE):
-        upper.mkdir()
-        work.mkdir()
-        st = path.stat()
-        os.chown(upper, st.st_uid, st.st_gid)
-        upper.chmod(st.st_mode & 0o7777)
-        (layers / OWNER).write_text(str(os.getpid()))
-        if _mount(path, upper, work, path):
+        if _mount(path, layers, path):
 
             def unmount_it() -> None:
                 unmount(path)
