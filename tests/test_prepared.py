@@ -19,6 +19,7 @@ from swegreen.core.recipes import Recipe, RecipeBook
 from swegreen.environments.dated_index import DatedIndex
 from swegreen.evaluation.engine import Engine, LocalSettings, build_engine
 from swegreen.evaluation.testbed import Testbed
+from swegreen.evaluation.testbeds import Testbeds
 from swegreen.sample import SampleBenchmark
 from swegreen.sandbox import overlay, seal
 
@@ -84,6 +85,24 @@ def tracked_changes(repo: Path) -> str:
     ).stdout
 
 
+async def stat_dirty_in_sandbox(testbeds: Testbeds, testbed: Testbed) -> list[str]:
+    """The files whose stat data, as an evaluation's sandbox sees them, differ from what
+    git's index holds (plumbing `diff-files` does not refresh the index: it lists them)."""
+    script = testbed.host_dir / "diff-files.sh"
+    script.write_text("git diff-files --name-only\n")
+    log = testbed.host_dir / "diff-files.log"
+    result = await testbeds.sandbox.run_script(
+        script,
+        cwd=testbed.repo,
+        env=testbeds.test_env(testbed),
+        policy=testbeds.policy_for(testbed),
+        log_path=log,
+        mounts=testbeds.mounts(testbed),
+    )
+    assert result.ok, log.read_text()
+    return log.read_text().split()
+
+
 @pytest.fixture
 def engine_with_setup(settings: LocalSettings, sample: SampleBenchmark, host_env, tmp_path):
     count = tmp_path / "setups"
@@ -141,6 +160,9 @@ def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
                 assert second.site_packages is not None
                 assert not (second.site_packages / "leaked.pth").exists()
                 assert (second.scratch / "pip-cache" / "http" / "entry").read_text() == "cached\n"
+                # git's index holds the files' stat data as the sandbox sees them: its git
+                # compares stat data, reading no file's bytes
+                assert await stat_dirty_in_sandbox(testbeds, second) == []
                 # the setup is committed (`commit -am`, as in upstream's images)
                 assert tracked_changes(second.repo) == ""
             assert tree_digest(first.prepared) == prepared_digest

@@ -60,7 +60,8 @@ WHEELHOUSE = "wheelhouse"  # in a prepared workspace: what its install downloade
 # 2: the checkout borrows objects from its base commit's history stores (history.py), not
 # from the repository cache, which holds the later history
 # 3: its git index refreshed once it is the sandbox's (stat data matching the files)
-PREPARED_LAYOUT = 3
+# 4: refreshed inside the sandbox (the owner as the evaluations see it, not the engine)
+PREPARED_LAYOUT = 4
 
 
 @dataclass(frozen=True)
