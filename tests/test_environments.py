@@ -20,6 +20,8 @@ from swegreen.environments.environment import transient_failure
 from swegreen.environments.interpreters import InterpreterSearch
 from swegreen.environments.lock import creation_stage
 from swegreen.environments.manager import EnvManager
+from swegreen.sandbox.isolation import Isolation
+from swegreen.sandbox.local import LocalSandbox
 
 
 def manager(root: Path, host_env: dict[str, str]) -> EnvManager:
@@ -119,6 +121,41 @@ def test_views_keep_installs_private(built, tmp_path: Path, host_env_module) -> 
         assert subprocess.run([str(other), *probe], capture_output=True).returncode != 0
     site = next((envs[0].prefix / "lib").glob("python*/site-packages"))
     assert not [p for p in site.iterdir() if "leaky" in p.name]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another uid needs root")
+def test_a_view_made_for_the_sandbox_is_the_view_lent_to_it_afterwards(
+    built, tmp_path: Path, host_env_module
+) -> None:
+    """``owner`` gives the view's entries to the sandbox as they are made, instead of a
+    second walk (``LocalSandbox.lend``): the same tree, modes, owners and hard links."""
+    root, _, envs = built
+    mgr = manager(root, host_env_module)
+    uid = 2_000_123
+    rewrite = {"/nowhere": "/elsewhere"}
+    lent = asyncio.run(mgr.view(envs[0], tmp_path / "lent", rewrite))
+    LocalSandbox(Isolation(sandbox_uid=uid)).lend([lent.prefix])
+    made = asyncio.run(mgr.view(envs[0], tmp_path / "made", rewrite, owner=uid))
+
+    def shape(prefix: Path) -> dict[str, tuple[object, ...]]:
+        (site,) = (prefix / "lib").glob("python*/site-packages")
+        out: dict[str, tuple[object, ...]] = {}
+        for path in [prefix, *prefix.rglob("*")]:
+            st = path.lstat()
+            target = os.readlink(path).replace(str(prefix), "") if path.is_symlink() else None
+            linked = st.st_nlink > 1 and not path.is_dir()
+            # a directory of the source's, linked into the view, keeps its times
+            kept = st.st_mtime_ns if path.is_dir() and site in path.parents else None
+            out[str(path.relative_to(prefix))] = (
+                st.st_mode, st.st_uid, st.st_gid, target, linked,
+                st.st_ino if linked else None, kept,
+            )  # fmt: skip
+        return out
+
+    want, got = shape(lent.prefix), shape(made.prefix)
+    assert got == want
+    assert len(want) > 100 and any(v[1] == uid for v in want.values())  # a real view, lent
+    assert any(v[4] for v in want.values())  # with hard links into the build
 
 
 def test_a_missing_interpreter_fails_fast_after_one_try(tmp_path: Path, host_env_module) -> None:

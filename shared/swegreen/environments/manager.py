@@ -297,10 +297,15 @@ class EnvManager:
         return dataclasses.replace(self._load(key, self.root / key), prefix=prefix)
 
     async def view(
-        self, env: Environment, dest: Path, rewrite: Mapping[str, str] | None = None
+        self,
+        env: Environment,
+        dest: Path,
+        rewrite: Mapping[str, str] | None = None,
+        owner: int | None = None,
     ) -> Environment:
-        """A private, writable view of ``env`` at ``dest`` for one evaluation."""
-        await asyncio.to_thread(make_view, env.prefix, dest, rewrite)
+        """A private, writable view of ``env`` at ``dest`` for one evaluation; ``owner``:
+        the sandbox's uid, lent what it may write as the view is made (``make_view``)."""
+        await asyncio.to_thread(make_view, env.prefix, dest, rewrite, owner)
         return Environment(
             env.key, env.root, dest, env.runtime_env, env.extra_bin, env.build_seconds, env.reused
         )

@@ -293,10 +293,12 @@ class EvalRuns(TestbedsBase):
     def _to_lend(testbed: Testbed) -> tuple[list[Path], tuple[Path, ...]]:
         """What to hand to the sandbox before it runs: the workspace and scratch; of a
         copy-on-write checkout only its upper layer (what changed since the prepared
-        one, which is the sandbox's already), not a walk over every file."""
+        one, which is the sandbox's already), not a walk over every file; of an
+        environment view made the sandbox's (``Testbed.env_lent``), nothing."""
+        shared = (testbed.env.prefix,) if testbed.env_lent else ()
         if (upper := testbed.upper_layer) is not None:
-            return [testbed.workspace, testbed.scratch, upper], (testbed.repo,)
-        return [testbed.workspace, testbed.scratch], ()
+            return [testbed.workspace, testbed.scratch, upper], (testbed.repo, *shared)
+        return [testbed.workspace, testbed.scratch], shared
 
     @staticmethod
     def _bytecode_scope(testbed: Testbed) -> tuple[Path, Path | None]:

@@ -120,6 +120,9 @@ class Testbed:
     # a copy-on-write checkout's upper layer: what it changed of the prepared one
     # (testbeds.py mounts it, its layers in ``host_dir``); None for a plain copy
     upper_layer: Path | None = None
+    # the environment view was made the sandbox's (views.make_view's owner): lending the
+    # workspace need not walk it again
+    env_lent: bool = False
     # How the environment was made where that differs from upstream's way (a row's
     # ``environment`` provenance): files read at another commit, say.
     provenance: dict[str, object] = field(default_factory=dict)

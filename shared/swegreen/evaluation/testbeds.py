@@ -83,7 +83,10 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
                 scratch.mkdir(parents=True, exist_ok=True)
                 await asyncio.to_thread(_copy_tree, cached, scratch / PIP_CACHE)
             env = await self.envs.view(
-                prepared.env, workspace / "env", {str(prepared.repo): str(workspace / "repo")}
+                prepared.env,
+                workspace / "env",
+                {str(prepared.repo): str(workspace / "repo")},
+                owner=self.sandbox.isolation.sandbox_uid,
             )
             if sealing is not None and await _broken(sealing):
                 await self._close_parts(workspace, host_dir, mounted)
@@ -109,6 +112,7 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
             prepared=prepared.workspace,
             index_url=prepared.index_url,
             bytecode_free=prepared.bytecode_free and mounted,
+            env_lent=self.sandbox.isolation.sandbox_uid is not None,
             upper_layer=host_dir / LAYERS / "upper" if mounted else None,
             provenance=prepared.provenance,
         )
