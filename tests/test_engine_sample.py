@@ -19,6 +19,7 @@ from swegreen.core.recipes import Recipe, RecipeBook
 from swegreen.core.sources import GoldPatches
 from swegreen.evaluation.engine import LocalSettings, build_engine
 from swegreen.sample import SampleBenchmark
+from swegreen.sandbox.isolation import Isolation
 from swegreen.stores import artifacts as art
 
 from .conftest import RunSample, sample_config
@@ -26,7 +27,7 @@ from .helpers import git, read_jsonl
 
 
 def test_gold_patches_resolve_every_sample_task(
-    run_sample: RunSample, settings: LocalSettings, sample: SampleBenchmark
+    run_sample: RunSample, settings: LocalSettings, sample: SampleBenchmark, isolation: Isolation
 ) -> None:
     outcome = run_sample("gold", run_id="gold")
     assert len(outcome.results) == 8
@@ -58,6 +59,12 @@ def test_gold_patches_resolve_every_sample_task(
         installed = r.environment.get("eval_install") == "ran"
         assert (PHASE_BREAK in script) == installed, (r.instance_id, r.environment)
         assert "git status" in script and "git status" in log
+        # the sandbox's own steps (the network namespace, the tests' read-only binds) run
+        # before the clock starts, outside the region the grader reads
+        graded = log.split(">>>>> Start Test Output", 1)[1].split(">>>>> End Test Output")[0]
+        if isolation.mode == "bwrap":
+            assert "ip link" in log.split(">>>>> Start Test Output", 1)[0], r.instance_id
+            assert "ip link" not in graded and "mount --bind" not in graded, r.instance_id
     published = json.loads((run_dir / art.RESULTS).read_text())
     assert published["participants"] == {"agent": "gold"}
     [row] = published["results"]
@@ -315,7 +322,14 @@ def test_patch_outside_the_repo_and_malformed_patches_are_no_op(
 
 def test_many_rows_share_one_environment(settings: LocalSettings, run_sample: RunSample) -> None:
     run_sample("gold", run_id="envs", max_rows=-1)
-    envs = [p for p in (settings.cache_dir / "envs").iterdir() if (p / ".complete").exists()]
+    # the builds for the sample's rows (the session's cache also holds what other tests
+    # built there, a service's environment say, whichever ran first)
+    envs = [
+        p
+        for p in (settings.cache_dir / "envs").iterdir()
+        if (p / ".complete").exists()
+        and json.loads((p / "env.json").read_text())["for"].startswith("sample/")
+    ]
     # 5 (repo, version) pairs, two recipes (ledger's installs the project): two builds
     assert len(envs) == 2
     locks = sorted((env / "lock.txt").read_text() for env in envs)

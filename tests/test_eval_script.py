@@ -12,12 +12,14 @@ from swegreen.core.dataset import parse_rows
 from swegreen.core.eval_script import (
     READONLY_RESET,
     SKIPPED_INSTALL,
+    TIME_START,
     adapt_eval_script,
     editable_install,
     eval_phases,
     get_test_directives,
     make_eval_script,
     modified_test_files,
+    official_lines,
     reinstall_changes_nothing,
     runs_no_project_code,
 )
@@ -113,6 +115,25 @@ def test_a_sandbox_wrapper_only_wraps_the_test_command() -> None:
     script = make_eval_script(instance(), RECIPE, "/ws/repo", test_wrapper="unshare --net --")
     assert "unshare --net -- bash -c 'pytest -rA tests/test_x.py tests/new_test.py'" in script
     assert script.count("unshare") == 1
+
+
+def test_the_sandbox_setup_runs_before_the_clock_and_outside_the_graded_region() -> None:
+    """The sandbox's own steps come after the test patch is applied (the read-only binds
+    show its files) and before the clock stamp and the start marker: the test command's
+    recorded time and the graded log hold none of them. Rows with their own eval script too."""
+    upstream = official_lines(instance(), RECIPE, conda=True)  # as the hub's rows hold it
+    own = instance(eval_script="\n".join(["#!/bin/bash", "set -uxo pipefail", *upstream]))
+    for row in (instance(), own):
+        test = eval_phases(row, RECIPE, "/ws/repo", "W", test_setup="S --setup").test
+        lines = test.splitlines()
+        setup = lines.index("S --setup")
+        start = next(i for i, ln in enumerate(lines) if ln.startswith(f"{TIME_START}="))
+        marker = lines.index(f": '{START_TEST_OUTPUT}'")
+        applied = max(i for i, ln in enumerate(lines) if ln.startswith("git apply"))
+        assert applied < setup < start < marker, lines
+        assert test.count("S --setup") == 1
+        assert "W bash -c 'pytest -rA tests/test_x.py tests/new_test.py'" in test
+        subprocess.run(["bash", "-n"], input=test, text=True, check=True)
 
 
 def test_rows_with_their_own_eval_script_run_it_outside_the_image() -> None:

@@ -20,9 +20,16 @@ import pytest
 from swegreen.sandbox import seccomp
 from swegreen.sandbox.environ import sandbox_env
 from swegreen.sandbox.isolation import Isolation, Mounts, SandboxPolicy
-from swegreen.sandbox.local import LocalSandbox
+from swegreen.sandbox.local import LocalSandbox, TestWrapper
 
 ISO = Isolation.probe()  # bubblewrap: the default, and what the suite's setup installs
+
+
+def wrapped(wrapper: TestWrapper, command: str) -> str:
+    """``command`` as eval.sh runs it: the wrapper's setup first, then under its prefix."""
+    return "\n".join([wrapper.setup or ":", f"{wrapper.prefix or ''} {command}"]) + "\n"
+
+
 NEEDS_NETNS = pytest.mark.skipif(
     ISO.mode != "bwrap" and ISO.netns_cmd is None, reason="no network namespaces here"
 )
@@ -141,15 +148,15 @@ def test_the_test_command_has_no_network_but_loopback_works(tmp_path: Path) -> N
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "probe.py").write_text(NET_PROBE)
     wrapper = LocalSandbox(ISO).test_wrapper(SandboxPolicy(timeout=30))
-    assert wrapper is not None
-    result = run(tmp_path, f"{wrapper} python probe.py\n", SandboxPolicy(timeout=30))
+    assert wrapper != TestWrapper()
+    result = run(tmp_path, wrapped(wrapper, "python probe.py"), SandboxPolicy(timeout=30))
     assert "loopback ok" in result.output
     assert "remote timed out" in result.output  # silent, like a host on the internet
     assert "dns failed" in result.output
 
 
 def test_a_recipe_can_leave_the_network_on() -> None:
-    assert LocalSandbox(ISO).test_wrapper(SandboxPolicy(timeout=30, network=True)) is None
+    assert LocalSandbox(ISO).test_wrapper(SandboxPolicy(timeout=30, network=True)) == TestWrapper()
     assert not LocalSandbox(ISO).isolates(SandboxPolicy(timeout=30, network=True))
 
 
@@ -160,7 +167,7 @@ def test_a_killed_engine_takes_its_sandbox_down(tmp_path: Path) -> None:
         import asyncio
         from pathlib import Path
         from swegreen.sandbox.isolation import Isolation, SandboxPolicy
-        from swegreen.sandbox.local import LocalSandbox
+        from swegreen.sandbox.local import LocalSandbox, TestWrapper
         script = Path({str(tmp_path / "long.sh")!r})
         script.write_text("sleep 300 & echo $! > {pidfile}; wait")
         asyncio.run(LocalSandbox(Isolation()).run_script(
@@ -198,9 +205,9 @@ def test_a_recipe_cpu_limit_is_shown_like_docker_does(tmp_path: Path) -> None:
     )
     policy = SandboxPolicy(timeout=30, cpus=2)
     sandbox = LocalSandbox(ISO)
-    wrapper = sandbox.test_wrapper(policy) or ""
+    wrapper = sandbox.test_wrapper(policy)
     files = sandbox.cpu_view(policy, tmp_path / "host")
-    result = run(tmp_path, f"{wrapper} {probe}\n", policy, files=files)
+    result = run(tmp_path, wrapped(wrapper, probe), policy, files=files)
     assert "200000 100000" in result.output
     host_quota = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
     if host_quota.exists():
@@ -298,7 +305,7 @@ def test_a_killed_engine_takes_its_bubblewrap_sandbox_down(tmp_path: Path) -> No
         import asyncio
         from pathlib import Path
         from swegreen.sandbox.isolation import Isolation, Mounts, SandboxPolicy
-        from swegreen.sandbox.local import LocalSandbox
+        from swegreen.sandbox.local import LocalSandbox, TestWrapper
         work = Path({str(work)!r})
         script = Path({str(tmp_path / "long.sh")!r})
         script.write_text("sleep {marker} & echo started > {work / "started"}; wait")
@@ -495,7 +502,7 @@ def test_the_tests_cannot_rewrite_the_files_the_wrapper_shows_read_only(tmp_path
         " umount tests/test_a.py; echo umount $?;"
         " echo 'y = 2' > tests/other.py; echo other $?"
     )
-    script = f"{wrapper} bash -c {shlex.quote(attack)}\n"
+    script = wrapped(wrapper, f"bash -c {shlex.quote(attack)}")
     result = run(tmp_path, script, SandboxPolicy(timeout=60), admin=True)
     out = result.output
     for step in ("write", "replace", "remove", "remount", "umount"):
@@ -518,7 +525,7 @@ def test_services_and_the_tests_start_without_the_wrappers_capabilities(tmp_path
     wrapper = sandbox.test_wrapper(
         SandboxPolicy(timeout=60), (service,), readonly=(str(work / "tests" / "test_a.py"),)
     )
-    script = f"{wrapper} bash -c {shlex.quote(f'echo tests=$({caps})')}\n"
+    script = wrapped(wrapper, f"bash -c {shlex.quote(f'echo tests=$({caps})')}")
     result = run(tmp_path, script, SandboxPolicy(timeout=60), admin=True)
     found = dict(
         line.split("=", 1)

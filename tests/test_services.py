@@ -47,8 +47,9 @@ def test_a_recipes_httpbin_answers_the_tests_inside_their_network_namespace(
             ' urllib.request.urlopen("http://1.1.1.1", timeout=5)\''
         )
         script.write_text(
-            f"{sandboxed(PROBE, wrapper)}\n"
-            f"{sandboxed(outside + ' && echo internet', wrapper)} || echo no-internet\n"
+            f"{wrapper.setup or ':'}\n"
+            f"{sandboxed(PROBE, wrapper.prefix)}\n"
+            f"{sandboxed(outside + ' && echo internet', wrapper.prefix)} || echo no-internet\n"
         )
         testbeds.sandbox.lend([work])
         env = sandbox_env(bin_dirs=[], virtual_env=None, scratch=work, host_env={})

@@ -232,8 +232,11 @@ def eval_phases(
     readonly_tests: bool = False,
     skip_install: bool = False,
     directives: Sequence[str] | None = None,
+    test_setup: str | None = None,
 ) -> EvalPhases:
-    """``readonly_tests``: the test files are read-only mounts in the test phase (the
+    """``test_wrapper``: what the test command runs under; ``test_setup``: the sandbox's
+    own steps, run just before the start marker (``with_setup``).
+    ``readonly_tests``: the test files are read-only mounts in the test phase (the
     engine's sandbox): the reset after the tests is left out (``READONLY_RESET``).
     ``skip_install``: the recipe's install line is left out, saying so, where it can
     change nothing (``reinstall_changes_nothing``, decided by the engine).
@@ -245,7 +248,9 @@ def eval_phases(
             script = widened_script(
                 script, get_test_directives(instance, recipe.directive_style), directives
             )
-        phases = adapt_eval_phases(script, workdir, test_wrapper, pin_path, shell, readonly_tests)
+        phases = adapt_eval_phases(
+            script, workdir, test_wrapper, pin_path, shell, readonly_tests, test_setup
+        )
         if skip_install and recipe.install:
             lines = _without_install(phases.prepare.splitlines(), recipe.install)
             phases = EvalPhases(prepare="\n".join(lines) + "\n", test=phases.test)
@@ -255,7 +260,7 @@ def eval_phases(
     )
     if skip_install and recipe.install:
         lines = _without_install(lines, recipe.install)
-    return split_phases(lines, workdir, pin_path, readonly_tests)
+    return split_phases(with_setup(lines, test_setup), workdir, pin_path, readonly_tests)
 
 
 def official_lines(
@@ -325,6 +330,7 @@ def adapt_eval_phases(
     pin_path: str | None = None,
     shell: str = "bash",
     readonly_tests: bool = False,
+    test_setup: str | None = None,
 ) -> EvalPhases:
     """An official eval script, made to run outside its image."""
     lines = [ln for ln in parse_eval_script(script) if not _CONDA_LINES.match(ln)]
@@ -333,7 +339,19 @@ def adapt_eval_phases(
         if START_TEST_OUTPUT in line and i + 1 < len(lines):
             lines[i + 1] = sandboxed(lines[i + 1], test_wrapper, shell)
             break
-    return split_phases(lines, workdir, pin_path, readonly_tests)
+    return split_phases(with_setup(lines, test_setup), workdir, pin_path, readonly_tests)
+
+
+def with_setup(lines: list[str], setup: str | None) -> list[str]:
+    """``setup`` (the sandbox's own steps before the tests) just before the start marker:
+    outside the region the grader reads, and before the clock stamp that starts the test
+    command's time (``_timed``), so neither holds the engine's steps."""
+    if not setup:
+        return lines
+    for i, line in enumerate(lines):
+        if START_TEST_OUTPUT in line and line.startswith(":"):
+            return [*lines[:i], setup, *lines[i:]]
+    return lines
 
 
 class NotWidenable(ValueError):

@@ -145,13 +145,14 @@ class EvalRuns(TestbedsBase):
             testbed.instance,
             recipe,
             str(testbed.repo),
-            wrapper,
+            wrapper.prefix,
             pin_path=SYSTEM_PATH,
             shell=tool("bash"),
             # the wrapper mounts them read-only for the rest of the phase
             readonly_tests=self.sandbox.bwrap and bool(readonly),
             skip_install=skip_install,
             directives=directives,
+            test_setup=wrapper.setup,
         )
         host = testbed.host_dir
         log_path = host / art.TEST_OUTPUT

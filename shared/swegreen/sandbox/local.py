@@ -35,6 +35,7 @@ import shlex
 import signal
 import stat
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from swegreen.core.errors import DiskLimitExceeded, OutOfMemory
@@ -109,6 +110,21 @@ DEVICES = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class TestWrapper:
+    """How the test command runs in the sandbox. ``setup``: the engine's own steps, run
+    just before the test output's start marker (shaping the sandbox's network namespace,
+    binding the tests read-only over themselves), so that the test command's recorded
+    time is its own and the region the grader reads holds none of them; ``prefix``: what
+    the test command runs under (the capabilities those steps took dropped, the recipe's
+    services started), or None."""
+
+    __test__ = False  # not a pytest test class
+
+    setup: str | None = None
+    prefix: str | None = None
+
+
 class LocalSandbox:
     """Runs eval scripts on this machine under a ``SandboxPolicy`` and an ``Isolation``."""
 
@@ -174,15 +190,15 @@ class LocalSandbox:
         policy: SandboxPolicy,
         services: tuple[str, ...] = (),
         readonly: tuple[str, ...] = (),
-    ) -> str | None:
-        """Shell prefix for the test command in eval.sh. ``services`` are shell snippets
-        that start local stand-ins before the tests (see services.py). Under bubblewrap
-        the run that holds the test command already has its own network namespace (see
-        ``run_script``); the prefix only shapes it, and binds the ``readonly`` files (the
+    ) -> TestWrapper:
+        """The test command's wrapper in eval.sh. ``services`` are shell snippets that
+        start local stand-ins before the tests (see services.py). Under bubblewrap the
+        run that holds the test command already has its own network namespace (see
+        ``run_script``); the setup only shapes it, and binds the ``readonly`` files (the
         tests that run, test configuration) read-only over themselves, so that nothing the
         tests import can rewrite a test before pytest reads it; the capabilities this
         takes are dropped again before the tests start (``run_script(admin=True)``).
-        Otherwise the network is cut here, where the host allows it."""
+        Otherwise the network is cut by the prefix, where the host allows it."""
         isolate = self.isolates(policy)
         if self.bwrap:
             steps = [netns_init()] if isolate else []
@@ -194,25 +210,23 @@ class LocalSandbox:
                     f' && {mount} --bind "$f" "$f" && {mount} -o remount,bind,ro "$f"; done; true'
                 )
             started = [s.rstrip(";") for s in services]
-            if not steps and not started:
-                return None
+            setup = f"{self._bash} -c {shlex.quote('; '.join(steps))}" if steps else None
             # Only the engine's own steps hold the capabilities; the services start, and
             # the test command runs, after they are dropped.
-            if started:
-                then = shlex.quote("; ".join(started) + '; exec "$0" "$@"')
-                after = f'{self._bash} -c {then} "$0" "$@"'
-            else:
-                after = '"$0" "$@"'
             dropped = ",".join(
                 (["-net_admin"] if isolate else []) + (["-sys_admin"] if readonly else [])
             )
-            setpriv = tool("setpriv")
-            drop = f"{setpriv} --bounding-set={dropped} --inh-caps={dropped} -- " if dropped else ""
-            init = shlex.quote("; ".join([*steps, f"exec {drop}{after}"]))
-            return f"{self._bash} -c {init}"
+            parts = []
+            if dropped:
+                setpriv = tool("setpriv")
+                parts.append(f"{setpriv} --bounding-set={dropped} --inh-caps={dropped} --")
+            if started:
+                then = shlex.quote("; ".join(started) + '; exec "$0" "$@"')
+                parts.append(f"{self._bash} -c {then}")
+            return TestWrapper(setup, " ".join(parts) or None)
         cpu_view = self.shows_cpu_quota(policy)
         if not isolate and not cpu_view and not services:
-            return None
+            return TestWrapper()
         steps = [netns_init()] if isolate else []
         if cpu_view:
             assert policy.cpus is not None
@@ -226,7 +240,7 @@ class LocalSandbox:
                 ["--mount"] if cpu_view else []
             )
             prefix = " ".join([unshare, *flags, "--"]) + " "
-        return f"{prefix}{self._bash} -c {init}"
+        return TestWrapper(prefix=f"{prefix}{self._bash} -c {init}")
 
     def cpu_view(self, policy: SandboxPolicy, host_dir: Path) -> tuple[tuple[Path, str], ...]:
         """Under bubblewrap: files that make /sys/fs/cgroup show the recipe's CPU quota, as
