@@ -9,8 +9,11 @@ Per instance, medians: the CLI's wall time; the row's own time (``durations.tota
 its test command (``test_command_seconds``); the engine's share (row - test command); the
 CLI's share around the row (CLI - row); the CLI's start (from the process's start to its
 "Run ..." line, printed when its imports are done, the dataset is loaded and the rows are
-chosen); and CLI / test command. Prints a markdown table
-for docs/benchmarks.md.
+chosen); and CLI / test command. ``--phases`` adds the engine's share split by phase
+(the row's ``durations``): setup (the prepared workspace's seal check, the copy-on-write
+mount, the environment view), apply, and the sandbox around the test command (its launch,
+upstream's git steps, the test files' checkout; the tests phase less the test command).
+Prints a markdown table for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -57,29 +60,35 @@ def main() -> None:
     ap.add_argument("--instance", action="append", required=True)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--extra", nargs="*", default=["--env-files-at-base"], help="more flags")
+    ap.add_argument("--phases", action="store_true", help="split the engine's share")
     args = ap.parse_args()
     machine = f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     print(f"Machine: {machine}; median of {args.rounds} warm runs each\n")
+    phases = " setup (s) | apply (s) | sandbox around the test (s) |" if args.phases else ""
     print(
         "| instance | verdict | CLI (s) | row (s) | test command (s) | engine: row - test (s) "
-        "| CLI around the row (s) | CLI start (s) | CLI / test command |"
+        f"|{phases} CLI around the row (s) | CLI start (s) | CLI / test command |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|" + "---:|" * (10 if args.phases else 7))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         for instance in args.instance:
             run_once(args, instance, out)  # warm-up
-            walls, rows, tests, starts = [], [], [], []
+            walls, rows, tests, starts, split = [], [], [], [], []
             for _ in range(args.rounds):
                 wall, row = run_once(args, instance, out)
                 walls.append(wall)
-                rows.append(row["durations"]["total"])
+                took = row["durations"]
+                rows.append(took["total"])
                 tests.append(row["test_command_seconds"])
                 starts.append(row["cli_start"])
+                split.append((took["setup"], took["apply"], took["tests"] - tests[-1]))
             cli, own, test, start = (statistics.median(x) for x in (walls, rows, tests, starts))
+            shares = "".join(f" {statistics.median(s[i] for s in split):.2f} |" for i in range(3))
             print(
                 f"| {instance} | {row['status']} | {cli:.2f} | {own:.2f} | {test:.2f} "
-                f"| {own - test:.2f} | {cli - own:.2f} | {start:.2f} | {cli / test:.2f}x |"
+                f"| {own - test:.2f} |{shares if args.phases else ''} {cli - own:.2f} "
+                f"| {start:.2f} | {cli / test:.2f}x |"
             )
 
 
