@@ -9,7 +9,9 @@ Per instance, medians: the CLI's wall time; the row's own time (``durations.tota
 its test command (``test_command_seconds``); the engine's share (row - test command); the
 CLI's share around the row (CLI - row); the CLI's start (from the process's start to its
 "Run ..." line, printed when its imports are done, the dataset is loaded and the rows are
-chosen); and CLI / test command. ``--phases`` adds the engine's share split by phase
+chosen); and CLI / test command. ``--settle`` runs each command alone: it first waits
+for the deletion the previous one left beside it (reported as the median wait).
+``--phases`` adds the engine's share split by phase
 (the row's ``durations``): setup (the prepared workspace's seal check, the copy-on-write
 mount, the environment view), apply, and the sandbox around the test command (its launch,
 upstream's git steps, the test files' checkout; the tests phase less the test command).
@@ -31,7 +33,22 @@ import uuid
 from pathlib import Path
 
 
+def settle(cache_dir: str, limit: float = 300.0) -> float:
+    """Wait until what earlier runs left to delete beside them (``evaluation/trash.py``:
+    a detached ``rm`` the command line does not wait for) is gone; returns the wait. A
+    command run by itself does not compete with the previous one's deletion; back to back,
+    it does."""
+    trash = Path(cache_dir) / "work" / ".trash"
+    started = time.perf_counter()
+    while trash.is_dir() and any(trash.iterdir()):
+        if time.perf_counter() - started > limit:
+            raise SystemExit(f"{trash} still holds files after {limit:g} s")
+        time.sleep(0.05)
+    return time.perf_counter() - started
+
+
 def run_once(args: argparse.Namespace, instance: str, out: Path) -> tuple[float, dict]:
+    waited = settle(args.cache_dir) if getattr(args, "settle", False) else 0.0
     run_id = f"warm-{uuid.uuid4().hex[:8]}"
     argv = [
         sys.executable, "-m", "swegreen", "run", "--dataset", args.dataset,
@@ -49,6 +66,7 @@ def run_once(args: argparse.Namespace, instance: str, out: Path) -> tuple[float,
     wall = time.perf_counter() - started
     row = json.loads((out / run_id / "instances.jsonl").read_text().splitlines()[0])
     row["cli_start"] = start if start is not None else float("nan")
+    row["settled"] = waited
     return wall, row
 
 
@@ -61,8 +79,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--extra", nargs="*", default=["--env-files-at-base"], help="more flags")
     ap.add_argument("--phases", action="store_true", help="split the engine's share")
+    ap.add_argument(
+        "--settle",
+        action="store_true",
+        help="before each run, wait for the previous one's deletion (a command run alone)",
+    )
     args = ap.parse_args()
     machine = f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    waits: list[float] = []
     print(f"Machine: {machine}; median of {args.rounds} warm runs each\n")
     phases = " setup (s) | apply (s) | sandbox around the test (s) |" if args.phases else ""
     print(
@@ -82,6 +106,7 @@ def main() -> None:
                 rows.append(took["total"])
                 tests.append(row["test_command_seconds"])
                 starts.append(row["cli_start"])
+                waits.append(row["settled"])
                 split.append((took["setup"], took["apply"], took["tests"] - tests[-1]))
             cli, own, test, start = (statistics.median(x) for x in (walls, rows, tests, starts))
             shares = "".join(f" {statistics.median(s[i] for s in split):.2f} |" for i in range(3))
@@ -90,6 +115,8 @@ def main() -> None:
                 f"| {own - test:.2f} |{shares if args.phases else ''} {cli - own:.2f} "
                 f"| {start:.2f} | {cli / test:.2f}x |"
             )
+    if args.settle:
+        print(f"\nMedian wait for the previous run's deletion: {statistics.median(waits):.2f} s")
 
 
 if __name__ == "__main__":
