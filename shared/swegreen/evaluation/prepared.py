@@ -12,7 +12,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -313,8 +312,9 @@ class PreparedWorkspaces(TestbedsBase):
         engine would make each evaluation's first `git status` read every file's bytes
         (0.25 s of 6,000 files on django) instead of comparing stat data."""
         repo = testbed.repo
-        self.options.work_root.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix="refresh-", dir=self.options.work_root))
+        # beside the checkout, never in it; an interrupted preparation's goes with it
+        scratch = testbed.workspace / "refresh"
+        scratch.mkdir()
         try:
             scratch.chmod(0o711)  # the sandbox's uid reads the script by name
             script = scratch / "refresh.sh"
