@@ -18,7 +18,7 @@ from swegreen.core.ports import PatchResult
 from swegreen.core.recipes import Recipe, RecipeBook
 from swegreen.environments.dated_index import DatedIndex
 from swegreen.evaluation.engine import Engine, LocalSettings, build_engine
-from swegreen.evaluation.testbed import Testbed
+from swegreen.evaluation.testbed import HOST_INDEX, Testbed
 from swegreen.evaluation.testbeds import Testbeds
 from swegreen.sample import SampleBenchmark
 from swegreen.sandbox import overlay, seal
@@ -103,6 +103,19 @@ async def stat_dirty_in_sandbox(testbeds: Testbeds, testbed: Testbed) -> list[st
     return log.read_text().split()
 
 
+def stat_dirty_on_host(repo: Path, index: Path) -> list[str]:
+    """``stat_dirty_in_sandbox`` for the engine's own git, with ``index`` (plumbing
+    `diff-files` neither refreshes nor writes it)."""
+    return subprocess.run(
+        ["git", "-c", "safe.directory=*", "diff-files", "--name-only"],
+        cwd=repo,
+        env={**os.environ, "GIT_INDEX_FILE": str(index)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+
+
 @pytest.fixture
 def engine_with_setup(settings: LocalSettings, sample: SampleBenchmark, host_env, tmp_path):
     count = tmp_path / "setups"
@@ -163,6 +176,9 @@ def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
                 # git's index holds the files' stat data as the sandbox sees them: its git
                 # compares stat data, reading no file's bytes
                 assert await stat_dirty_in_sandbox(testbeds, second) == []
+                # and its copy for the engine's own `git diff`, as the engine sees them
+                kept = second.prepared / "repo" / ".git" / HOST_INDEX
+                assert kept.is_file() and stat_dirty_on_host(second.repo, kept) == []
                 # the setup is committed (`commit -am`, as in upstream's images)
                 assert tracked_changes(second.repo) == ""
             assert tree_digest(first.prepared) == prepared_digest

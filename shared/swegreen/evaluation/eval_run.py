@@ -23,6 +23,7 @@ from swegreen.environments.services import SERVICES, start_script
 from swegreen.evaluation.prepared import history_stores
 from swegreen.evaluation.testbed import (
     CONFIG_FILES,
+    HOST_INDEX,
     Testbed,
     TestbedsBase,
     TestRun,
@@ -203,7 +204,8 @@ class EvalRuns(TestbedsBase):
             if testbed.prepared is not None:
                 await trusted_git.reseat(testbed.repo, testbed.prepared / "repo" / ".git")
             await asyncio.to_thread(forget_startup_files, testbed.scratch / "home")
-            reverted = await guard.revert_after_run()
+            stat_index = await asyncio.to_thread(self._host_index, testbed)
+            reverted = await guard.revert_after_run(stat_index)
             trusted_git.real_dir(testbed.env.prefix, "the environment")
             reverted += await asyncio.to_thread(env_guard.put_back)
             await asyncio.to_thread(drop_bytecode, *self._bytecode_scope(testbed))
@@ -289,6 +291,20 @@ class EvalRuns(TestbedsBase):
                 os.close(key_fd)
             recorded = await channel.close(key.encode()) if record else None
         return result, recorded
+
+    @staticmethod
+    def _host_index(testbed: Testbed) -> Path | None:
+        """A private copy of the prepared checkout's index as the engine sees its files
+        (``HOST_INDEX``), for the engine's `git diff` over this copy; None: there is none
+        (no prepared workspace), and git compares with the checkout's own index."""
+        if testbed.prepared is None:
+            return None
+        kept = testbed.prepared / "repo" / ".git" / HOST_INDEX
+        if not kept.is_file() or kept.is_symlink():
+            return None
+        copy = testbed.host_dir / HOST_INDEX
+        shutil.copyfile(kept, copy)
+        return copy
 
     @staticmethod
     def _to_lend(testbed: Testbed) -> tuple[list[Path], tuple[Path, ...]]:

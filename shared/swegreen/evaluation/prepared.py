@@ -23,6 +23,7 @@ from swegreen.environments.dated_index import NO_CUTOFF
 from swegreen.environments.environment import COMPLETE as ENV_COMPLETE
 from swegreen.environments.environment import transient_failure
 from swegreen.evaluation.testbed import (
+    HOST_INDEX,
     PIP_CACHE,
     PREPARED_COMPLETE,
     PREPARED_INFO,
@@ -34,7 +35,7 @@ from swegreen.evaluation.testbed import (
 )
 from swegreen.processes.cache_room import mark_used
 from swegreen.processes.locks import file_lock
-from swegreen.processes.procs import run_process
+from swegreen.processes.procs import run_checked, run_process
 from swegreen.repositories import trusted_git
 from swegreen.sandbox import overlay, seal
 from swegreen.sandbox.isolation import Mounts, SandboxPolicy
@@ -337,6 +338,16 @@ class PreparedWorkspaces(TestbedsBase):
                 )
         finally:
             await asyncio.to_thread(shutil.rmtree, scratch, True)
+        # and a copy as the engine sees them, for its own `git diff` over an evaluation's
+        # checkout (eval_run.py): with the sandbox's, that diff would read every file
+        host_index = repo / ".git" / HOST_INDEX
+        await asyncio.to_thread(shutil.copyfile, repo / ".git" / "index", host_index)
+        await run_checked(
+            trusted_git.argv(repo, "update-index", "-q", "--refresh"),
+            env={**self.git_env(testbed), "GIT_INDEX_FILE": str(host_index)},
+        )
+        # the sandbox's, as the whole checkout is: lending a copy of it copies nothing up
+        await asyncio.to_thread(self.sandbox.lend, [host_index])
 
     async def _setup_repo(self, testbed: Testbed) -> None:
         """What the official instance image does after cloning: pre-install, install, and

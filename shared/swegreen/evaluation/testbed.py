@@ -60,8 +60,14 @@ WHEELHOUSE = "wheelhouse"  # in a prepared workspace: what its install downloade
 # 2: the checkout borrows objects from its base commit's history stores (history.py), not
 # from the repository cache, which holds the later history
 # 3: its git index refreshed once it is the sandbox's (stat data matching the files)
-# 4: refreshed inside the sandbox (the owner as the evaluations see it, not the engine)
+# 4: refreshed inside the sandbox (the owner as the evaluations see it, not the engine),
+# beside a copy refreshed as the engine sees the files (HOST_INDEX)
 PREPARED_LAYOUT = 4
+
+
+# In a prepared checkout's .git: its index with the files' stat data as the engine sees
+# them, for the engine's own `git diff` over an evaluation's copy (Guard.changed_tracked).
+HOST_INDEX = "swegreen-host-index"
 
 
 @dataclass(frozen=True)

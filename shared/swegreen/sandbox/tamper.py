@@ -113,9 +113,9 @@ class Guard:
         self.runner = runner
         self._loaders_before: set[str] = set()
 
-    async def _git(self, *args: str) -> str:
+    async def _git(self, *args: str, env: Mapping[str, str] | None = None) -> str:
         result = await run_process(
-            trusted_git.argv(self.repo, *args), env=self.env, timeout=GIT_TIMEOUT
+            trusted_git.argv(self.repo, *args), env=env or self.env, timeout=GIT_TIMEOUT
         )
         if not result.ok:
             raise RuntimeError(f"git {' '.join(args)} failed: {result.tail(10)}")
@@ -157,8 +157,13 @@ class Guard:
             reverted.append(path)
         return reverted
 
-    async def changed_tracked(self) -> list[str]:
-        out = await self._git("diff", "--name-only", "-z", "--no-renames", "HEAD")
+    async def changed_tracked(self, stat_index: Path | None = None) -> list[str]:
+        """Tracked files that differ from HEAD. ``stat_index``: a private copy of an
+        index of HEAD whose stat data are the files as the engine sees them, so that git
+        reads only the files whose stat data changed (the checkout's own index holds them
+        as the sandbox sees them: the owner differs, and git would read every file)."""
+        env = {**self.env, "GIT_INDEX_FILE": str(stat_index)} if stat_index else None
+        out = await self._git("diff", "--name-only", "-z", "--no-renames", "HEAD", env=env)
         return [p for p in out.split("\0") if p]
 
     async def loader_files(self) -> set[str]:
@@ -179,10 +184,11 @@ class Guard:
         """Remember the loader files that exist before participant code runs."""
         self._loaders_before = await self.loader_files()
 
-    async def revert_after_run(self) -> list[str]:
+    async def revert_after_run(self, stat_index: Path | None = None) -> list[str]:
         """What participant code changed while it ran: tracked protected files are put
-        back, and test or start-up hooks it created are removed."""
-        reverted = await self.revert(await self.changed_tracked())
+        back, and test or start-up hooks it created are removed (``stat_index``:
+        ``changed_tracked``'s)."""
+        reverted = await self.revert(await self.changed_tracked(stat_index))
         for path in sorted(await self.loader_files() - self._loaders_before):
             (self.repo / path).unlink(missing_ok=True)
             reverted.append(path)
