@@ -32,13 +32,15 @@ import time
 import uuid
 from pathlib import Path
 
+from swegreen.evaluation.trash import TRASH
+
 
 def settle(cache_dir: str, limit: float = 300.0) -> float:
     """Wait until what earlier runs left to delete beside them (``evaluation/trash.py``:
     a detached ``rm`` the command line does not wait for) is gone; returns the wait. A
     command run by itself does not compete with the previous one's deletion; back to back,
     it does."""
-    trash = Path(cache_dir) / "work" / ".trash"
+    trash = Path(cache_dir) / "work" / TRASH  # the engine's work root in the cache
     started = time.perf_counter()
     while trash.is_dir() and any(trash.iterdir()):
         if time.perf_counter() - started > limit:
@@ -48,7 +50,7 @@ def settle(cache_dir: str, limit: float = 300.0) -> float:
 
 
 def run_once(args: argparse.Namespace, instance: str, out: Path) -> tuple[float, dict]:
-    waited = settle(args.cache_dir) if getattr(args, "settle", False) else 0.0
+    waited = settle(args.cache_dir) if args.settle else 0.0
     run_id = f"warm-{uuid.uuid4().hex[:8]}"
     argv = [
         sys.executable, "-m", "swegreen", "run", "--dataset", args.dataset,

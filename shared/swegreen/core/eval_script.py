@@ -202,16 +202,21 @@ def split_phases(
     return EvalPhases(prepare=_script(lines[:cut]), test=_script(test))
 
 
+def _marks(line: str, marker: str) -> bool:
+    """Whether ``line`` is the script's own ``: '<marker>'`` line (not a command naming it)."""
+    return line.startswith(":") and marker in line
+
+
 def _pinned(lines: list[str], start: int, pin_path: str) -> list[str]:
     """``lines`` from ``start`` on with ``PATH`` pinned, but between the markers (the test
     command, the record of its exit code)."""
     pin = f"PATH={shlex.quote(pin_path)}"
     out = [*lines[:start], f'SWEGREEN_PATH="$PATH"; {pin}']
     for line in lines[start:]:
-        if line.startswith(":") and START_TEST_OUTPUT in line:
+        if _marks(line, START_TEST_OUTPUT):
             out.append('PATH="$SWEGREEN_PATH"')
         out.append(line)
-        if line.startswith(":") and END_TEST_OUTPUT in line:
+        if _marks(line, END_TEST_OUTPUT):
             out.append(pin)
     return out
 
@@ -349,7 +354,7 @@ def with_setup(lines: list[str], setup: str | None) -> list[str]:
     if not setup:
         return lines
     for i, line in enumerate(lines):
-        if START_TEST_OUTPUT in line and line.startswith(":"):
+        if _marks(line, START_TEST_OUTPUT):
             return [*lines[:i], setup, *lines[i:]]
     return lines
 
@@ -385,10 +390,10 @@ def _timed(lines: list[str]) -> list[str]:
     read from the log (``set -x`` prints the values) without touching the parsed region."""
     out = []
     for line in lines:
-        if START_TEST_OUTPUT in line and line.startswith(":"):
+        if _marks(line, START_TEST_OUTPUT):
             out.append(f"{TIME_START}=$EPOCHREALTIME")
         out.append(line)
-        if END_TEST_OUTPUT in line and line.startswith(":"):
+        if _marks(line, END_TEST_OUTPUT):
             out.append(f"{TIME_END}=$EPOCHREALTIME")
     return out
 
