@@ -105,6 +105,15 @@ def test_bad_values_and_bad_files_are_clear(tmp_path: Path) -> None:
         load_dataset(str(bad))
     with pytest.raises(DatasetError, match="does not exist"):
         load_dataset(str(tmp_path / "missing.jsonl"))
+    cache = tmp_path / "cache"  # with a parse cache, the file is hashed before it is read
+    with pytest.raises(DatasetError, match="does not exist"):
+        load_dataset(str(tmp_path / "missing.jsonl"), parsed_cache=cache)
+    (tmp_path / "empty.jsonl").touch()
+    with pytest.raises(DatasetError, match="has no rows"):
+        load_dataset(str(tmp_path / "empty.jsonl"), parsed_cache=cache)
+    (tmp_path / "folder.jsonl").mkdir()
+    with pytest.raises(DatasetError, match="cannot be read"):
+        load_dataset(str(tmp_path / "folder.jsonl"), parsed_cache=cache)
 
 
 def test_unknown_instance_id_is_an_error_with_a_suggestion() -> None:

@@ -158,7 +158,7 @@ def test_a_recording_index_keeps_what_an_install_downloaded_so_it_runs_again_off
 
 def test_a_recorded_file_must_have_the_hash_its_index_gave(upstream: str, tmp_path: Path) -> None:
     """A file whose bytes are not the ones its page named is refused and never kept."""
-    from swegreen.environments.dated_index import _download
+    from swegreen.environments.dated_index_server import _download
 
     listing = json.loads(
         urllib.request.urlopen(
@@ -179,7 +179,7 @@ def test_a_recorded_file_must_have_the_hash_its_index_gave(upstream: str, tmp_pa
 
 def test_an_upstream_without_upload_times_is_refused_clearly(tmp_path: Path) -> None:
     """Files whose upload time the index does not give are never served as old enough."""
-    from swegreen.environments.dated_index import cutoff_of, render, uploaded_before
+    from swegreen.environments.dated_index_server import cutoff_of, render, uploaded_before
 
     cutoff = cutoff_of("2021-01-01")
     assert not uploaded_before({"filename": "x-1.whl"}, cutoff)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,41 @@ def test_the_engine_imports_no_part_of_the_harness_it_does_not_use() -> None:
 def test_a_missing_definition_is_an_import_error_that_names_it() -> None:
     with pytest.raises(ImportError, match="no_such_helper"):
         upstream.definitions("swebench.harness.utils", ("no_such_helper",))
+
+
+FAKE = '''"""A module of upstream's shape."""
+import this_module_is_not_installed
+
+def helper(x):
+    text = """
+not indented
+"""
+    return text + x
+
+VALUE = [
+    "a",
+]
+
+def twice():
+    return 1
+
+def twice():
+    return 2
+'''
+
+
+def test_a_definition_is_parsed_alone_only_where_that_is_certain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement with a line at column 0 inside it, or a name defined twice, is read
+    from the whole file's parse, as Python itself would define it."""
+    (tmp_path / "upstream_shaped.py").write_text(FAKE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert upstream._statement(FAKE, "VALUE", "f") is not None  # alone: the fast way
+    assert upstream._statement(FAKE, "helper", "f") is None  # cut inside its string
+    assert upstream._statement(FAKE, "twice", "f") is None
+    found = upstream.definitions("upstream_shaped", ("helper", "VALUE", "twice"))
+    assert found["helper"]("y") == "\nnot indented\ny"
+    assert found["VALUE"] == ["a"]
+    assert found["twice"]() == 2
+    assert found["helper"].__code__.co_firstlineno == 4  # the file's own line numbers

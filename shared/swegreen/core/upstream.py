@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib.util
+import re
 import sys
 import types
 from collections.abc import Callable
@@ -50,25 +51,65 @@ def definitions(module: str, names: tuple[str, ...]) -> dict[str, Any]:
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         raise ImportError(f"{module} is not installed")
-    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"), spec.origin)
+    source = Path(spec.origin).read_text(encoding="utf-8")
+    statements = [_statement(source, name, spec.origin) for name in names]
+    if None in statements:  # not found alone: the whole file's parse decides
+        statements = _statements(ast.parse(source, spec.origin), names)
     namespace: dict[str, Any] = {
         **{k: v for k, v in vars(constants).items() if not k.startswith("__")},
         "__name__": module,
         "__builtins__": builtins,
     }
     found: dict[str, Any] = {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name in names:
+    for node in statements:
+        if isinstance(node, ast.FunctionDef):
             code = compile(ast.Module(body=[node], type_ignores=[]), spec.origin, "exec")
             exec(code, namespace)  # upstream's own function, from its own file
             found[node.name] = namespace[node.name]
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-            if isinstance(target, ast.Name) and target.id in names:
-                found[target.id] = ast.literal_eval(node.value)
+        elif isinstance(node, ast.Assign):
+            found[node.targets[0].id] = ast.literal_eval(node.value)  # type: ignore[attr-defined]
     if missing := sorted(set(names) - set(found)):
         raise ImportError(f"{module} defines no {', '.join(missing)} (swebench changed?)")
     return found
+
+
+def _statements(tree: ast.Module, names: tuple[str, ...]) -> list[ast.stmt]:
+    """The module's top-level definitions of ``names``, from its whole parse."""
+    return [
+        node
+        for node in tree.body
+        if (isinstance(node, ast.FunctionDef) and node.name in names)
+        or (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in names
+        )
+    ]
+
+
+_NEXT_STATEMENT = re.compile(r"^(?=[A-Za-z_@])", re.MULTILINE)
+
+
+def _statement(source: str, name: str, filename: str) -> ast.stmt | None:
+    """The top-level statement defining ``name``, parsed alone (a tenth of the whole
+    file's parse), or None where that is not certain; the whole parse then decides.
+
+    It runs from its ``def name(`` or ``name =`` line at column 0 to the next line that
+    starts a statement there. A cut inside the statement (a string or a bracket whose
+    line starts at column 0) leaves it incomplete, so it does not parse."""
+    starts = list(re.finditer(rf"^(def {re.escape(name)}\(|{re.escape(name)} *=)", source, re.M))
+    if len(starts) != 1:
+        return None
+    begin = starts[0].start()
+    end = _NEXT_STATEMENT.search(source, starts[0].end())
+    text = "\n" * source.count("\n", 0, begin) + source[begin : end.start() if end else None]
+    try:
+        body = ast.parse(text, filename).body  # the line numbers are the file's
+    except SyntaxError:
+        return None
+    wanted = _statements(ast.Module(body=body, type_ignores=[]), (name,))
+    return wanted[0] if len(body) == 1 and wanted else None
 
 
 register()
