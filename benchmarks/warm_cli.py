@@ -15,12 +15,14 @@ for the deletion the previous one left beside it (reported as the median wait).
 (the row's ``durations``): setup (the prepared workspace's seal check, the copy-on-write
 mount, the environment view), apply, and the sandbox around the test command (its launch,
 upstream's git steps, the test files' checkout; the tests phase less the test command).
-Prints a markdown table for docs/benchmarks.md.
+Compiles the package's bytecode first, as an installed package has it. Prints a markdown
+table for docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import platform
@@ -32,6 +34,7 @@ import time
 import uuid
 from pathlib import Path
 
+import swegreen
 from swegreen.evaluation.trash import TRASH
 
 
@@ -87,6 +90,9 @@ def main() -> None:
         help="before each run, wait for the previous one's deletion (a command run alone)",
     )
     args = ap.parse_args()
+    # The bytecode an installed package has: a shell with PYTHONDONTWRITEBYTECODE set
+    # would otherwise compile every changed module in every measured command.
+    compileall.compile_dir(Path(swegreen.__file__).parent, quiet=1)
     machine = f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     waits: list[float] = []
     print(f"Machine: {machine}; median of {args.rounds} warm runs each\n")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,20 @@ _TEMP_ROOT = pytest.StashKey[Path]()
 # room to spare; the memory it takes in a tmpfs must leave the tests their own.
 TMPFS_NEEDS = 8 << 30
 MEMORY_NEEDS = 16 << 30
+
+
+def wait_until(condition: Callable[[], bool], seconds: float = 60.0) -> bool:
+    """Whether ``condition`` came true within ``seconds`` (polled): readiness, not a sleep."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def nothing_mounted_under(root: Path) -> bool:
+    return f" {root}/" not in Path("/proc/self/mountinfo").read_text()
 
 
 def _temp_parent() -> str | None:

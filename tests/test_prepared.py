@@ -4,6 +4,7 @@ evaluation works in a private copy that points at itself and leaks nothing back.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import os
 import shutil
@@ -23,7 +24,7 @@ from swegreen.evaluation.testbeds import Testbeds
 from swegreen.sample import SampleBenchmark
 from swegreen.sandbox import overlay, seal
 
-from .conftest import RunSample, sample_config
+from .conftest import RunSample, nothing_mounted_under, sample_config, wait_until
 
 PYPROJECT = (
     '[project]\\nname = "calculator"\\nversion = "0"\\n'
@@ -186,6 +187,8 @@ def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
 
     repo = asyncio.run(main())
     assert not overlay.is_mounted(repo) and not repo.exists()  # nothing left behind
+    # the checkout is unmounted after the row, by the job that deletes it
+    assert wait_until(functools.partial(nothing_mounted_under, testbeds.options.work_root))
     assert count.read_text().count("setup") == 1
 
     # an environment built again since (the cache cleared, say) prepares the workspace again
@@ -322,8 +325,7 @@ def test_a_prepared_workspace_changed_behind_the_engines_back_is_prepared_again(
         again = asyncio.run(open_one(f"tampered-{n}"))
         assert "files changed since it was prepared" in again.provenance["seal_broken"]
         # the copy made beside the seal check (mounted, its view made) was taken down
-        work_root = str(testbeds.options.work_root)
-        assert work_root not in Path("/proc/self/mountinfo").read_text()
+        assert wait_until(functools.partial(nothing_mounted_under, testbeds.options.work_root))
         assert not list((testbeds.options.work_root / f"tampered-{n}").glob("*"))
         assert count.read_text().count("setup") == n
         assert seal.broken(prepared) is None  # the new one is sealed

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+import shutil
 from pathlib import Path
 
+import pytest
+
 from swegreen.evaluation.trash import TRASH, discard, empty_trash
+from swegreen.sandbox import overlay
 
-
-def wait_until(condition: Callable[[], bool], seconds: float = 60.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
+from .conftest import nothing_mounted_under, wait_until
 
 
 def tree(root: Path, files: int) -> Path:
@@ -43,3 +38,46 @@ def test_what_a_killed_run_left_in_the_trash_goes_at_the_next_start(tmp_path: Pa
     empty_trash(work)
     assert wait_until(lambda: not left.exists())
     empty_trash(tmp_path / "no-such-work")  # nothing to do
+
+
+def test_a_mounted_checkout_is_unmounted_by_the_job_that_deletes_it(tmp_path: Path) -> None:
+    """A row's copy-on-write checkout leaves with its workspace at once; the detached job
+    unmounts it, then deletes it, and nothing of the prepared checkout under it goes."""
+    if not overlay.can_mount():
+        pytest.skip("overlay mounts need a root engine (the checkout is copied instead)")
+    work = tmp_path / "work"
+    lower = tree(tmp_path / "prepared", 20)
+    workspace, host = work / "run" / "row.1234", work / "run" / "row.1234.host"
+    (workspace / "repo").mkdir(parents=True)
+    assert overlay._mount(lower, host / "layers", workspace / "repo")
+    (workspace / "repo" / "written.txt").write_text("the row's own write\n")
+    discard(work, [workspace, host], [workspace / "repo"])
+    assert not workspace.exists() and not host.exists()
+    assert wait_until(lambda: nothing_mounted_under(work))
+    assert wait_until(lambda: not any((work / TRASH).glob("*")))
+    assert sorted(p.name for p in lower.iterdir()) == [f"d{n}" for n in range(10)]
+    assert not (lower / "written.txt").exists()
+
+
+def test_a_mount_on_a_path_that_cannot_be_moved_is_unmounted_before_its_removal(
+    tmp_path: Path,
+) -> None:
+    if not overlay.can_mount():
+        pytest.skip("overlay mounts need a root engine (the checkout is copied instead)")
+    here = tmp_path.stat().st_dev
+    other = [p for p in (Path("/dev/shm"), Path("/var/tmp")) if p.stat().st_dev != here]
+    if not other:
+        pytest.skip("no folder on another filesystem than the tests' own")
+    work, elsewhere = tmp_path / "work", other[0] / f"swegreen-{tmp_path.name}"
+    lower = tree(tmp_path / "prepared", 5)
+    (elsewhere / "repo").mkdir(parents=True)
+    try:
+        assert overlay._mount(lower, elsewhere / "layers", elsewhere / "repo")
+        discard(work, [elsewhere], [elsewhere / "repo"])
+        assert not elsewhere.exists()  # unmounted, then removed, before discard returned
+        assert nothing_mounted_under(elsewhere)
+        assert len(list(lower.rglob("f*"))) == 5
+    finally:
+        if overlay.is_mounted(elsewhere / "repo"):
+            overlay.unmount(elsewhere / "repo")
+        shutil.rmtree(elsewhere, ignore_errors=True)

@@ -122,11 +122,17 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
         await self._close_parts(testbed.workspace, testbed.host_dir, mounted)
 
     async def _close_parts(self, workspace: Path, host_dir: Path, mounted: bool) -> None:
-        if mounted:
-            await asyncio.to_thread(overlay.unmount, workspace / "repo")
-        if not self.options.keep_workspaces:
-            scratch = scratch_dir(workspace / "repo", f"swegreen-{workspace.name}")
-            await asyncio.to_thread(discard, self.options.work_root, [scratch, workspace, host_dir])
+        repo = workspace / "repo"
+        if self.options.keep_workspaces:
+            if mounted:
+                await asyncio.to_thread(overlay.unmount, repo)
+            return
+        # unmounted by the detached job that deletes it (trash.py), after the row
+        scratch = scratch_dir(repo, f"swegreen-{workspace.name}")
+        mounts = [repo] if mounted else []
+        await asyncio.to_thread(
+            discard, self.options.work_root, [scratch, workspace, host_dir], mounts
+        )
 
 
 async def _broken(sealing: asyncio.Future[str | None]) -> bool:
