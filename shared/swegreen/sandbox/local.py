@@ -65,23 +65,31 @@ OUTER_GRACE = 30  # seconds the outer `timeout` waits beyond the engine's own li
 # default route into a veth pair that answers nothing, so remote hosts behave as silent
 # hosts on the internet do (a connect times out; tests of connect timeouts need exactly
 # that) instead of failing at once with "network unreachable". Resolvers are made
-# unreachable so DNS fails fast. Each step may fail on a host without veth: lo still works.
+# unreachable so DNS fails fast. Each step may fail on a host without veth (the later ones
+# then fail too, harmlessly): lo still works. One `ip -batch` for all of them, not a
+# program per step (about 0.03 s of every test command's start).
+NETNS_STEPS = (
+    "link set lo up",
+    "link add swg0 type veth peer name swg1",
+    "link set swg0 up",
+    "link set swg1 up",
+    "addr add 192.0.2.1/24 dev swg0",
+    "neigh add 192.0.2.2 lladdr 02:00:00:00:00:02 dev swg0 nud permanent",
+    "route add default via 192.0.2.2 dev swg0",
+)
+
+
 def netns_init() -> str:
     """Shell that shapes the test's network namespace; its tools by absolute path (it runs
     with CAP_NET_ADMIN, before the drop: tools.py)."""
     ip, awk = optional_tool("ip"), optional_tool("awk")
     if ip is None or awk is None:
         return "true"  # no iproute2: loopback stays down, remote hosts stay unreachable
+    steps = "\\n".join(NETNS_STEPS)
+    resolvers = '$1 == "nameserver" {print "route add unreachable " $2}'
     return (
-        f"{ip} link set lo up 2>/dev/null;"
-        f" {ip} link add swg0 type veth peer name swg1 2>/dev/null"
-        f" && {ip} link set swg0 up && {ip} link set swg1 up"
-        f" && {ip} addr add 192.0.2.1/24 dev swg0"
-        f" && {ip} neigh add 192.0.2.2 lladdr 02:00:00:00:00:02 dev swg0 nud permanent"
-        f" && {ip} route add default via 192.0.2.2 dev swg0"
-        f" && for ns in $({awk} '$1 == \"nameserver\" {{print $2}}' /etc/resolv.conf 2>/dev/null);"
-        f" do {ip} route add unreachable $ns 2>/dev/null; done;"
-        " true"
+        f"{{ printf '{steps}\\n'; {awk} '{resolvers}' /etc/resolv.conf 2>/dev/null; }}"
+        f" | {ip} -force -batch - >/dev/null 2>&1; true"
     )
 
 
@@ -207,7 +215,7 @@ class LocalSandbox:
                 mount = tool("mount")
                 steps.append(
                     f'for f in {files}; do [ -f "$f" ] && [ ! -L "$f" ]'
-                    f' && {mount} --bind "$f" "$f" && {mount} -o remount,bind,ro "$f"; done; true'
+                    f' && {mount} -o bind,ro "$f" "$f"; done; true'
                 )
             started = [s.rstrip(";") for s in services]
             setup = f"{self._bash} -c {shlex.quote('; '.join(steps))}" if steps else None
