@@ -278,3 +278,28 @@ def test_a_new_package_stays_with_its_files_but_never_as_a_start_up_module(
     ]
     assert (view / SITE / "proj" / "sub" / "core.py").read_text() == "C = 1\n"
     assert not (view / SITE / "sitecustomize").exists()
+
+
+def test_a_private_file_rewritten_in_place_with_its_size_and_time_is_put_back(
+    tmp_path: Path,
+) -> None:
+    """The view's private copies (a .pth that runs at every start) are the sandbox's to
+    write: same inode, same size, the old mtime set back. Its change time still moved."""
+    source, view = make_view(tmp_path)
+    guard = EnvGuard(view, tmp_path / "backup", source, frozenset({"proj"}))
+    pth = view / SITE / "distutils-precedence.pth"
+    before = pth.stat()
+    guard.snapshot()
+    forged = b"import evil; evil.force('ok') \n"
+    assert len(forged) == before.st_size
+    with pth.open("r+b") as fh:  # in place: the inode stays
+        fh.write(forged)
+    os.utime(pth, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = pth.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
+    )
+    assert guard.put_back() == [f"env:{SITE}/distutils-precedence.pth"]
+    assert pth.read_text() == "import os; os.environ.get('x')\n"

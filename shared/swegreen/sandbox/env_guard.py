@@ -10,10 +10,11 @@ process loads before any test runs: a ``.pth`` line that imports a force-pass pl
 ``pytest11`` entry point, a shadowed standard library module.
 
 ``EnvGuard`` takes a snapshot of the view before the install (no file is read: kind,
-inode, size, mtime, link target) and, after it, puts back every change that is not the
-project's own: new paths are removed, replaced ones restored (hardlinks re-linked to the
-environment's inode, private copies from a backup, symlinks re-made), new or changed
-bytecode dropped (Python compiles it again from the source). Even among the project's
+inode, size, mtime, link target, and the change time of the view's private files) and,
+after it, puts back every change that is not the project's own: new paths are removed,
+replaced ones restored (hardlinks re-linked to the environment's inode, private copies
+from a backup, symlinks re-made), new or changed bytecode dropped (Python compiles it
+again from the source). Even among the project's
 own files, a ``.pth`` line that runs code is allowed only in setuptools' editable-finder
 form, and no distribution may add a ``pytest11`` plugin or a start-up module. Everything
 put back is listed on the row (``env:<path>``). Nothing is followed through a symlink.
@@ -58,6 +59,7 @@ class Entry:
     mtime_ns: int
     nlink: int
     target: str | None = None  # a symlink's
+    ctime_ns: int = 0
 
 
 def _scan(root: Path) -> dict[str, Entry]:
@@ -70,7 +72,7 @@ def _scan(root: Path) -> dict[str, Entry]:
             kind = stat.S_IFMT(st.st_mode)
             target = os.readlink(path) if kind == stat.S_IFLNK else None
             out[str(path.relative_to(root))] = Entry(
-                kind, st.st_ino, st.st_size, st.st_mtime_ns, st.st_nlink, target
+                kind, st.st_ino, st.st_size, st.st_mtime_ns, st.st_nlink, target, st.st_ctime_ns
             )
     return out
 
@@ -348,7 +350,13 @@ def _differs(old: Entry, new: Entry) -> bool:
         return True
     if old.kind == stat.S_IFDIR:
         return False  # its entries are compared one by one
-    return (old.ino, old.size, old.mtime_ns) != (new.ino, new.size, new.mtime_ns)
+    if (old.ino, old.size, old.mtime_ns) != (new.ino, new.size, new.mtime_ns):
+        return True
+    # A private file (one link: a copy the view owns, the sandbox's to write) rewritten in
+    # place keeps its inode, and its size and mtime can be set back; its change time
+    # cannot. A hardlink's is the build's inode, which the sandbox cannot write, and whose
+    # change time other views' links move.
+    return old.kind == stat.S_IFREG and old.nlink == 1 and old.ctime_ns != new.ctime_ns
 
 
 def _through_real_dirs(root: Path, rel: str) -> bool:
