@@ -66,8 +66,8 @@ def definitions(module: str, names: tuple[str, ...]) -> dict[str, Any]:
             code = compile(ast.Module(body=[node], type_ignores=[]), spec.origin, "exec")
             exec(code, namespace)  # upstream's own function, from its own file
             found[node.name] = namespace[node.name]
-        elif isinstance(node, ast.Assign):
-            found[node.targets[0].id] = ast.literal_eval(node.value)  # type: ignore[attr-defined]
+        elif isinstance(node, ast.Assign) and isinstance(target := node.targets[0], ast.Name):
+            found[target.id] = ast.literal_eval(node.value)
     if missing := sorted(set(names) - set(found)):
         raise ImportError(f"{module} defines no {', '.join(missing)} (swebench changed?)")
     return found

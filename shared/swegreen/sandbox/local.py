@@ -211,11 +211,12 @@ class LocalSandbox:
         if self.bwrap:
             steps = [netns_init()] if isolate else []
             if readonly:
+                # two steps: before util-linux 2.27, `-o bind,ro` makes a writable bind
                 files = " ".join(shlex.quote(f) for f in readonly)
                 mount = tool("mount")
                 steps.append(
                     f'for f in {files}; do [ -f "$f" ] && [ ! -L "$f" ]'
-                    f' && {mount} -o bind,ro "$f" "$f"; done; true'
+                    f' && {mount} --bind "$f" "$f" && {mount} -o remount,bind,ro "$f"; done; true'
                 )
             started = [s.rstrip(";") for s in services]
             setup = f"{self._bash} -c {shlex.quote('; '.join(steps))}" if steps else None
