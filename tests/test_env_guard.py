@@ -10,6 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from swegreen.sandbox import overlay
 from swegreen.sandbox.env_guard import EnvGuard
 
 from .helpers import wheel_bytes
@@ -303,3 +306,25 @@ def test_a_private_file_rewritten_in_place_with_its_size_and_time_is_put_back(
     )
     assert guard.put_back() == [f"env:{SITE}/distutils-precedence.pth"]
     assert pth.read_text() == "import os; os.environ.get('x')\n"
+
+
+@pytest.mark.skipif(not overlay.can_mount(), reason="mounting needs a root engine")
+def test_a_file_of_the_build_is_put_back_in_a_view_mounted_copy_on_write(
+    tmp_path: Path,
+) -> None:
+    """Over a mounted view the build's file cannot be linked back (another device): its
+    bytes are, with its mode, and the build's own file is never touched."""
+    source, linked = make_view(tmp_path)  # the prepared environment, as links
+    view = tmp_path / "mounted"
+    assert overlay.mount(linked, tmp_path / "layers", view)
+    try:
+        guard = EnvGuard(view, tmp_path / "backup", source, frozenset({"proj"}))
+        guard.snapshot()
+        (view / SITE / "six.py").unlink()
+        (view / SITE / "six.py").write_text("S = 'forced'\n")
+        assert guard.put_back() == [f"env:{SITE}/six.py"]
+        assert (view / SITE / "six.py").read_text() == "S = 1\n"
+        assert (source / SITE / "six.py").read_text() == "S = 1\n"
+        assert (linked / SITE / "six.py").read_text() == "S = 1\n"
+    finally:
+        overlay.unmount(view)

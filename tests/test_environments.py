@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,8 @@ from swegreen.environments.environment import transient_failure
 from swegreen.environments.interpreters import InterpreterSearch
 from swegreen.environments.lock import creation_stage
 from swegreen.environments.manager import EnvManager
+from swegreen.environments.views import own_tree
+from swegreen.sandbox import overlay
 from swegreen.sandbox.isolation import Isolation
 from swegreen.sandbox.local import LocalSandbox
 
@@ -156,6 +159,66 @@ def test_a_view_made_for_the_sandbox_is_the_view_lent_to_it_afterwards(
     assert got == want
     assert len(want) > 100 and any(v[1] == uid for v in want.values())  # a real view, lent
     assert any(v[4] for v in want.values())  # with hard links into the build
+
+
+def view_shape(prefix: Path) -> dict[str, tuple[object, ...]]:
+    """What the sandbox sees of a view: every entry's mode, owner, link target, whether
+    it is the build's file (its inode) and, for a private file, its bytes (the view's own
+    path taken out)."""
+    out: dict[str, tuple[object, ...]] = {}
+    for path in [prefix, *prefix.rglob("*")]:
+        st = path.lstat()
+        link = os.readlink(path).replace(str(prefix), "") if path.is_symlink() else None
+        shared = stat.S_ISREG(st.st_mode) and st.st_nlink > 1
+        data = None
+        if stat.S_ISREG(st.st_mode) and not shared:
+            data = path.read_bytes().replace(str(prefix).encode(), b"")
+        out[str(path.relative_to(prefix))] = (
+            st.st_mode, st.st_uid, st.st_gid, link, st.st_ino if shared else None, data,
+        )  # fmt: skip
+    return out
+
+
+@pytest.mark.skipif(not overlay.can_mount(), reason="mounting needs a root engine")
+def test_a_view_mounted_copy_on_write_is_the_view_of_links(
+    built, tmp_path: Path, host_env_module
+) -> None:
+    """A prepared workspace's environment, its directories given to the sandbox
+    (``own_tree``), under an evaluation's view mounted over it: what the sandbox sees is
+    what a view of hard links shows it, and what it writes there stays in the view."""
+    root, _, envs = built
+    mgr = manager(root, host_env_module)
+    uid = 2_000_123
+    source = asyncio.run(mgr.view(envs[0], tmp_path / "prepared-env"))
+    own_tree(source.prefix, uid)
+    rewrite = {"/nowhere": "/elsewhere"}
+    linked = asyncio.run(mgr.view(source, tmp_path / "linked", rewrite, owner=uid))
+    layers = tmp_path / "layers"
+    mounted = asyncio.run(
+        mgr.view(
+            source,
+            tmp_path / "mounted",
+            rewrite,
+            owner=uid,
+            mount_copy=lambda lower, target: overlay.mount(lower, layers, target),
+        )
+    )
+    (site,) = (mounted.prefix / "lib").glob("python*/site-packages")
+    try:
+        assert overlay.is_mounted(site)
+        want, got = view_shape(linked.prefix), view_shape(mounted.prefix)
+        assert got == want
+        assert len(want) > 100 and any(v[1] == uid for v in want.values())
+        assert any(v[4] for v in want.values()) and any(v[5] for v in want.values())
+        (site / "written.pth").write_text("/nowhere\n")
+        pip = next(site.glob("pip"))
+        (pip / "__init__.py").unlink()  # a file of the build's, replaced
+        (pip / "__init__.py").write_text("FORGED = 1\n")
+        source_site = next((source.prefix / "lib").glob("python*/site-packages"))
+        assert not (source_site / "written.pth").exists()
+        assert "FORGED" not in (source_site / "pip" / "__init__.py").read_text()
+    finally:
+        overlay.unmount(site)
 
 
 def test_a_missing_interpreter_fails_fast_after_one_try(tmp_path: Path, host_env_module) -> None:

@@ -8,6 +8,7 @@ import functools
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -158,7 +159,19 @@ def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
                 fh.write("LEAKED = True\n")
             site = first.site_packages
             assert site is not None
+            # so is its environment view's site-packages, over the prepared environment's,
+            # whose directories (never its files) are the sandbox's
+            assert overlay.is_mounted(site) == overlay.can_mount()
+            uid = testbeds.sandbox.isolation.sandbox_uid
+            if overlay.is_mounted(site) and uid is not None:
+                prepared_env = first.prepared / "env"
+                entries = [(p.lstat(), p.is_symlink()) for p in prepared_env.rglob("*")]
+                dirs = [st.st_uid for st, link in entries if not link and stat.S_ISDIR(st.st_mode)]
+                files = [st.st_uid for st, link in entries if stat.S_ISREG(st.st_mode)]
+                assert dirs and set(dirs) == {uid} and files and uid not in files
+                assert site.stat().st_uid == uid
             (site / "leaked.pth").write_text("/nowhere\n")
+            assert not list((first.prepared / "env").rglob("leaked.pth"))
             # the setup's pip cache, as a private copy (the eval-time install finds it)
             entry = first.scratch / "pip-cache" / "http" / "entry"
             assert entry.read_text() == "cached\n"
@@ -172,6 +185,7 @@ def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
                 init = (second.repo / "calculator" / "__init__.py").read_text()
                 assert "LEAKED" not in init
                 assert second.site_packages is not None
+                assert overlay.is_mounted(second.site_packages) == overlay.can_mount()
                 assert not (second.site_packages / "leaked.pth").exists()
                 assert (second.scratch / "pip-cache" / "http" / "entry").read_text() == "cached\n"
                 # git's index holds the files' stat data as the sandbox sees them: its git

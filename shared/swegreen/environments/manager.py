@@ -41,6 +41,7 @@ from swegreen.environments.interpreters import (
     InterpreterSearch,
 )
 from swegreen.environments.views import (
+    MountCopy,
     make_view,
 )
 from swegreen.processes.cache_room import DiskReserve, mark_used
@@ -302,10 +303,12 @@ class EnvManager:
         dest: Path,
         rewrite: Mapping[str, str] | None = None,
         owner: int | None = None,
+        mount_copy: MountCopy | None = None,
     ) -> Environment:
         """A private, writable view of ``env`` at ``dest`` for one evaluation; ``owner``:
-        the sandbox's uid, lent what it may write as the view is made (``make_view``)."""
-        await asyncio.to_thread(make_view, env.prefix, dest, rewrite, owner)
+        the sandbox's uid, lent what it may write as the view is made; ``mount_copy``:
+        its site-packages mounted copy-on-write where it can be (``make_view``)."""
+        await asyncio.to_thread(make_view, env.prefix, dest, rewrite, owner, mount_copy)
         return Environment(
             env.key, env.root, dest, env.runtime_env, env.extra_bin, env.build_seconds, env.reused
         )

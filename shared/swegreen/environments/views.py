@@ -13,11 +13,15 @@ from pathlib import Path
 INTERPRETER_EXECUTABLES = ("python", "pydoc", "idle", "2to3")
 
 
+MountCopy = Callable[[Path, Path], bool]  # (lower, target): mounted copy-on-write, or not
+
+
 def make_view(
     source: Path,
     dest: Path,
     rewrite: Mapping[str, str] | None = None,
     owner: int | None = None,
+    mount_copy: MountCopy | None = None,
 ) -> None:
     """What installs may write gets a private copy: ``bin/`` (scripts re-pointed at the
     view) and ``site-packages`` (hardlinks, with its top-level files such as
@@ -29,7 +33,10 @@ def make_view(
     ``.egg-link``, editable finders) at the new checkout. ``owner``: the sandbox's uid,
     given the view's directories, private files and symlinks as it is made, as
     ``LocalSandbox.lend`` would give them afterwards (a second walk over django's 8,000
-    entries: 0.1 s of every evaluation)."""
+    entries: 0.1 s of every evaluation). ``mount_copy``: mounts ``site-packages``
+    copy-on-write over the source's instead of linking its files one by one (a
+    ``source`` whose directories are ``owner``'s already: ``own_tree``); where it cannot,
+    the links are made."""
     pairs = {str(source): str(dest), **(rewrite or {})}
     own = _owner(owner)
     dest.mkdir(parents=True)
@@ -43,7 +50,7 @@ def make_view(
             own(target)
             for lib in entry.iterdir():
                 if lib.name.startswith("python") and lib.is_dir() and not lib.is_symlink():
-                    _view_stdlib(lib, target / lib.name, pairs, owner)
+                    _view_stdlib(lib, target / lib.name, pairs, owner, mount_copy)
                 else:
                     (target / lib.name).symlink_to(lib)
                     own(target / lib.name)
@@ -73,13 +80,21 @@ def _replace_all(data: bytes, pairs: Mapping[str, str]) -> bytes:
     return data
 
 
-def _view_stdlib(source: Path, dest: Path, pairs: Mapping[str, str], owner: int | None) -> None:
+def _view_stdlib(
+    source: Path,
+    dest: Path,
+    pairs: Mapping[str, str],
+    owner: int | None,
+    mount_copy: MountCopy | None = None,
+) -> None:
     own = _owner(owner)
     dest.mkdir()
     own(dest)
     for entry in source.iterdir():
         if entry.name == "site-packages":
-            _link_tree(entry, dest / entry.name, owner)
+            if mount_copy is None or not mount_copy(entry, dest / entry.name):
+                _link_tree(entry, dest / entry.name, owner)
+            # what holds a path gets a private copy: in a mounted copy, in its upper layer
             for path in (dest / entry.name).iterdir():
                 if path.is_file() and not path.is_symlink():
                     _private_copy(path, pairs)
@@ -95,11 +110,17 @@ def _link_tree(source: Path, dest: Path, owner: int | None) -> None:
     rather than taking turns with it for the interpreter's lock."""
     subprocess.run(["cp", "-al", str(source), str(dest)], check=True)
     if owner is not None:
-        subprocess.run(
-            ["find", str(dest), "(", "-type", "d", "-o", "-type", "l", ")",
-             "-exec", "chown", "-h", f"{owner}:{owner}", "{}", "+"],
-            check=True,
-        )  # fmt: skip
+        own_tree(dest, owner)
+
+
+def own_tree(root: Path, owner: int) -> None:
+    """Give ``owner`` the directories and symlinks under ``root``, never a file: what a
+    view's sandbox may add to and remove from, files it may replace but never write into."""
+    subprocess.run(
+        ["find", str(root), "(", "-type", "d", "-o", "-type", "l", ")",
+         "-exec", "chown", "-h", f"{owner}:{owner}", "{}", "+"],
+        check=True,
+    )  # fmt: skip
 
 
 def _copy_bin(

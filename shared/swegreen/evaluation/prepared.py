@@ -22,6 +22,7 @@ from swegreen.core.recipes import Recipe, prepared_name
 from swegreen.environments.dated_index import NO_CUTOFF
 from swegreen.environments.environment import COMPLETE as ENV_COMPLETE
 from swegreen.environments.environment import transient_failure
+from swegreen.environments.views import own_tree
 from swegreen.evaluation.testbed import (
     HOST_INDEX,
     PIP_CACHE,
@@ -113,6 +114,7 @@ class PreparedWorkspaces(TestbedsBase):
             env,
             [],
             bytecode_free=info.get("bytecode_free", False),  # prepared by an older version
+            env_dirs_lent=info.get("env_dirs_lent", False),
             provenance=info.get("provenance") or {},
         )
 
@@ -272,6 +274,12 @@ class PreparedWorkspaces(TestbedsBase):
             if (scratch / PIP_CACHE).is_dir():  # kept for the evaluations (open)
                 await asyncio.to_thread(shutil.move, scratch / PIP_CACHE, root / PIP_CACHE)
             await asyncio.to_thread(shutil.rmtree, scratch, True)
+            # The environment's directories and symlinks are the sandbox's, never a file:
+            # an evaluation's view then mounts its site-packages copy-on-write, its
+            # directories the sandbox's to add to as a view of links has them (views.py)
+            uid = self.sandbox.isolation.sandbox_uid
+            if lent := uid is not None:
+                await asyncio.to_thread(own_tree, root / "env", uid)
             (root / PREPARED_INFO).write_text(
                 json.dumps(
                     {
@@ -281,6 +289,7 @@ class PreparedWorkspaces(TestbedsBase):
                         "instance_id": instance.instance_id,
                         "provenance": provenance,
                         "bytecode_free": True,
+                        "env_dirs_lent": lent,
                     }
                 )
             )
@@ -303,6 +312,7 @@ class PreparedWorkspaces(TestbedsBase):
             env_build_seconds=seconds,
             index_url=index_url,
             bytecode_free=True,
+            env_dirs_lent=lent,
             provenance=provenance,
         )
 

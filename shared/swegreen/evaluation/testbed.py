@@ -102,6 +102,7 @@ class TestbedOptions:
 
 
 LAYERS = "layers"  # in a testbed's host_dir: a copy-on-write checkout's (overlay.py)
+ENV_LAYERS = "env-layers"  # and its environment view's site-packages, where mounted
 
 
 @dataclass
@@ -129,6 +130,10 @@ class Testbed:
     # the environment view was made the sandbox's (views.make_view's owner): lending the
     # workspace need not walk it again
     env_lent: bool = False
+    # a prepared workspace's environment whose directories are the sandbox's (given when
+    # it was prepared: views.own_tree), so an evaluation's view may mount its
+    # site-packages copy-on-write over it rather than link every file
+    env_dirs_lent: bool = False
     # How the environment was made where that differs from upstream's way (a row's
     # ``environment`` provenance): files read at another commit, say.
     provenance: dict[str, object] = field(default_factory=dict)

@@ -342,7 +342,10 @@ class EnvGuard:
         elif old.nlink == 1:
             shutil.copy2(self.backup / rel, path, follow_symlinks=False)
         elif self.source is not None and (self.source / rel).is_file():
-            os.link(self.source / rel, path, follow_symlinks=False)
+            try:
+                os.link(self.source / rel, path, follow_symlinks=False)
+            except OSError:  # a view mounted copy-on-write: another device; its bytes, root's
+                shutil.copy2(self.source / rel, path, follow_symlinks=False)
 
 
 def _differs(old: Entry, new: Entry) -> bool:

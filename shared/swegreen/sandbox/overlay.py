@@ -124,6 +124,18 @@ def is_mounted(target: Path) -> bool:
     return False
 
 
+def mounts_under(root: Path) -> list[Path]:
+    """The mount points below ``root`` (of this mount namespace), deepest first."""
+    prefix = str(root).rstrip("/") + "/"
+    with open("/proc/self/mountinfo") as fh:
+        points = [
+            _unescape(fields[4])
+            for line in fh
+            if len(fields := line.split()) > 4 and _unescape(fields[4]).startswith(prefix)
+        ]
+    return [Path(p) for p in sorted(set(points), key=lambda p: (-p.count("/"), p))]
+
+
 def unmount(target: Path) -> None:
     """Unmount ``target``; a busy mount (a process still in it) is detached lazily, so
     the layers can be removed at once."""
