@@ -12,12 +12,13 @@ process loads before any test runs: a ``.pth`` line that imports a force-pass pl
 ``EnvGuard`` takes a snapshot of the view before the install (no file is read: kind,
 inode, size, mtime, link target, and the change time of the view's private files) and,
 after it, puts back every change that is not the project's own: new paths are removed,
-replaced ones restored (hardlinks re-linked to the environment's inode, private copies
-from a backup, symlinks re-made), new or changed bytecode dropped (Python compiles it
-again from the source). Even among the project's own files, a ``.pth`` line that runs
-code is allowed only in setuptools' editable-finder form, and no distribution may add a
-``pytest11`` plugin or a start-up module. Everything put back is listed on the row
-(``env:<path>``). Nothing is followed through a symlink.
+replaced ones restored (hardlinks re-linked to the environment's inode, or copied from
+it over a view mounted copy-on-write; private copies from a backup, symlinks re-made),
+new or changed bytecode dropped (Python compiles it again from the source). Even among
+the project's own files, a ``.pth`` line that runs code is allowed only in setuptools'
+editable-finder form, and no distribution may add a ``pytest11`` plugin or a start-up
+module. Everything put back is listed on the row (``env:<path>``). Nothing is followed
+through a symlink.
 
 The project's ``RECORD`` is the build's own word, and the build is the participant's
 code, so it proves nothing on its own. Three rules do not trust it: a file another
