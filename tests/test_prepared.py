@@ -172,6 +172,11 @@ def test_setup_runs_once_and_each_copy_points_at_itself_and_leaks_nothing(
                 assert site.stat().st_uid == uid
             (site / "leaked.pth").write_text("/nowhere\n")
             assert not list((first.prepared / "env").rglob("leaked.pth"))
+            if overlay.is_mounted(site):
+                # the write is in its upper layer, which the disk limit walks instead
+                assert first.env_upper_layer is not None
+                assert (first.env_upper_layer / "leaked.pth").is_file()
+                assert (site, first.env_upper_layer) in testbeds.mounts(first).layers
             # the setup's pip cache, as a private copy (the eval-time install finds it)
             entry = first.scratch / "pip-cache" / "http" / "entry"
             assert entry.read_text() == "cached\n"

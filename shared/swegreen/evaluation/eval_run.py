@@ -116,12 +116,14 @@ class EvalRuns(TestbedsBase):
             data = json.loads(info.read_text())
             if data.get("layout") == "virtualenv" and data.get("interpreter"):
                 readonly.append(Path(data["interpreter"]).resolve().parents[1])
-        upper = testbed.upper_layer
+        # the disk limit walks what a copy-on-write mount took, not the merged tree
+        layers = [(testbed.repo, testbed.upper_layer)]
+        layers += [(testbed.site_packages, testbed.env_upper_layer)]
         return Mounts(
             writable=(testbed.workspace, testbed.scratch),
             readonly=tuple(readonly),
             tmp=testbed.scratch / "sys-tmp",  # the sandbox's /tmp and /var/tmp, on disk
-            layers=((testbed.repo, upper),) if upper is not None else (),
+            layers=tuple((m, u) for m, u in layers if m is not None and u is not None),
         )
 
     async def run_eval(

@@ -134,6 +134,8 @@ class Testbed:
     # it was prepared: views.own_tree), so an evaluation's view may mount its
     # site-packages copy-on-write over it rather than link every file
     env_dirs_lent: bool = False
+    # the upper layer of the view's site-packages where it is mounted so (testbeds.py)
+    env_upper_layer: Path | None = None
     # How the environment was made where that differs from upstream's way (a row's
     # ``environment`` provenance): files read at another commit, say.
     provenance: dict[str, object] = field(default_factory=dict)

@@ -103,6 +103,7 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
             await self._close_parts(workspace, host_dir, mounted)
             raise
         built = prepared.env_build_seconds
+        env_upper = host_dir / ENV_LAYERS / "upper"  # its site-packages, where mounted
         how = "mounted copy-on-write on" if mounted else "copied from"
         notes.append(
             f"workspace {how} the prepared one in {time.monotonic() - t0:.1f}s"
@@ -120,6 +121,7 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
             bytecode_free=prepared.bytecode_free and mounted,
             env_lent=self.sandbox.isolation.sandbox_uid is not None,
             upper_layer=host_dir / LAYERS / "upper" if mounted else None,
+            env_upper_layer=env_upper if env_upper.is_dir() else None,
             provenance=prepared.provenance,
         )
 
