@@ -23,6 +23,7 @@ from swegreen.evaluation.engine import Engine, LocalSettings, build_engine
 from swegreen.evaluation.runner import RunOutcome
 from swegreen.evaluation.settings import host_environment
 from swegreen.sample import SampleBenchmark, build_sample
+from swegreen.sandbox import overlay
 from swegreen.sandbox.isolation import Isolation
 from tests.a2a import venv03
 
@@ -80,7 +81,7 @@ def wait_until(condition: Callable[[], bool], seconds: float = 60.0) -> bool:
 
 
 def nothing_mounted_under(root: Path) -> bool:
-    return f" {root}/" not in Path("/proc/self/mountinfo").read_text()
+    return not overlay.mounts_under(root)
 
 
 def _temp_parent() -> str | None:

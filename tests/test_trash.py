@@ -48,8 +48,8 @@ def test_a_mounted_checkout_is_unmounted_by_the_job_that_deletes_it(tmp_path: Pa
     work = tmp_path / "work"
     lower = tree(tmp_path / "prepared", 20)
     workspace, host = work / "run" / "row.1234", work / "run" / "row.1234.host"
-    (workspace / "repo").mkdir(parents=True)
-    assert overlay._mount(lower, host / "layers", workspace / "repo")
+    workspace.mkdir(parents=True)
+    assert overlay.mount(lower, host / "layers", workspace / "repo")
     (workspace / "repo" / "written.txt").write_text("the row's own write\n")
     discard(work, [workspace, host], [workspace / "repo"])
     assert not workspace.exists() and not host.exists()
@@ -70,9 +70,9 @@ def test_a_mount_on_a_path_that_cannot_be_moved_is_unmounted_before_its_removal(
         pytest.skip("no folder on another filesystem than the tests' own")
     work, elsewhere = tmp_path / "work", other[0] / f"swegreen-{tmp_path.name}"
     lower = tree(tmp_path / "prepared", 5)
-    (elsewhere / "repo").mkdir(parents=True)
+    elsewhere.mkdir(parents=True)
     try:
-        assert overlay._mount(lower, elsewhere / "layers", elsewhere / "repo")
+        assert overlay.mount(lower, elsewhere / "layers", elsewhere / "repo")
         discard(work, [elsewhere], [elsewhere / "repo"])
         assert not elsewhere.exists()  # unmounted, then removed, before discard returned
         assert nothing_mounted_under(elsewhere)
