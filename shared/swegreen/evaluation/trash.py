@@ -27,7 +27,7 @@ def discard(work_root: Path, paths: list[Path], mounts: Sequence[Path] = ()) -> 
     ``mounts`` are mount points inside ``paths`` (a row's copy-on-write checkout): the
     same detached process unmounts them before its ``rm`` (which crosses no mount), as
     ``overlay.unmount`` would, so the kernel's teardown of an overlay that held django's
-    checkout (0.06-0.14 s) is not in the row's way either. One it could not unmount (it
+    checkout (0.07-0.14 s) is not in the row's way either. One it could not unmount (it
     was killed) is the next engine's ``overlay.sweep``'s: its engine is gone by then."""
     trash = work_root / TRASH / uuid.uuid4().hex
     trash.mkdir(parents=True, exist_ok=True)

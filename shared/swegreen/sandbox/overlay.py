@@ -113,27 +113,22 @@ def discard_later(path: Path, layers: Path) -> Callable[[], None]:
     return put_back
 
 
+def _mount_points() -> list[str]:
+    """Every mount point of this mount namespace (/proc/self/mountinfo's fifth field)."""
+    with open("/proc/self/mountinfo") as fh:
+        return [_unescape(fields[4]) for line in fh if len(fields := line.split()) > 4]
+
+
 def is_mounted(target: Path) -> bool:
     """Whether ``target`` is a mount point (of this mount namespace)."""
-    wanted = str(target)
-    with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            fields = line.split()
-            if len(fields) > 4 and _unescape(fields[4]) == wanted:
-                return True
-    return False
+    return str(target) in _mount_points()
 
 
 def mounts_under(root: Path) -> list[Path]:
     """The mount points below ``root`` (of this mount namespace), deepest first."""
     prefix = str(root).rstrip("/") + "/"
-    with open("/proc/self/mountinfo") as fh:
-        points = [
-            _unescape(fields[4])
-            for line in fh
-            if len(fields := line.split()) > 4 and _unescape(fields[4]).startswith(prefix)
-        ]
-    return [Path(p) for p in sorted(set(points), key=lambda p: (-p.count("/"), p))]
+    points = {p for p in _mount_points() if p.startswith(prefix)}
+    return [Path(p) for p in sorted(points, key=lambda p: (-p.count("/"), p))]
 
 
 def unmount(target: Path) -> None:
