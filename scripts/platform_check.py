@@ -1,15 +1,24 @@
-"""The green agent as AgentBeats runs it, on this machine: the image built, started under
-Amber's security context, given a real assessment, its verdicts checked.
+"""The green agent as AgentBeats runs it, on this machine: the image built from a clean
+clone, started under Amber's security context with the framework.docker socket made the
+way Amber makes it, given a real assessment, its verdicts checked.
 
-    .venv/bin/python scripts/platform_check.py [--no-build] [--rows N] [--gateway DIR]
+    .venv/bin/python scripts/platform_check.py [--docker] [--target T] [--no-build] [--rows N]
+                                               [--gateway DIR]
 
 What it does (docs/agentbeats.md, "Checked as the platform runs it"):
-1. builds container/Dockerfile's green-agent target (interpreters from this machine's pyenv:
-   scripts/container_pythons.sh; this machine's extra CA certificates copied in);
+1. builds the image from a clean clone of HEAD (uncommitted changes are not in it), by the
+   image workflow's recipe (.github/workflows/green-image.yml): `green-docker`
+   (container/green-docker.Dockerfile; the dataset from ../shared/data, as the hub is out
+   of reach here) or `green-agent` (container/Dockerfile; interpreters from this
+   machine's pyenv: scripts/container_pythons.sh); this machine's extra CA certificates in;
 2. starts it as Amber's Compose backend does: `--cap-drop ALL`, `no-new-privileges`, the
    image's own (non-root) user, Docker's default seccomp profile, and a cleared
    environment: the manifest's `program.env` plus PATH, HOME and TMPDIR, then its
-   `program.entrypoint`; `--network host` only (this machine's rule: no bridge);
+   `program.entrypoint`; `--network host` only (this machine's rule: no bridge). Before the
+   program, a stand-in of Amber's helper (tests/docker_support/amber_helper.py), as the
+   image's user inside the container, binds the framework.docker socket at the manifest's
+   mount path and forwards it over TCP to a stand-in of Amber's Docker gateway
+   (tests/docker_support/gateway.py); a path the user cannot bind ends it, no card;
 3. times its agent card (the gateway gives 30 s; the aim is 5);
 4. serves five public participants' contracts (tests/a2a/contracts.py, a2a-sdk 0.3,
    text-only cards) on 127.0.0.1 and runs one assessment of the bundled sample with the
@@ -19,8 +28,10 @@ What it does (docs/agentbeats.md, "Checked as the platform runs it"):
 5. checks that the task completed and every participant resolved every row, and prints a
    table for the docs. Exit 0 when all holds.
 
-Needs a Docker daemon (../shared/tools/docker-here.sh makes one here) and the a2a-sdk 0.3
-interpreter the tests use (.venv-a2a03; made if missing).
+With --docker, rows are graded in the sample's instance images (built here like the
+official ones) through the gateway stand-in; without it, the green-agent image builds the
+environments itself under Landlock. Needs a Docker daemon (../shared/tools/docker-here.sh
+makes one here) and the a2a-sdk 0.3 interpreter the tests use (.venv-a2a03; made if missing).
 """
 
 from __future__ import annotations
@@ -45,7 +56,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.a2a.venv03 import a2a03_python  # noqa: E402  (the tests' own 0.3 interpreter)
 
-IMAGE = "swegreen-green:check"
+IMAGES = {"green-docker": "swegreen-green-docker:check", "green-agent": "swegreen-green:check"}
+HELPER = ROOT / "tests" / "docker_support" / "amber_helper.py"
+DATASET = ROOT.parent / "shared" / "data" / "swebench_verified.jsonl"
 CONTAINER = "swegreen-platform-check"
 CONTRACTS = ("mini", "purple", "tagged", "agentswe", "pro")
 HOST_CAS = Path("/usr/local/share/ca-certificates")
@@ -81,26 +94,40 @@ def wait_for_card(url: str, timeout: float, proc: subprocess.Popen[Any] | None =
     raise SystemExit(f"no agent card at {url} within {timeout:g} s")
 
 
-def build(image: str) -> dict[str, Any]:
-    pythons = ROOT / "container" / "pythons"
-    if not any(pythons.glob("3.11.*")):
-        run(["bash", str(ROOT / "scripts" / "container_pythons.sh"), "3.11"])
-    cas = ROOT / "container" / "ca-certificates"
-    for crt in HOST_CAS.glob("*.crt"):
-        shutil.copy(crt, cas / crt.name)
-    say(f"building {image} (classic builder, host network)")
-    t0 = time.monotonic()
-    env = {**os.environ, "DOCKER_BUILDKIT": "0"}
-    argv = ["docker", "build", "--network", "host", "-f", "container/Dockerfile"]
-    run([*argv, "--target", "green-agent", "-t", image, "."], cwd=ROOT, env=env)
+def build(image: str, target: str) -> dict[str, Any]:
+    """The workflow's recipe, from a clean clone of HEAD."""
+    if run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True).stdout.strip():
+        say("note: uncommitted changes are not in the image (it is built from HEAD)")
+    clone = Path(tempfile.mkdtemp(prefix="swegreen-clone-"))
+    try:
+        run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)])
+        for crt in HOST_CAS.glob("*.crt"):
+            shutil.copy(crt, clone / "container" / "ca-certificates" / crt.name)
+        argv = ["docker", "build", "--network", "host", "-t", image]
+        if target == "green-docker":
+            # the workflow reads the hub at DATASET_REVISION; this machine cannot reach it
+            shutil.copy(DATASET, clone / "container" / "dataset" / "swebench_verified.jsonl")
+            argv += ["-f", "container/green-docker.Dockerfile"]
+            argv += ["--build-arg", "DATASET_SOURCE=context"]
+        else:
+            run(["bash", "scripts/container_pythons.sh", "3.11"], cwd=clone)
+            argv += ["-f", "container/Dockerfile", "--target", target]
+        say(f"building {image} ({target}) from a clean clone (classic builder, host network)")
+        t0 = time.monotonic()
+        run([*argv, "."], cwd=clone, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
     size = run(["docker", "image", "inspect", "-f", "{{.Size}}", image], capture_output=True)
     return {"build_seconds": round(time.monotonic() - t0), "image_mb": int(size.stdout) >> 20}
 
 
-def amber_command(port: int, proxy: str | None) -> list[str]:
-    """The manifest's program as Amber's helper starts it: a cleared environment of
-    program.env (its `when` entries only where their condition holds) plus PATH, HOME,
-    TMPDIR, then the entry point."""
+def amber_command(
+    port: int, proxy: str | None, gateway: str, overrides: dict[str, str]
+) -> list[str]:
+    """The manifest's program as Amber starts it: its helper first (binding the
+    framework.docker socket at the mount's path, as the image's user), then the program
+    with a cleared environment of program.env (its `when` entries only where their
+    condition holds) plus PATH, HOME, TMPDIR, then the entry point."""
     manifest = json5.loads((ROOT / "agentbeats" / "amber-manifest.json5").read_text())
     program = manifest["program"]
     env: dict[str, str] = {"PATH": "/opt/swegreen/venv/bin:/usr/local/bin:/usr/bin:/bin"}
@@ -111,25 +138,34 @@ def amber_command(port: int, proxy: str | None) -> list[str]:
                 env[name] = proxy
             continue  # a config value nobody set
         env[name] = value
+    env.update(overrides)
+    [mount] = [m["path"] for m in program["mounts"] if m["from"] == "framework.docker"]
     entry = [*program["entrypoint"].split(), "--port", str(port)]
-    return ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *entry]
+    helper = ["/opt/swegreen/venv/bin/python", "/amber/helper.py", "--docker-mount", mount]
+    return [
+        "/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()),
+        *helper, "--gateway", gateway.removeprefix("tcp://"), "--", *entry,
+    ]  # fmt: skip
 
 
 def start_green(
-    image: str, port: int, proxy: str | None, docker_socket: str | None = None
+    image: str, port: int, proxy: str | None, gateway: str, overrides: dict[str, str]
 ) -> dict[str, Any]:
     subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
-    # framework.docker: Amber mounts its gateway's socket at /var/run/docker.sock
-    mount = ["-v", f"{docker_socket}:/var/run/docker.sock"] if docker_socket else []
     argv = [
         "docker", "run", "-d", "--name", CONTAINER, "--network", "host",
-        "--cap-drop", "ALL", "--security-opt", "no-new-privileges:true", *mount,
-        "--entrypoint", "/usr/bin/env", image,
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges:true",
+        "-v", f"{HELPER}:/amber/helper.py:ro", "--entrypoint", "/usr/bin/env", image,
     ]  # fmt: skip
-    command = amber_command(port, proxy)
+    command = amber_command(port, proxy, gateway, overrides)
     t0 = time.monotonic()
     run([*argv, *command[1:]], capture_output=True)
-    wait_for_card(f"http://127.0.0.1:{port}/", 30)
+    try:
+        wait_for_card(f"http://127.0.0.1:{port}/", 30)
+    except SystemExit:
+        logs = subprocess.run(["docker", "logs", CONTAINER], capture_output=True, text=True)
+        say(f"the green's output:\n{logs.stdout}{logs.stderr}")
+        raise
     card = time.monotonic() - t0  # from `docker run` to the card
     user = run(["docker", "exec", CONTAINER, "id", "-u"], capture_output=True).stdout.strip()
     caps = run(
@@ -220,7 +256,14 @@ def direct(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--image", default=IMAGE)
+    parser.add_argument(
+        "--target",
+        choices=sorted(IMAGES),
+        default="green-docker",
+        help="green-docker (the manifest's image: needs --docker) or green-agent (builds "
+        "environments itself under Landlock)",
+    )
+    parser.add_argument("--image", help="the image's tag (default: one per target)")
     parser.add_argument("--no-build", action="store_true", help="use the image as it is")
     parser.add_argument("--rows", type=int, default=-1, help="sample rows (-1: all eight)")
     parser.add_argument("--gateway", type=Path, default=os.environ.get("AGENTBEATS_GATEWAY"))
@@ -233,13 +276,16 @@ def main() -> int:
         "instance images (tests/docker_support/sample_images.py, built here)",
     )
     args = parser.parse_args()
+    args.image = args.image or IMAGES[args.target]
+    if args.target == "green-docker" and not args.docker:
+        parser.error("green-docker grades rows only in their instance images: add --docker")
     if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         say("no Docker daemon answers: run ../shared/tools/docker-here.sh (as root) first")
         return 2
     t_start = time.monotonic()
     report: dict[str, Any] = {}
     if not args.no_build:
-        report.update(build(args.image))
+        report.update(build(args.image, args.target))
     sys.path.insert(0, str(ROOT / "shared"))
     from swegreen.core.dataset import load_dataset
     from swegreen.sample import build_sample
@@ -251,12 +297,14 @@ def main() -> int:
     running: dict[str, tuple[str, Any]] = {}
     stack = contextlib.ExitStack()
     try:
-        socket_path, gateway = None, None
-        if args.docker:
-            socket_path, gateway = docker_handed_in(stack, sample, instances)
+        # the platform mounts framework.docker whatever the request: the gateway is there
+        gateway = docker_handed_in(stack, sample, instances, build_images=args.docker)
         running = start_participants(work, gold)
         port = free_port()
-        started = start_green(args.image, port, None, socket_path)
+        overrides = {}
+        if not args.docker:  # the green-agent image's own way: environments built here
+            overrides = {"SWEGREEN_ENVIRONMENTS": "engine", "SWEGREEN_ISOLATION": "landlock"}
+        started = start_green(args.image, port, None, gateway.listen, overrides)
         report.update(started)
         say(f"green agent up as uid {started['uid']}, card in {started['card_seconds']} s")
         config = {
@@ -286,10 +334,10 @@ def main() -> int:
             report["driven_by"] = how
             failures += check(name, outcome, rows, report)
             say(f"{name}: {report['verdicts'][name]}")
-        if gateway is not None:
+        if args.docker:
             report["docker_calls_refused"] = sorted(set(gateway.refused))
             report["docker_calls"] = len(gateway.allowed)
-            left = docker_lib().DockerClient(base_url=f"unix://{socket_path}")
+            left = docker_lib().DockerClient(base_url=gateway.listen)
             report["containers_left"] = len(left.containers.list(all=True))
             left.close()
             if gateway.refused or report["containers_left"]:
@@ -318,24 +366,22 @@ def docker_lib() -> Any:
     return docker
 
 
-def docker_handed_in(stack: contextlib.ExitStack, sample: Any, instances: Any) -> tuple[str, Any]:
-    """The sample's instance images built, and the gateway stand-in on a socket the
-    green's non-root user can open (as Amber's helper makes it)."""
+def docker_handed_in(
+    stack: contextlib.ExitStack, sample: Any, instances: Any, build_images: bool
+) -> Any:
+    """The gateway stand-in on a TCP port of 127.0.0.1, as Amber's Docker gateway listens
+    for the helper of each component (the helper makes the socket in the container); with
+    ``build_images``, the sample's instance images built first."""
     from tests.docker_support.gateway import running as gateway_running
     from tests.docker_support.sample_images import build_instances
 
-    t0 = time.monotonic()
-    client = docker_lib().from_env()
-    build_instances(client, sample.repos_dir, instances)
-    client.close()
-    say(f"sample images ready in {time.monotonic() - t0:.0f} s")
-    folder = tempfile.mkdtemp(prefix="swg-gw-", dir="/tmp")
-    os.chmod(folder, 0o755)
-    socket_path = f"{folder}/docker.sock"
-    gateway = stack.enter_context(gateway_running("unix:///var/run/docker.sock", socket_path))
-    os.chmod(socket_path, 0o666)
-    stack.callback(shutil.rmtree, folder, True)
-    return socket_path, gateway
+    if build_images:
+        t0 = time.monotonic()
+        client = docker_lib().from_env()
+        build_instances(client, sample.repos_dir, instances)
+        client.close()
+        say(f"sample images ready in {time.monotonic() - t0:.0f} s")
+    return stack.enter_context(gateway_running("unix:///var/run/docker.sock", "tcp://127.0.0.1:0"))
 
 
 def check(name: str, outcome: dict[str, Any], rows: int, report: dict[str, Any]) -> list[str]:

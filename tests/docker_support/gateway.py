@@ -209,15 +209,23 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 @contextlib.contextmanager
 def running(upstream: str, listen: str) -> Iterator[Gateway]:
-    """The gateway on ``listen`` (a socket path) in a thread of its own, until the block ends."""
+    """The gateway on ``listen`` in a thread of its own, until the block ends: a socket
+    path, or ``tcp://127.0.0.1:<port>`` as Amber's gateway listens for the helper of each
+    component (port 0: any free one; ``gateway.listen`` then says which)."""
     gateway = Gateway(upstream.removeprefix("unix://"), listen)
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     server: list[asyncio.base_events.Server] = []
 
     async def serve() -> None:
-        Path(listen).unlink(missing_ok=True)
-        server.append(await asyncio.start_unix_server(gateway._handle, path=listen))
+        if listen.startswith("tcp://"):
+            host, _, port = listen.removeprefix("tcp://").rpartition(":")
+            server.append(await asyncio.start_server(gateway._handle, host, int(port)))
+            bound = server[0].sockets[0].getsockname()
+            gateway.listen = f"tcp://{bound[0]}:{bound[1]}"
+        else:
+            Path(listen).unlink(missing_ok=True)
+            server.append(await asyncio.start_unix_server(gateway._handle, path=listen))
         ready.set()
 
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -239,7 +247,8 @@ def running(upstream: str, listen: str) -> Iterator[Gateway]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=30)
         loop.close()
-        Path(listen).unlink(missing_ok=True)
+        if not listen.startswith("tcp://"):
+            Path(listen).unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

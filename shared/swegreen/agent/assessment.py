@@ -25,10 +25,11 @@ from swegreen.core.diagnosis import Diagnoser
 from swegreen.core.errors import SweGreenError
 from swegreen.core.ids import check_id
 from swegreen.core.metrics import RunMetrics
+from swegreen.core.plan import Plan, plan, plan_record, what_fits
 from swegreen.core.ports import ProgressEvent
 from swegreen.core.scrub import Scrubber
 from swegreen.core.stop_rule import StopRule
-from swegreen.evaluation.engine import Engine, LocalSettings, build_engine
+from swegreen.evaluation.engine import Engine, LocalSettings, build_engine, choose_backend
 from swegreen.sample import resolve_sample
 from swegreen.sandbox.isolation import Isolation
 from swegreen.stores import artifacts as art
@@ -84,6 +85,7 @@ class Assessment:
         self._stopped: str | None = None  # why the stop rule ended the assessment
         self._work: asyncio.Task[AssessmentOutcome] | None = None
         self._plan: tuple[EvalConfig, Dataset, list[Instance]] | None = None
+        self.time_plan: Plan | None = None
 
     async def prepare(self) -> str:
         """Load and select rows; any problem here is the request's (it is rejected).
@@ -95,6 +97,12 @@ class Assessment:
                 raise RequestError(str(exc)) from None
         self._plan = await self._select()
         config, dataset, instances = self._plan
+        self.time_plan = await asyncio.to_thread(self._time_plan, config, len(instances))
+        if not self.time_plan.fits:
+            raise RequestError(
+                f"this shard cannot finish in time: {self.time_plan.describe()}. "
+                f"{what_fits(self.time_plan)}; or set time_budget_minutes (0: no check)"
+            )
         roles = ", ".join(self.request.participants)
         return (
             f"evaluating {len(instances)} instance(s) of {dataset.name} for {roles}, "
@@ -106,8 +114,15 @@ class Assessment:
             config = await asyncio.to_thread(
                 resolve_sample, self.config, self.settings.local.cache_dir
             )
+            local = self.settings.local
             dataset = await asyncio.to_thread(
-                load_dataset, config.dataset, config.split, config.dataset_revision
+                lambda: load_dataset(
+                    config.dataset,
+                    config.split,
+                    config.dataset_revision,
+                    parsed_cache=local.parsed_datasets,
+                    snapshots=local.dataset_snapshots,
+                )
             )
             instances = select_instances(dataset, config.selection())
         except SweGreenError as exc:
@@ -144,6 +159,23 @@ class Assessment:
                 rows.append(row)
                 lines.append(line)
         return AssessmentOutcome(rows, "\n".join(lines))
+
+    def _time_plan(self, config: EvalConfig, rows: int) -> Plan:
+        if self.settings.front_door is not None:
+            backend = "aws"
+        elif config.environments == "auto":
+            backend = choose_backend(config, self.settings.host_env)
+        else:
+            backend = config.environments
+        return plan(
+            rows=rows,
+            participants=len(self.request.participants),
+            concurrent=config.max_concurrent_rows,
+            participant_timeout=config.participant_timeout,
+            eval_timeout=config.eval_timeout,
+            backend=backend,
+            budget_minutes=config.time_budget(),
+        )
 
     def run_id(self, role: str) -> str:
         """Each participant's rows are a run of their own; the id names its directories."""
@@ -199,6 +231,7 @@ class Assessment:
                     "green_agent": f"swegreen {__version__}",
                     "participant": {role: url},
                     "sandbox": engine.describe(),
+                    "time_plan": plan_record(self.time_plan),
                 },
             )
             summary, diagnosed = await self._diagnose(engine, outcome.record.run_id, config)

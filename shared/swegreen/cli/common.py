@@ -72,6 +72,9 @@ def local_settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettin
         pythons=pythons(getattr(args, "pythons", None), env),
         offline_sources=getattr(args, "offline_sources", None)
         or (Path(raw) if (raw := env.get("SWEGREEN_OFFLINE_SOURCES", "").strip()) else None),
+        dataset_snapshots=Path(raw)
+        if (raw := env.get("SWEGREEN_DATASET_SNAPSHOTS", "").strip())
+        else None,
         **disk_reserve(getattr(args, "disk_reserve_gb", None), env),
         **limits,
     )

@@ -55,7 +55,11 @@ def participant_command(args: argparse.Namespace, settings: LocalSettings) -> in
         dataset = None
         if args.kind == "gold" or args.mode in ("fenced", "slow", "explore"):  # others: none
             config = resolve_sample(EvalConfig(dataset=args.dataset), settings.cache_dir)
-            dataset = load_dataset(config.dataset, parsed_cache=settings.parsed_datasets)
+            dataset = load_dataset(
+                config.dataset,
+                parsed_cache=settings.parsed_datasets,
+                snapshots=settings.dataset_snapshots,
+            )
         if args.kind == "gold":
             solver = GoldSolver(dataset)
         elif args.mode in ScriptedShellSolver.MODES:

@@ -31,6 +31,7 @@ async def regrade(
             record.split,
             record.dataset_revision,
             parsed_cache=settings.parsed_datasets,
+            snapshots=settings.dataset_snapshots,
         )
         if dataset.digest != record.dataset_digest:
             raise ConfigError(

@@ -98,6 +98,7 @@ def evaluate(
         config.split,
         config.dataset_revision,
         parsed_cache=settings.parsed_datasets,
+        snapshots=settings.dataset_snapshots,
     )
     instances = select_instances(dataset, config.selection())
     source = source_for(patches)

@@ -29,7 +29,8 @@ def serve_command(
     # fail at start-up, not per request: a bad config, or a sandbox that cannot run here
     server_config = load_config(scenario, env, env_extra=LOCAL_ENV_KEYS)
     front_door = None
-    if args.backend == "local":
+    if args.backend == "local" and server_config.environments != "docker":
+        # rows graded in instance images run nothing of a participant's here
         from swegreen.sandbox.isolation import Isolation
 
         Isolation.probe(server_config.isolation)

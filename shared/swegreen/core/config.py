@@ -22,6 +22,7 @@ from swegreen.core.dataset import DEFAULT_DATASET, Selection, public_dataset_nam
 from swegreen.core.errors import ConfigError
 from swegreen.core.images import image_template
 from swegreen.core.interaction import Budget
+from swegreen.core.plan import PLATFORM_STEP_MINUTES
 from swegreen.core.task_dialects import AUTO, DIALECTS
 
 ENV_PREFIX = "SWEGREEN_"
@@ -79,6 +80,15 @@ class EvalConfig(BaseModel):
     )
     participant_timeout: float = Field(
         1800.0, gt=0, description="Seconds a participant has to return its patch."
+    )
+    time_budget_minutes: float | None = Field(
+        None,
+        ge=0,
+        description="Minutes one shard may take, worst case (every row at its slowest "
+        "allowed participant, longest eval and setup: core/plan.py); a request whose worst "
+        "case is longer is refused at once, saying what fits. Default: 300 (the AgentBeats "
+        "run step) when the request is sharded by the platform (shard_index or num_shards "
+        "given), else none; 0: no check.",
     )
     max_attempts: int = Field(
         3, ge=1, le=10, description="Tries per row when the infrastructure fails (not the patch)."
@@ -286,6 +296,14 @@ class EvalConfig(BaseModel):
             command_output_bytes=self.command_output_bytes,
             max_output_bytes=self.max_output_bytes,
         )
+
+    def time_budget(self) -> float | None:
+        """The worst case a shard must fit, in minutes (None: no limit)."""
+        if self.time_budget_minutes is not None:
+            return self.time_budget_minutes or None
+        if self.model_fields_set & {"num_shards", "shard_index"}:
+            return PLATFORM_STEP_MINUTES
+        return None
 
     def participant_url_template(self) -> str:
         """Where participants are told to clone from (``repo_url`` in the task message)."""

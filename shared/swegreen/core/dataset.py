@@ -135,6 +135,7 @@ class Dataset:
     instances: tuple[Instance, ...]
     digest: str
     file_sha256: str | None = None  # of the file, when the rows came from a local one
+    snapshot: bool = False  # a hub dataset read from the image's snapshot (load_dataset)
 
     def by_id(self) -> dict[str, Instance]:
         return {i.instance_id: i for i in self.instances}
@@ -149,6 +150,8 @@ class Dataset:
         }
         if self.file_sha256 is not None:
             found["dataset_file_sha256"] = self.file_sha256
+        if self.snapshot:
+            found["dataset_read_from"] = "the image's snapshot"
         return found
 
 
@@ -172,6 +175,7 @@ def load_dataset(
     revision: str | None = None,
     *,
     parsed_cache: Path | None = None,
+    snapshots: Path | None = None,
 ) -> Dataset:
     """Load and validate every row of a dataset (hub id or local file).
 
@@ -179,35 +183,77 @@ def load_dataset(
     there under a hash of the file's bytes and of this parser, so a command that loads the
     same file again skips parsing, validating and digesting its 500 rows (about 0.1 s of
     every command's start): a changed file or a changed parser is a new key.
+
+    With ``snapshots`` (a folder with an ``index.json``: the green-docker image's), a hub
+    id found there at the asked revision (any, when none is asked) is read from its file,
+    checked against the sha256 the index records: every shard of an assessment that runs
+    one image grades the same rows, and nothing is fetched from the hub.
     """
-    local = is_local_source(name)
-    file_sha256 = None
-    if local:
-        path = Path(name)
-        if parsed_cache is not None:
-            file_sha256 = _file_sha256(path)
-            cached = _cached_parse(parsed_cache, _parse_key(file_sha256))
-            if cached is not None:
-                instances, digest = cached
-                return Dataset(name, split, revision, instances, digest, file_sha256)
-        data = _local_bytes(path)
-        file_sha256 = hashlib.sha256(data).hexdigest()  # of the bytes parsed
-        key = _parse_key(file_sha256)
-        rows = _rows_from_bytes(path, data)
-    else:
-        rows = _read_hub(name, split, revision)
-    instances = parse_rows(rows, source=name)
+    if not is_local_source(name) and snapshots is not None:
+        kept = find_snapshot(snapshots, name, split, revision)
+        if kept is not None:
+            path, kept_revision, sha256 = kept
+            instances, digest, file_sha256 = _load_file(path, parsed_cache)
+            if file_sha256 != sha256:
+                raise DatasetError(
+                    f"the dataset snapshot {path} does not hold what {snapshots}/"
+                    f"{SNAPSHOT_INDEX} says (sha256 {file_sha256}, not {sha256}): the image "
+                    "was changed after it was built; pull it again by its digest"
+                )
+            return Dataset(
+                name, split, kept_revision, instances, digest, file_sha256, snapshot=True
+            )
+    if is_local_source(name):
+        instances, digest, file_sha256 = _load_file(Path(name), parsed_cache)
+        return Dataset(name, split, revision, instances, digest, file_sha256)
+    instances = parse_rows(_read_hub(name, split, revision, snapshots), source=name)
+    return Dataset(name, split, revision, instances, dataset_digest(instances))
+
+
+SNAPSHOT_INDEX = "index.json"
+
+
+def find_snapshot(
+    folder: Path, name: str, split: str, revision: str | None
+) -> tuple[Path, str | None, str] | None:
+    """The snapshot of ``name``/``split`` in ``folder`` (path, hub revision, sha256), if
+    one is there at ``revision`` (None: any)."""
+    index = folder / SNAPSHOT_INDEX
+    try:
+        entries = json.loads(index.read_text())
+        found = [
+            (folder / e["file"], e.get("revision"), str(e["sha256"]))
+            for e in entries
+            if e["name"] == name and e["split"] == split
+        ]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise DatasetError(
+            f"{index} is not a dataset snapshot index ({type(exc).__name__}: {exc}); "
+            "unset SWEGREEN_DATASET_SNAPSHOTS or rebuild the image"
+        ) from None
+    for path, kept_revision, sha256 in found:
+        if revision is None or revision == kept_revision:
+            return path, kept_revision, sha256
+    return None
+
+
+def _load_file(path: Path, parsed_cache: Path | None) -> tuple[tuple[Instance, ...], str, str]:
+    """A local file's validated rows, their digest and the file's sha256."""
+    if parsed_cache is not None:
+        file_sha256 = _file_sha256(path)
+        cached = _cached_parse(parsed_cache, _parse_key(file_sha256))
+        if cached is not None:
+            instances, digest = cached
+            return instances, digest, file_sha256
+    data = _local_bytes(path)
+    file_sha256 = hashlib.sha256(data).hexdigest()  # of the bytes parsed
+    instances = parse_rows(_rows_from_bytes(path, data), source=str(path))
     digest = dataset_digest(instances)
-    if local and parsed_cache is not None:
-        _keep_parse(parsed_cache, key, instances, digest)
-    return Dataset(
-        name=name,
-        split=split,
-        revision=revision,
-        instances=instances,
-        digest=digest,
-        file_sha256=file_sha256,
-    )
+    if parsed_cache is not None:
+        _keep_parse(parsed_cache, _parse_key(file_sha256), instances, digest)
+    return instances, digest, file_sha256
 
 
 PARSED_KEPT = 4  # parsed files kept in a parse cache: a few dataset versions side by side
@@ -374,9 +420,28 @@ def _parse_local_text(path: Path, text: str) -> list[Mapping[str, Any]]:
     return data
 
 
-def _read_hub(name: str, split: str, revision: str | None) -> list[Mapping[str, Any]]:
-    import datasets  # heavy import, only when the hub is used
-
+def _read_hub(
+    name: str, split: str, revision: str | None, snapshots: Path | None = None
+) -> list[Mapping[str, Any]]:
+    try:
+        import datasets  # heavy import, only when the hub is used
+    except ImportError:
+        kept = ""
+        if snapshots is not None and (snapshots / SNAPSHOT_INDEX).exists():
+            entries = json.loads((snapshots / SNAPSHOT_INDEX).read_text())
+            kept = (
+                " It holds "
+                + ", ".join(
+                    f"{e['name']} ({e['split']}, revision {e.get('revision') or 'unrecorded'})"
+                    for e in entries
+                )
+                + ": ask for one of these (or no dataset_revision)."
+            )
+        raise DatasetError(
+            f"cannot load {name!r} (split {split!r}, revision {revision or 'latest'}): "
+            "this installation has no hub client (the `datasets` package; the green-docker "
+            f"image leaves it out).{kept} Or pass a dataset file the host can read."
+        ) from None
     try:
         ds = datasets.load_dataset(name, split=split, revision=revision)
     except Exception as exc:  # network, auth, unknown split: all end the same way for the user

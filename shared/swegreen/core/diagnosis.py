@@ -68,8 +68,14 @@ class Diagnoser:
     async def _ask(self, prompt: str) -> str | None:
         if self.unavailable is not None:
             return None
-        import litellm  # heavy; only when a diagnosis is asked for
-
+        try:
+            import litellm  # heavy; only when a diagnosis is asked for
+        except ImportError:  # the green-docker image leaves it out (container/)
+            self.unavailable = (
+                f"{self.model} unavailable: litellm is not installed here (the green-docker "
+                "image leaves it out; the green-agent image has it)"
+            )
+            return None
         self.calls += 1
         try:
             response = await asyncio.wait_for(

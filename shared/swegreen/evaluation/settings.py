@@ -74,6 +74,12 @@ class LocalSettings(BaseModel):
         "error/disk_full, saying how to make room (`swegreen cache prune`), instead of "
         "filling the disk. 0: no check.",
     )
+    dataset_snapshots: Path | None = Field(
+        None,
+        description="A folder of hub datasets kept as files with an index.json (the "
+        "green-docker image's: SWEGREEN_DATASET_SNAPSHOTS); a hub id found there is read "
+        "from it, not fetched (core/dataset.py).",
+    )
     compile_cache: bool = Field(
         True,
         description="Compile an instance's extensions once, where the host has ccache "
