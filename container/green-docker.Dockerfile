@@ -1,6 +1,6 @@
 # The AgentBeats green agent as the platform runs it by default: every row graded in its
 # instance image through Amber's Docker gateway (framework.docker). No build toolchain and no
-# interpreters; the Verified dataset inside, so that every shard grades the same rows
+# interpreters (git only: the bundled sample benchmark's repositories are made with it); the Verified dataset inside, so that every shard grades the same rows
 # (pinned by the image's digest). Debian's Python 3.11 and the packages of the one lock that
 # the serve path needs (container/requirements-docker.lock, written by
 # scripts/container_lock.sh with container/requirements.lock's versions).
@@ -14,7 +14,7 @@
 FROM debian:bookworm-slim AS slim-python
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update && apt-get install -y --no-install-recommends \
-      python3.11 python3.11-venv ca-certificates \
+      python3.11 python3.11-venv ca-certificates git \
  && rm -rf /var/lib/apt/lists/*
 COPY container/ca-certificates/ /usr/local/share/ca-certificates/
 RUN update-ca-certificates >/dev/null

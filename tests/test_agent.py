@@ -185,6 +185,7 @@ def test_an_assessment_over_a2a_1_0_with_good_and_misbehaving_participants(serve
         "swegreen"
     )
     assert provenance["dataset_digest"] and provenance["config"]["participant_timeout"] == 10
+    assert provenance["time_plan"]["budget_minutes"] is None  # not sharded: no step to fit
     assert "dataset_revision" in provenance
 
     # the green agent's model explains what did not resolve, and only that
@@ -279,6 +280,9 @@ def test_sharded_assessments_as_the_gateway_sends_them_cover_the_selection_once(
             [row] = shard["results"]
             seen += [i["instance_id"] for i in row["instances"]]
             chosen = row["provenance"]["config"]
+            # sharded by the platform: the shard's worst case was checked against its step
+            time_plan = row["provenance"]["time_plan"]
+            assert time_plan["budget_minutes"] == 300 and time_plan["fits"] is True
             assert chosen["rows_chosen_by"].startswith(
                 "num_instances" if name == "two" else "sharded without num_instances"
             )
@@ -319,6 +323,15 @@ def test_sharded_assessments_as_the_gateway_sends_them_cover_the_selection_once(
         (
             json.dumps({"participants": {"a": "http://x"}, "config": {"isolation": "process"}}),
             "a request cannot change it",
+        ),
+        (  # a Quick Submit's one shard: the whole selection, the default timeouts
+            json.dumps(
+                {
+                    "participants": {"a": "http://x"},
+                    "config": {"dataset": "swegreen:sample", "shard_index": 0, "num_shards": 1},
+                }
+            ),
+            "this shard cannot finish in time: worst case 645 min",
         ),
     ],
 )

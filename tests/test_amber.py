@@ -5,6 +5,7 @@ results files shaped as the leaderboard template writes them, shards concatenate
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -93,13 +94,18 @@ def common_problems(manifest: dict[str, Any]) -> list[str]:
     return problems
 
 
+def image_stages() -> dict[str, str]:
+    """green-docker.Dockerfile's stages by name (the manifest's image)."""
+    text = (ROOT / "container" / "green-docker.Dockerfile").read_text()
+    stages = re.split(r"^FROM ", text, flags=re.M)[1:]
+    return {stage.split("\n", 1)[0].split(" AS ")[-1].strip(): stage for stage in stages}
+
+
 def image_env() -> dict[str, str]:
-    """What the green-agent image's ENV lines set (the base stage and its own)."""
-    text = (ROOT / "container" / "Dockerfile").read_text()
-    stages = re.split(r"^FROM ", text, flags=re.M)
-    wanted = [s for s in stages if s.startswith(("debian", "base AS green-agent"))]
+    """What the manifest's image's ENV lines set (its final stage and the one it is FROM)."""
+    stages = image_stages()
     env: dict[str, str] = {}
-    for stage in wanted:
+    for stage in (stages["slim-python"], stages["green-docker"]):
         for block in re.findall(r"^ENV (.*?)(?<!\\)$", stage, re.M | re.S):
             for name, value in re.findall(r"(\w+)=(\S+)", block.replace("\\\n", " ")):
                 env[name] = value
@@ -111,9 +117,13 @@ def test_the_green_manifest_meets_ambers_rules() -> None:
     assert common_problems(manifest) == []
     program = manifest["program"]
     assert set(program) <= PROGRAM, set(program) - PROGRAM
-    # the Docker gateway's socket, which needs the experimental feature
-    assert {"path": "/var/run/docker.sock", "from": "framework.docker"} in program["mounts"]
+    # the Docker gateway's socket, which needs the experimental feature, where the program's
+    # Docker client looks for it
+    [mount] = [m["path"] for m in program["mounts"] if m["from"] == "framework.docker"]
+    assert program["env"]["DOCKER_HOST"] == f"unix://{mount}"
     assert "docker" in manifest["experimental_features"]
+    # the committed manifest is the workflow's template: its image is filled in by digest
+    assert program["image"] == "IMAGE@DIGEST"
     # the gateway's proxy: optional (the gateway binds it weakly), named in env
     assert manifest["slots"]["proxy"] == {"kind": "a2a", "optional": True}
     assert program["env"]["PROXY_URL"] == {"when": "slots.proxy.url", "value": "${slots.proxy.url}"}
@@ -141,6 +151,54 @@ def test_the_manifest_declares_every_variable_the_image_sets() -> None:
             assert env.get(name) == value, (name, value, env.get(name))
     entry = load("amber-manifest.json5")["program"]["entrypoint"].split()[0]
     assert entry.startswith("/") and entry.removesuffix("/bin/swegreen") in declared["PATH"]
+
+
+def test_ambers_helper_can_make_the_docker_socket_as_the_images_user() -> None:
+    """Amber's helper binds the framework.docker socket itself, as the image's USER, before
+    the program starts; a directory that user cannot write ends it (no card, no score).
+    The image's last USER must own the mount's directory (the platform check runs it)."""
+    [mount] = [
+        m["path"]
+        for m in load("amber-manifest.json5")["program"]["mounts"]
+        if m["from"] == "framework.docker"
+    ]
+    stage = image_stages()["green-docker"]
+    user = re.findall(r"^USER (\S+)", stage, re.M)[-1]
+    assert user.split(":")[0] in ("$SANDBOX_UID", "10001")
+    folder = mount.rsplit("/", 1)[0]
+    chowned = [line for line in stage.replace("\\\n", " ").splitlines() if "chown" in line]
+    assert any(folder in line and "$SANDBOX_UID:$SANDBOX_UID" in line for line in chowned)
+    assert folder not in ("/var/run", "/run", "/tmp")  # a directory of its own
+
+
+def test_the_manifest_is_rendered_with_a_pinned_image_only(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("render", ROOT / "scripts/render_manifest.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    render = module.main
+
+    digest = "ghcr.io/someone/swegreen-green-docker@sha256:" + "ab" * 32
+    url = (
+        "https://raw.githubusercontent.com/someone/swegreen/0123abc/agentbeats/amber-manifest.json5"
+    )
+    out, scenario = tmp_path / "m.json5", tmp_path / "s.json5"
+    args = ["--image", digest, "--out", str(out), "--scenario-out", str(scenario)]
+    assert render([*args, "--manifest-url", url]) == 0
+    manifest = json5.loads(out.read_text())
+    assert manifest["program"]["image"] == digest
+    assert common_problems(manifest) == []
+    assert json5.loads(scenario.read_text())["components"]["green"]["manifest"] == url
+    # only the image line changed: the comments stay
+    before = (ROOT / "agentbeats" / "amber-manifest.json5").read_text().splitlines()
+    after = out.read_text().splitlines()
+    assert [a for a, b in zip(before, after, strict=True) if a != b] == [
+        '    image: "IMAGE@DIGEST",'
+    ]
+    for bad in ("ghcr.io/OWNER/swegreen-green-agent:latest", "ghcr.io/x/y:latest",
+                "ghcr.io/x/y@sha256:abc"):  # fmt: skip
+        with pytest.raises(SystemExit, match="not a pinned reference"):
+            render(["--image", bad, "--out", str(out)])
 
 
 def test_the_scenario_wires_gateway_green_and_participant() -> None:

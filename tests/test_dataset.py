@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -9,7 +10,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from swegreen.core.dataset import Dataset, Selection, load_dataset, parse_rows, select_instances
+from swegreen.core.dataset import (
+    DEFAULT_DATASET,
+    Dataset,
+    Selection,
+    find_snapshot,
+    load_dataset,
+    parse_rows,
+    select_instances,
+)
 from swegreen.core.errors import DatasetError
 
 from .helpers import raw_row
@@ -203,3 +212,47 @@ def test_the_500_verified_rows_load_with_their_quirks() -> None:
     assert {i.repo for i in ds.instances} >= {"django/django", "sympy/sympy", "psf/requests"}
     first = select_instances(ds, Selection())
     assert [i.instance_id for i in first] == sorted(i.instance_id for i in ds.instances)[:3]
+
+
+def snapshot_folder(tmp_path: Path, rows_path: Path, **entry: object) -> Path:
+    folder = tmp_path / "snapshots"
+    folder.mkdir()
+    data = rows_path.read_bytes()
+    (folder / "verified.jsonl").write_bytes(data)
+    index = {
+        "name": DEFAULT_DATASET,
+        "split": "test",
+        "revision": "c0ffee",
+        "file": "verified.jsonl",
+        "sha256": hashlib.sha256(data).hexdigest(),
+    } | entry
+    (folder / "index.json").write_text(json.dumps([index]))
+    return folder
+
+
+def test_a_hub_dataset_kept_in_the_image_is_read_from_it_pinned(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(raw_row(1)) + "\n")
+    folder = snapshot_folder(tmp_path, rows)
+    loaded = load_dataset(snapshots=folder, parsed_cache=tmp_path / "parsed")
+    assert loaded.name == DEFAULT_DATASET and loaded.revision == "c0ffee"
+    assert len(loaded.instances) == 1
+    provenance = loaded.provenance()
+    assert provenance["dataset"] == DEFAULT_DATASET and provenance["dataset_revision"] == "c0ffee"
+    assert provenance["dataset_read_from"] == "the image's snapshot"
+    assert provenance["dataset_file_sha256"] == hashlib.sha256(rows.read_bytes()).hexdigest()
+    # asked at the revision it holds: the same; another revision or dataset: not this file
+    assert load_dataset(revision="c0ffee", snapshots=folder).digest == loaded.digest
+    assert find_snapshot(folder, DEFAULT_DATASET, "test", "other") is None
+    assert find_snapshot(folder, "someone/else", "test", None) is None
+
+
+def test_a_changed_snapshot_is_refused(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(raw_row(1)) + "\n")
+    folder = snapshot_folder(tmp_path, rows, sha256="0" * 64)
+    with pytest.raises(DatasetError, match="does not hold what"):
+        load_dataset(snapshots=folder)
+    (folder / "index.json").write_text("{not json")
+    with pytest.raises(DatasetError, match="not a dataset snapshot index"):
+        load_dataset(snapshots=folder)
