@@ -1,7 +1,8 @@
 # The AgentBeats green agent as the platform runs it by default: every row graded in its
-# instance image through Amber's Docker gateway (framework.docker). No build toolchain and no
-# interpreters (git only: the bundled sample benchmark's repositories are made with it); the Verified dataset inside, so that every shard grades the same rows
-# (pinned by the image's digest). Debian's Python 3.11 and the packages of the one lock that
+# instance image through Amber's Docker gateway (framework.docker). No build toolchain and
+# no interpreters (git only: the bundled sample benchmark's repositories are made with it);
+# the Verified dataset inside, so that every shard grades the same rows (pinned by the
+# image's digest). Debian's Python 3.11 and the packages of the one lock that
 # the serve path needs (container/requirements-docker.lock, written by
 # scripts/container_lock.sh with container/requirements.lock's versions).
 #
