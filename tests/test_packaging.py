@@ -67,6 +67,33 @@ def test_the_images_lock_pins_every_dependency_and_one_uv() -> None:
     assert "uv" in pins  # the engine's one uv
 
 
+def pinned(lock: str) -> dict[str, str]:
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in (ROOT / "container" / lock).read_text().splitlines():
+        if line and not line.startswith(("#", " ")):
+            name, _, version = line.partition("==")
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_the_green_docker_lock_is_the_main_locks_versions_without_the_heavy_parts() -> None:
+    """green-docker.Dockerfile installs requirements-docker.lock with --no-deps: each pin is
+    the main lock's (one set of versions), its inputs are pinned, and what it leaves out
+    (the hub client and its pyarrow/pandas, litellm, uv, numpy) stays out."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    main, docker = pinned("requirements.lock"), pinned("requirements-docker.lock")
+    assert docker and all(main.get(name) == version for name, version in docker.items())
+    for line in (ROOT / "container" / "requirements-docker.in").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            assert canonicalize_name(Requirement(line).name) in docker, line
+    for left_out in ("datasets", "pyarrow", "pandas", "numpy", "litellm", "uv", "modal"):
+        assert left_out not in docker, left_out
+
+
 def test_no_tracked_file_is_one_git_ignores() -> None:
     """What .gitignore names is made by the machine (venvs, locks, results): never kept."""
     root = Path(__file__).resolve().parents[1]
