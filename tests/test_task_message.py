@@ -99,6 +99,23 @@ def test_the_json_dialect_is_one_object_as_mini_swe_agent_reads_it() -> None:
     assert docker_image("Foo__Bar-1").endswith("foo_1776_bar-1:latest")  # lower-cased
 
 
+def test_where_rows_are_graded_in_instance_images_the_message_names_the_same_image() -> None:
+    """With the Docker backend, the participant's docker_image is the grader's own source,
+    so a runner whose disk keeps every pull pulls each instance image once."""
+    epoch = "ghcr.io/epoch-research/swe-bench.eval.x86_64.django__django-11099:latest"
+    assert docker_image("django__django-11099", "epoch") == epoch
+    local = "mirror.example:5000/sweb.eval.{arch}.{official_id}:latest"
+    assert docker_image("a__b-1", local) == "mirror.example:5000/sweb.eval.x86_64.a_1776_b-1:latest"
+    assert docker_image("a__b-1", "me/sweb.{instance_id}") == "docker.io/me/sweb.a__b-1"
+    inst = parse_rows([raw_row(5, repo="psf/requests")])[0]
+    data = task_data(inst, "https://github.com/{repo}.git")
+    image = docker_image(inst.instance_id, "epoch")
+    for dialect in ("universal", "json"):
+        payload = json.loads(render(dialect, data, task_text(data), image).text)
+        assert payload["docker_image"] == image, dialect
+    assert json.loads(render("universal", data, "", image).text)["image_uri"] == image
+
+
 def test_the_xml_dialect_tags_what_tag_reading_agents_parse() -> None:
     inst = parse_rows([raw_row(5, repo="psf/requests", hints_text="see models.py")])[0]
     data = task_data(inst, "https://mirror.example/{repo}.git")

@@ -62,7 +62,7 @@ from swegreen.core.interaction import (
     parse_command,
 )
 from swegreen.core.ports import PatchResult, Workbenches
-from swegreen.core.task_dialects import AUTO, choose, render
+from swegreen.core.task_dialects import AUTO, choose, docker_image, render
 from swegreen.core.task_message import task_data, task_text
 
 POLL_INTERVAL = 5.0
@@ -107,10 +107,13 @@ class A2AParticipant:
         workbenches: Workbenches | None = None,
         budget: Budget | None = None,
         dialect: str = AUTO,
+        image_source: str = "official",
     ) -> None:
         """With ``workbenches`` and ``budget`` the interactive mode is offered (where the
         workbenches can isolate commands). ``dialect``: the task message's shape, or
-        ``auto`` for what the participant's card declares (task_dialects.py)."""
+        ``auto`` for what the participant's card declares (task_dialects.py).
+        ``image_source``: where the instance image the message names comes from (the
+        Docker backend's ``docker_images``, so that participant and grader share it)."""
         self.role = role
         self.url = url
         self.timeout = timeout
@@ -123,6 +126,7 @@ class A2AParticipant:
         )
         self.budget = budget
         self.dialect = dialect
+        self.image_source = image_source
         self.name = f"a2a:{role}"
         self._client: Client | None = None
         self._card: AgentCard | None = None
@@ -208,7 +212,8 @@ class A2AParticipant:
             # The message names the AgentSWE workbench for whoever speaks that protocol.
             bench = await session.open()
             data = {**data, "cwd": str(bench.workdir), "python_version": bench.python_version}
-        rendered = render(dialect, data, task_text(data))
+        image = docker_image(data["instance_id"], self.image_source)
+        rendered = render(dialect, data, task_text(data), image)
         message = user_message(rendered.text, rendered.data, uuid.uuid4().hex, exchange.context_id)
         while True:
             await self._converse(client, message, exchange)

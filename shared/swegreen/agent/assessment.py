@@ -86,6 +86,7 @@ class Assessment:
         self._work: asyncio.Task[AssessmentOutcome] | None = None
         self._plan: tuple[EvalConfig, Dataset, list[Instance]] | None = None
         self.time_plan: Plan | None = None
+        self._backend = "engine"  # engine, docker or aws: where rows are graded
 
     async def prepare(self) -> str:
         """Load and select rows; any problem here is the request's (it is rejected).
@@ -106,7 +107,7 @@ class Assessment:
         roles = ", ".join(self.request.participants)
         return (
             f"evaluating {len(instances)} instance(s) of {dataset.name} for {roles}, "
-            f"{config.max_concurrent_rows} at a time"
+            f"{config.max_concurrent_rows} at a time; {self.time_plan.describe()}"
         )
 
     async def _select(self) -> tuple[EvalConfig, Dataset, list[Instance]]:
@@ -167,6 +168,7 @@ class Assessment:
             backend = choose_backend(config, self.settings.host_env)
         else:
             backend = config.environments
+        self._backend = backend
         return plan(
             rows=rows,
             participants=len(self.request.participants),
@@ -218,6 +220,9 @@ class Assessment:
             workbenches=workbenches,
             budget=config.budget(),
             dialect=config.dialect_for(role),
+            # graded in instance images: the participant is told the same image, so the
+            # runner pulls each once (the platform's disk keeps every pull)
+            image_source=config.docker_images if self._backend == "docker" else "official",
         )
         try:
             outcome = await engine.runner.run(

@@ -90,16 +90,21 @@ class Rendered:
     data: dict[str, Any] | None  # the data part, where the dialect has one
 
 
-def docker_image(instance_id: str) -> str:
-    """SWE-bench's evaluation image for an instance, as mini-swe-agent names it (x86_64,
-    with the registry written out: the images the participants' own tools pull)."""
-    return "docker.io/" + image_name(instance_id, "official", "x86_64")
+def docker_image(instance_id: str, source: str = "official") -> str:
+    """The evaluation image for an instance, as mini-swe-agent names it (x86_64, with the
+    registry written out: the images the participants' own tools pull). ``source`` is the
+    Docker backend's ``docker_images``: where rows are graded in instance images, the
+    participant is told the same image, so that a runner pulls each image once."""
+    name = image_name(instance_id, source, "x86_64")
+    first = name.split("/", 1)[0]
+    has_registry = "/" in name and ("." in first or ":" in first or first == "localhost")
+    return name if has_registry else "docker.io/" + name
 
 
-def universal(data: Mapping[str, Any]) -> dict[str, Any]:
+def universal(data: Mapping[str, Any], image: str | None = None) -> dict[str, Any]:
     """The object every known reader accepts: the facts, each reader's own names for them,
     and how to answer. ``cwd``/``python_version`` only where a workbench is open."""
-    image = docker_image(data["instance_id"])
+    image = image or docker_image(data["instance_id"])
     payload = {k: v for k, v in data.items() if k != "interactive"}
     payload.update(
         hints=data.get("hints_text", ""),
@@ -113,16 +118,20 @@ def universal(data: Mapping[str, Any]) -> dict[str, Any]:
     return payload
 
 
-def render(dialect: Dialect, data: Mapping[str, Any], prose: str) -> Rendered:
-    """``data``: the task's facts; ``prose``: the standard dialect's instructions."""
+def render(
+    dialect: Dialect, data: Mapping[str, Any], prose: str, image: str | None = None
+) -> Rendered:
+    """``data``: the task's facts; ``prose``: the standard dialect's instructions;
+    ``image``: the instance image to name (default: the official one, ``docker_image``)."""
+    image = image or docker_image(data["instance_id"])
     if dialect == "universal":
         facts = {k: v for k, v in data.items() if k not in ("cwd", "python_version")}
-        return Rendered(json.dumps(universal(data), ensure_ascii=False), facts)
+        return Rendered(json.dumps(universal(data, image), ensure_ascii=False), facts)
     if dialect == "json":
         payload = {
             **data,
             "hints": data.get("hints_text", ""),
-            "docker_image": docker_image(data["instance_id"]),
+            "docker_image": image,
             "instructions": REPLY,
         }
         return Rendered(json.dumps(payload, ensure_ascii=False), None)
