@@ -3,7 +3,7 @@ clone, started under Amber's security context with the framework.docker socket m
 way Amber makes it, given a real assessment, its verdicts checked.
 
     .venv/bin/python scripts/platform_check.py [--docker] [--target T] [--no-build] [--rows N]
-                                               [--gateway DIR]
+                                               [--publish] [--gateway DIR]
 
 What it does (docs/agentbeats.md, "Checked as the platform runs it"):
 1. builds the image from a clean clone of HEAD (uncommitted changes are not in it), by the
@@ -19,6 +19,10 @@ What it does (docs/agentbeats.md, "Checked as the platform runs it"):
    image's user inside the container, binds the framework.docker socket at the manifest's
    mount path and forwards it over TCP to a stand-in of Amber's Docker gateway
    (tests/docker_support/gateway.py); a path the user cannot bind ends it, no card;
+   With --publish the image is first pushed to a registry on 127.0.0.1 (Debian's
+   docker-registry), every local name of it dropped, the manifest rendered with its digest
+   as the workflow renders it, and the image pulled back by that digest: what starts is
+   what the manifest names;
 3. times its agent card (the gateway gives 30 s; the aim is 5);
 4. serves five public participants' contracts (tests/a2a/contracts.py, a2a-sdk 0.3,
    text-only cards) on 127.0.0.1 and runs one assessment of the bundled sample with the
@@ -122,13 +126,16 @@ def build(image: str, target: str) -> dict[str, Any]:
 
 
 def amber_command(
-    port: int, proxy: str | None, gateway: str, overrides: dict[str, str]
+    manifest: dict[str, Any],
+    port: int,
+    proxy: str | None,
+    gateway: str,
+    overrides: dict[str, str],
 ) -> list[str]:
     """The manifest's program as Amber starts it: its helper first (binding the
     framework.docker socket at the mount's path, as the image's user), then the program
     with a cleared environment of program.env (its `when` entries only where their
     condition holds) plus PATH, HOME, TMPDIR, then the entry point."""
-    manifest = json5.loads((ROOT / "agentbeats" / "amber-manifest.json5").read_text())
     program = manifest["program"]
     env: dict[str, str] = {"PATH": "/opt/swegreen/venv/bin:/usr/local/bin:/usr/bin:/bin"}
     env.update(HOME="/home/swegreen", TMPDIR="/tmp")
@@ -149,7 +156,12 @@ def amber_command(
 
 
 def start_green(
-    image: str, port: int, proxy: str | None, gateway: str, overrides: dict[str, str]
+    manifest: dict[str, Any],
+    image: str,
+    port: int,
+    proxy: str | None,
+    gateway: str,
+    overrides: dict[str, str],
 ) -> dict[str, Any]:
     subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
     argv = [
@@ -157,7 +169,7 @@ def start_green(
         "--cap-drop", "ALL", "--security-opt", "no-new-privileges:true",
         "-v", f"{HELPER}:/amber/helper.py:ro", "--entrypoint", "/usr/bin/env", image,
     ]  # fmt: skip
-    command = amber_command(port, proxy, gateway, overrides)
+    command = amber_command(manifest, port, proxy, gateway, overrides)
     t0 = time.monotonic()
     run([*argv, *command[1:]], capture_output=True)
     try:
@@ -269,6 +281,12 @@ def main() -> int:
     parser.add_argument("--gateway", type=Path, default=os.environ.get("AGENTBEATS_GATEWAY"))
     parser.add_argument("--keep", action="store_true", help="leave the container running")
     parser.add_argument(
+        "--publish",
+        action="store_true",
+        help="push the image to a registry on 127.0.0.1 (Debian's docker-registry), render the "
+        "manifest with its digest as the image workflow does, and run what that pulls",
+    )
+    parser.add_argument(
         "--docker",
         action="store_true",
         help="hand the green a Docker engine as framework.docker does, behind a stand-in of "
@@ -304,7 +322,14 @@ def main() -> int:
         overrides = {}
         if not args.docker:  # the green-agent image's own way: environments built here
             overrides = {"SWEGREEN_ENVIRONMENTS": "engine", "SWEGREEN_ISOLATION": "landlock"}
-        started = start_green(args.image, port, None, gateway.listen, overrides)
+        image = args.image
+        manifest = json5.loads((ROOT / "agentbeats" / "amber-manifest.json5").read_text())
+        if args.publish:
+            image = publish(args.image, local_registry(stack, work), args.target)
+            manifest = rendered_manifest(image, work)
+            report["image"] = manifest["program"]["image"]
+            say(f"published and pulled back as {image}")
+        started = start_green(manifest, image, port, None, gateway.listen, overrides)
         report.update(started)
         say(f"green agent up as uid {started['uid']}, card in {started['card_seconds']} s")
         config = {
@@ -382,6 +407,66 @@ def docker_handed_in(
         client.close()
         say(f"sample images ready in {time.monotonic() - t0:.0f} s")
     return stack.enter_context(gateway_running("unix:///var/run/docker.sock", "tcp://127.0.0.1:0"))
+
+
+def local_registry(stack: contextlib.ExitStack, work: Path) -> str:
+    """Debian's docker-registry (distribution 2.8) on a free port of 127.0.0.1, for as long
+    as the check runs: the image is pushed there and pulled back by its digest, as the
+    platform pulls the published one. Docker trusts 127.0.0.0/8 registries without TLS."""
+    exe = shutil.which("docker-registry")
+    if exe is None:
+        raise SystemExit(
+            "--publish needs Debian's docker-registry: apt-get install docker-registry "
+            "(only its binary is used; no service is started)"
+        )
+    port = free_port()
+    config = work / "registry.yml"
+    config.write_text(
+        "version: 0.1\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {work / 'registry'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    log = (work / "registry.log").open("wb")
+    proc = subprocess.Popen([exe, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    stack.callback(proc.wait, 30)
+    stack.callback(proc.terminate)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2):
+                return f"127.0.0.1:{port}"
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the registry did not start: see {work}/registry.log") from None
+            time.sleep(0.1)
+
+
+def publish(image: str, registry: str, target: str) -> str:
+    """Pushes ``image``, drops every local name of it and pulls it back by its digest:
+    what runs is what a registry serves under that digest."""
+    repo = f"{registry}/swegreen-{target}"
+    run(["docker", "tag", image, f"{repo}:check"])
+    run(["docker", "push", "--quiet", f"{repo}:check"], capture_output=True)
+    digests = run(
+        ["docker", "image", "inspect", "-f", "{{range .RepoDigests}}{{.}} {{end}}", image],
+        capture_output=True,
+    ).stdout.split()
+    [ref] = [d for d in digests if d.startswith(f"{repo}@sha256:")]
+    run(["docker", "rmi", f"{repo}:check", image], capture_output=True)
+    run(["docker", "pull", "--quiet", ref], capture_output=True)
+    run(["docker", "tag", ref, image])  # its local name again, for a later --no-build
+    return ref
+
+
+def rendered_manifest(image: str, work: Path) -> dict[str, Any]:
+    """The manifest as the image workflow writes it (scripts/render_manifest.py)."""
+    out = work / "amber-manifest.json5"
+    run(
+        [sys.executable, str(ROOT / "scripts" / "render_manifest.py"), "--image", image,
+         "--out", str(out)],
+        capture_output=True,
+    )  # fmt: skip
+    return json5.loads(out.read_text())
 
 
 def check(name: str, outcome: dict[str, Any], rows: int, report: dict[str, Any]) -> list[str]:
