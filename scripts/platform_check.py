@@ -190,8 +190,15 @@ def start_green(
     }
 
 
-def start_participants(work: Path, gold: dict[str, str]) -> dict[str, tuple[str, Any]]:
+def start_participants(
+    work: Path, gold: dict[str, str], image_template: str | None
+) -> dict[str, tuple[str, Any]]:
+    """The five contracts; with ``image_template`` each checks that its task names the
+    image the green agent grades in (tests/a2a/contracts.py, ``expected_image``)."""
     python = a2a03_python()
+    env = dict(os.environ)
+    if image_template:
+        env["CONTRACT_IMAGE_TEMPLATE"] = image_template
     (work / "gold.json").write_text(json.dumps(gold))
     script = ROOT / "tests" / "a2a" / "participant_v03.py"
     running = {}
@@ -202,6 +209,7 @@ def start_participants(work: Path, gold: dict[str, str]) -> dict[str, tuple[str,
             [str(python), str(script), str(port), name, str(work / "gold.json"), str(work)],
             stdout=log,
             stderr=subprocess.STDOUT,
+            env=env,
         )
         running[name] = (f"http://127.0.0.1:{port}/", proc)
     for url, proc in running.values():
@@ -317,7 +325,9 @@ def main() -> int:
     try:
         # the platform mounts framework.docker whatever the request: the gateway is there
         gateway = docker_handed_in(stack, sample, instances, build_images=args.docker)
-        running = start_participants(work, gold)
+        from tests.docker_support.sample_images import TEMPLATE
+
+        running = start_participants(work, gold, TEMPLATE if args.docker else None)
         port = free_port()
         overrides = {}
         if not args.docker:  # the green-agent image's own way: environments built here
@@ -343,8 +353,6 @@ def main() -> int:
             ),
         }
         if args.docker:
-            from tests.docker_support.sample_images import TEMPLATE
-
             config["docker_images"] = TEMPLATE
         green = f"http://127.0.0.1:{port}/"
         rows = len(instances) if args.rows < 0 else args.rows

@@ -10,9 +10,9 @@ require empty.
 
 - ``mini``: durga-sandeep/agentbeats-mini-swe-baseline (purple/executor.py): parses the
   text as one JSON object, needs ``instance_id``, ``problem_statement`` and ``docker_image``
-  (the image mini-swe-agent runs in: checked against SWE-bench's name), else fails its
-  task with "Invalid instance payload: ..."; answers with the raw diff as the completed
-  task's status message.
+  (the image mini-swe-agent runs in: checked against the name expected,
+  ``expected_image``), else fails its task with "Invalid instance payload: ..."; answers
+  with the raw diff as the completed task's status message.
 - ``purple``: zaidishahbaz1/purple-swebench (src/agent.py): JSON, else the text is the
   problem statement; needs an image in ``docker_image``, ``image_uri`` or ``image``;
   answers with an artifact named ``patch``: ``{"patch": "<diff>"}``.
@@ -36,6 +36,7 @@ require empty.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -48,6 +49,24 @@ def swebench_image(instance_id: str) -> str:
     product, so a wrong name there fails the double)."""
     name = instance_id.replace("__", "_1776_").lower()
     return f"docker.io/swebench/sweb.eval.x86_64.{name}:latest"
+
+
+def expected_image(instance_id: str) -> str:
+    """The image the task must name: SWE-bench's, or, where the green agent grades in
+    instance images of another source, that source's (``$CONTRACT_IMAGE_TEMPLATE``, with
+    ``{official_id}``/``{instance_id}``; Docker Hub's prefix written out as mini-swe-agent
+    writes it). The public participants pull whatever they are told: a name that does not
+    name the grader's image makes the runner pull two."""
+    template = os.environ.get("CONTRACT_IMAGE_TEMPLATE")
+    if not template:
+        return swebench_image(instance_id)
+    name = template.format(
+        arch="x86_64",
+        instance_id=instance_id,
+        official_id=instance_id.replace("__", "_1776_").lower(),
+    )
+    first = name.split("/", 1)[0]
+    return name if "." in first or ":" in first else f"docker.io/{name}"
 
 
 @dataclass(frozen=True)
@@ -110,7 +129,7 @@ class MiniSwe(Contract):
         if missing:
             said = f"Invalid instance payload: Instance payload missing required fields: {missing}"
             raise Unreadable(Reply("failed", said), f"missing {missing}")
-        wanted = swebench_image(task["instance_id"])
+        wanted = expected_image(task["instance_id"])
         assert task["docker_image"] == wanted, f"image {task['docker_image']} is not {wanted}"
         return Reply("status", self.gold[task["instance_id"]])
 
@@ -129,7 +148,7 @@ class Purple(Contract):
                 Reply("failed", "Error: the task names no image (docker_image, image_uri, image)"),
                 "no image",
             )
-        assert image == swebench_image(task["instance_id"]), image
+        assert image == expected_image(task["instance_id"]), image
         patch = json.dumps({"patch": self.gold[task["instance_id"]]})
         return Reply("artifact", patch, "patch")
 
@@ -242,7 +261,7 @@ class Pro(Contract):
                 Reply("artifact", f"Error: could not parse problem payload: {exc}", "Error"),
                 repr(exc),
             ) from None
-        assert image == swebench_image(instance_id), image
+        assert image == expected_image(instance_id), image
         patch = json.dumps({"instance_id": instance_id, "patch": self.gold[instance_id]})
         return Reply("artifact", patch, "Patch")
 
