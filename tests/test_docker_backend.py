@@ -290,3 +290,37 @@ def test_a_workbench_is_a_container_of_its_own_with_the_history_cut(
         assert client.containers.list(all=True) == []  # the workbench's container removed
     finally:
         client.close()
+
+
+def test_a2a_participants_are_told_the_image_the_rows_are_graded_in(
+    gateway: Gateway,
+    sample: SampleBenchmark,
+    session_cache: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The green agent as the platform runs it (environments docker, through the gateway)
+    with two public participants' contracts that pull what the task names: each is told
+    the image its row is graded in, not Docker Hub's (a runner keeps every pull), and
+    resolves. Without the expected source, the same contracts complain."""
+    from .helpers import start, stop
+    from .test_dialects import CONTRACTS, assess_doubles, gold_patches
+
+    env = {"SWEGREEN_ENVIRONMENTS": "docker", "DOCKER_HOST": f"unix://{gateway.listen}"}
+    green = start(["serve"], session_cache, tmp_path / "green", "green", env=env)
+    try:
+        monkeypatch.setenv("CONTRACT_IMAGE_TEMPLATE", TEMPLATE)
+        contracts = {n: CONTRACTS[n](gold_patches(sample), tmp_path) for n in ("mini", "pro")}
+        outcome = asyncio.run(assess_doubles(green, contracts, {"docker_images": TEMPLATE}, {}))
+        assert not any(c.complaints for c in contracts.values())
+        assert set(outcome.rows) == {"mini", "pro"}
+        for role, row in outcome.rows.items():
+            [one] = row["instances"]
+            assert (one["status"], one["reason"]) == ("resolved", "all_tests_pass"), (role, one)
+            assert row["provenance"]["sandbox"]["backend"] == "docker"
+        monkeypatch.delenv("CONTRACT_IMAGE_TEMPLATE")  # they expect Docker Hub's name now
+        contracts = {n: CONTRACTS[n](gold_patches(sample), tmp_path) for n in ("mini", "pro")}
+        asyncio.run(assess_doubles(green, contracts, {"docker_images": TEMPLATE}, {}))
+        assert all(c.complaints for c in contracts.values())
+    finally:
+        stop([green])
