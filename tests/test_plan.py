@@ -3,6 +3,7 @@ shipped manifest and scenario ask for."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import json5
@@ -78,3 +79,18 @@ def test_a_quick_submit_of_the_old_defaults_is_refused_with_what_fits() -> None:
     # the previous scenario: 20 shards, 2 at once, the default timeouts
     old = platform_plan({"num_shards": 20, "max_concurrent_rows": 2})
     assert not old.fits and old.worst_minutes > PLATFORM_STEP_MINUTES
+
+
+def test_swegreen_plan_says_whether_a_config_fits_and_what_would(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from swegreen.cli import main
+
+    assert main(["plan", "--config", json.dumps(PLATFORM_PLAN)]) == 0
+    said = capsys.readouterr().out
+    assert "500 rows in 20 shard(s): worst case 205 min" in said and "over by" not in said
+    assert main(["plan"]) == 1  # the config defaults: one shard of 500 rows
+    said = capsys.readouterr().out
+    assert "over by 32205" in said and "the shipped plan for all 500 rows" in said
+    assert main(["plan", "--config", "[1]"]) == 2
+    assert "must be a JSON object" in capsys.readouterr().out

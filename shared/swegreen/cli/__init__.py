@@ -33,6 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from swegreen.cli.compare import compare_command
     from swegreen.cli.demo import demo, sample_command
     from swegreen.cli.participant import participant_command
+    from swegreen.cli.plan import plan_command
     from swegreen.cli.regrade import regrade
     from swegreen.cli.report import report
     from swegreen.cli.run import run_command
@@ -52,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "upload-dataset":
             return upload_dataset_command(args, console)
+        if args.command == "plan":
+            return plan_command(args, console)
         settings = local_settings(args, env)
         if args.command == "run":
             return run_command(args, settings, env, console, scrubber)

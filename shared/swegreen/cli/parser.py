@@ -249,6 +249,35 @@ def parser() -> argparse.ArgumentParser:
     sample = sub.add_parser("sample", help="build the sample benchmark and print where it is")
     local_flags(sample, evaluates=False)
 
+    plan = sub.add_parser(
+        "plan",
+        help="a shard's worst case under an assessment_config, against the platform's step",
+    )
+    plan.add_argument(
+        "--config",
+        default="{}",
+        help='the assessment_config, as JSON (e.g. \'{"num_shards": 20, '
+        '"max_concurrent_rows": 5}\'); default: the config defaults',
+    )
+    plan.add_argument(
+        "--rows", type=int, default=500, help="rows of the whole selection (default: 500)"
+    )
+    plan.add_argument("--participants", type=int, default=1, help="participants per request")
+    plan.add_argument(
+        "--backend",
+        choices=["docker", "engine", "aws"],
+        default="docker",
+        help="where rows are graded (its setup figure: core/plan.py); default: docker, as "
+        "the shipped manifest grades",
+    )
+    plan.add_argument(
+        "--budget",
+        type=float,
+        default=300.0,
+        help="minutes a shard may take (default: 300, the AgentBeats run step; the config's "
+        "time_budget_minutes wins)",
+    )
+
     upload = sub.add_parser(
         "upload-dataset",
         help="AWS: put a dataset where the pipeline reads it (the stack's bucket)",
