@@ -640,3 +640,114 @@ def test_the_recorders_key_reaches_the_script_whatever_descriptors_are_free(
         os.close(fd)
     assert f"key={key}" in result.output.splitlines(), result.output
     assert "again=" in result.output.splitlines()  # read once: nothing is left for a second
+
+
+def _mode(name: str) -> Isolation:
+    from swegreen.core.errors import SandboxUnavailable
+
+    try:
+        return Isolation.probe(name)  # type: ignore[arg-type]
+    except SandboxUnavailable as exc:
+        pytest.skip(f"{name} cannot run here: {exc}")
+
+
+# A new session and a double fork: out of the run's process group, parented to init.
+ESCAPE = """
+python3 -c '
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        open("escaped-" + sys.argv[1], "w").close()
+        os.execvp("sleep", ["sleep", sys.argv[1]])
+    os._exit(0)
+os.wait()
+' {marker}
+until [ -e escaped-{marker} ]; do sleep 0.05; done
+echo escaped
+"""
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "landlock", "process"])
+def test_no_process_of_a_run_outlives_it(tmp_path: Path, mode: str) -> None:
+    """Code that leaves a new session behind a double fork (its own session, init its
+    parent) is gone when the run returns, in every mode: bubblewrap's PID namespace ends
+    it; in Landlock and process modes the launcher, a subreaper the confined code cannot
+    signal, ends every descendant before it exits."""
+    iso = _mode(mode)
+    digit = "blp".index(mode[0])  # sleep's argument: a number
+    marker = f"4000.{os.getpid()}{digit}{int(time.time()) % 1000}"
+    try:
+        result = run(tmp_path, ESCAPE.format(marker=marker), SandboxPolicy(timeout=60), iso=iso)
+        assert result.ok and "escaped" in result.output, result.output
+        assert _pids_running(marker) == [], "a process of the run outlived it"
+    finally:
+        for pid in _pids_running(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("mode", ["landlock", "process"])
+@pytest.mark.parametrize("how", ["cancelled", "engine killed"])
+def test_no_escaped_process_outlives_a_cancelled_run_or_a_killed_engine(
+    tmp_path: Path, mode: str, how: str
+) -> None:
+    """The run ends before its command does: cancelled by the engine (a participant's
+    deadline, a stopped assessment), or the engine itself killed. The escaped process ends
+    with it."""
+    _mode(mode)
+    digit = "lp".index(mode[0]) + 2 * ("killed" in how)
+    marker = f"4100.{os.getpid()}{digit}{int(time.time()) % 1000}"
+    work = tmp_path / "work"
+    work.mkdir()
+    driver = textwrap.dedent(f"""
+        import asyncio, contextlib
+        from pathlib import Path
+        from swegreen.sandbox.isolation import Isolation, Mounts, SandboxPolicy
+        from swegreen.sandbox.local import LocalSandbox
+        work = Path({str(work)!r})
+        script = Path({str(tmp_path / "long.sh")!r})
+        script.write_text({ESCAPE.format(marker=marker)!r} + "touch {work}/started; sleep 600")
+        sandbox = LocalSandbox(Isolation.probe({mode!r}))
+        sandbox.lend([work])
+        async def main():
+            run = asyncio.ensure_future(sandbox.run_script(
+                script, cwd=work, env={{"PATH": "/usr/bin:/bin"}},
+                mounts=Mounts(writable=(work,)), policy=SandboxPolicy(timeout=600),
+                log_path=script.with_suffix(".log")))
+            while not (work / "go").exists():  # the test saw the escaped process
+                await asyncio.sleep(0.05)
+            if {how == "cancelled"!r}:
+                run.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await run
+                print("cancelled", flush=True)
+            else:
+                await run
+        asyncio.run(main())
+    """)
+    engine = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (work / "started").exists():
+            assert engine.poll() is None, f"the engine exited {engine.returncode} first"
+            assert time.monotonic() < deadline, "the sandbox never started its script"
+            time.sleep(0.05)
+        while not _pids_running(marker):  # its exec may follow the script's next line
+            assert time.monotonic() < deadline, "the escaped sleep never started"
+            time.sleep(0.05)
+        (work / "go").touch()
+        if how == "cancelled":
+            assert engine.stdout is not None and engine.stdout.readline() == "cancelled\n"
+            assert _pids_running(marker) == [], "the escaped process outlived its run"
+        else:
+            os.kill(engine.pid, signal.SIGKILL)
+            engine.wait()
+            deadline = time.monotonic() + 120
+            while _pids_running(marker):
+                assert time.monotonic() < deadline, "it outlived the killed engine"
+                time.sleep(0.05)
+    finally:
+        engine.kill()
+        engine.wait()
+        for pid in _pids_running(marker):
+            os.kill(pid, signal.SIGKILL)

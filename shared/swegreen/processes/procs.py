@@ -25,6 +25,7 @@ from typing import BinaryIO
 
 _PR_SET_PDEATHSIG = 1
 PIPE_GRACE = 10.0  # seconds a piped copy may run on after its command exited
+TERM_GRACE = 5.0  # seconds a cancelled run has to end its own processes before KILL
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,11 @@ async def run_process(
         except TimeoutError:
             timed_out = True
     except BaseException:
+        # TERM first: a supervising launcher (sandbox/confine.py) ends every process of the
+        # run, those that left its group too, before it goes; then KILL what is left
+        kill_group(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(asyncio.wait_for(proc.wait(), TERM_GRACE))
         kill_group(proc.pid)
         with contextlib.suppress(Exception):
             await asyncio.shield(proc.wait())

@@ -1,5 +1,6 @@
 """Confinement without privileges: Landlock, a seccomp filter and no-new-privileges, set on
-this process and then ``exec``'d into the command (``python -I -S confine.py SPEC -- CMD``).
+a child of this process and then ``exec``'d into the command (``python -I -S confine.py
+SPEC -- CMD``); this process stays outside, as the run's **supervisor**.
 
 Where neither namespaces nor another uid are available (a container with every capability
 dropped, as Amber starts a green agent), the kernel still lets any process restrict
@@ -16,6 +17,14 @@ itself, for good and for every descendant:
   non-dumpable (isolation.shield_engine).
 - the **seccomp** program the spec carries (seccomp.py: keyring calls refused).
 
+Without a PID namespace nothing ends a process that left the run's process group (a new
+session behind a double fork) when the run ends. So the supervisor is a child subreaper
+(``PR_SET_CHILD_SUBREAPER``): every orphan of the run is reparented to it, and when the
+command exits, or a signal ends the run (``timeout``, the engine), it kills every process
+left under it before it exits, with the command's own status. Outside the Landlock
+domain, it cannot be signalled by the confined code (ABI 6+); in process mode (no
+Landlock) code of its uid could kill it first: the weakest mode, as documented.
+
 Standard library only, no package imports: it runs with ``-I -S`` before anything from
 the sandboxed tree could be imported. The spec is JSON: ``{"ro": [...], "rw": [...],
 "fifo": [...], "dev": [...], "tcp_fd": int or null, "seccomp": hex}``; with
@@ -24,9 +33,11 @@ the sandboxed tree could be imported. The spec is JSON: ``{"ro": [...], "rw": [.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
+import signal
 import stat
 import struct
 import sys
@@ -46,6 +57,8 @@ READ = EXECUTE | READ_FILE | READ_DIR
 DEVICE = READ_FILE | WRITE_FILE | READ_DIR | TRUNCATE | IOCTL_DEV  # `> /dev/null` truncates
 # linux/prctl.h, linux/seccomp.h
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+PR_SET_CHILD_SUBREAPER = 36
+ENDING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 O_PATH = getattr(os, "O_PATH", 0o10000000)
 PRIVILEGED_PORTS = 1024
 
@@ -169,19 +182,105 @@ def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     program = _resolve(argv[2])  # before Landlock hides the directories it searches
     libc = _libc()
+    _check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
+    ended: list[int] = []
+
+    def end(signum: int, _frame: object) -> None:
+        ended.append(signum)
+        raise _Ending
+
+    for sig in ENDING:
+        signal.signal(sig, end)
+    child = os.fork()
+    if child == 0:
+        for sig in ENDING:
+            signal.signal(sig, signal.SIG_DFL)
+        os._exit(_confined(spec, libc, program, argv[2:]))
+    status = None
+    try:
+        status = _wait_for(child)
+    except _Ending:
+        pass
+    finally:
+        for sig in ENDING:  # from here on nothing stops the sweep
+            signal.signal(sig, signal.SIG_IGN)
+        end_descendants()
+    if ended:
+        return _die_of(ended[0])
+    assert status is not None
+    if os.WIFSIGNALED(status):
+        return _die_of(os.WTERMSIG(status))
+    return os.waitstatus_to_exitcode(status)
+
+
+class _Ending(Exception):
+    """A signal that ends the run reached the supervisor."""
+
+
+def _confined(spec: dict, libc: ctypes.CDLL, program: str, argv: list[str]) -> int:
+    """The child: confine, then become the command (returns only on failure)."""
     try:
         if spec.get("landlock", True):
             landlock(spec, libc)
         if spec.get("seccomp"):
             load_seccomp(bytes.fromhex(spec["seccomp"]), libc)
     except OSError as exc:
-        print(f"swegreen confine: {exc}", file=sys.stderr)
+        print(f"swegreen confine: {exc}", file=sys.stderr, flush=True)
         return 126
     try:
-        os.execv(program, argv[2:])
+        os.execv(program, argv)
     except OSError as exc:
-        print(f"swegreen confine: {program}: {exc.strerror}", file=sys.stderr)
-        return 127
+        print(f"swegreen confine: {program}: {exc.strerror}", file=sys.stderr, flush=True)
+    return 127
+
+
+def _wait_for(child: int) -> int:
+    """The command's wait status; orphans that end meanwhile are reaped on the way."""
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == child:
+            return status
+
+
+def children(parent: int) -> list[int]:
+    """Processes whose parent is ``parent`` (from /proc: no kernel option needed)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == parent:
+            found.append(int(entry.name))
+    return found
+
+
+def end_descendants() -> None:
+    """Kills every process under this one, until none is left: a killed process's
+    children are reparented here (the subreaper) and killed in the next pass."""
+    me = os.getpid()
+    while left := children(me):
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in left:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def _die_of(signum: int) -> int:
+    """Ends this process by ``signum``, as the command was ended, so that the caller
+    (``timeout``, the engine) sees the same status; 128 + signum where it cannot."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+    os.kill(os.getpid(), signum)
+    return 128 + signum
 
 
 def _resolve(name: str) -> str:
