@@ -19,7 +19,14 @@ import httpx
 import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.helpers import new_text_part
-from a2a.types import CancelTaskRequest, GetTaskRequest, Message, Role, SendMessageRequest
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Role,
+    SendMessageRequest,
+)
 from google.protobuf.json_format import MessageToDict
 
 from swegreen.sample import SampleBenchmark
@@ -413,3 +420,26 @@ def test_the_llm_baseline_with_a_mocked_model(
     assert good["participant_usage"]["total_tokens"] > 0  # litellm's mock reports usage too
     [bad] = outcome.rows["llm-prose"]["instances"]
     assert (bad["status"], bad["reason"]) == ("no_op", "no_patch")
+
+
+def test_no_caller_lists_the_tasks_of_others(servers) -> None:
+    """The A2A server has no callers' identities: its task listing shows nobody the tasks
+    (and histories) of assessments, so another participant or a sandboxed process that
+    reaches its port learns nothing; the one who started a task still reads it by its id."""
+    request = {
+        "participants": {"gold": servers["gold"].url},
+        "config": {**SAMPLE_CONFIG, "max_rows": 1},
+    }
+    outcome = asyncio.run(assess(servers["green"].url, request))
+    assert outcome.state == "TASK_STATE_COMPLETED" and outcome.task_id
+
+    async def look() -> tuple[int, str]:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30)) as http:
+            client = await ClientFactory(ClientConfig(httpx_client=http)).create_from_url(
+                servers["green"].url
+            )
+            listed = await client.list_tasks(ListTasksRequest())
+            own = await client.get_task(GetTaskRequest(id=outcome.task_id))
+            return len(listed.tasks), MessageToDict(own)["status"]["state"]
+
+    assert asyncio.run(look()) == (0, "TASK_STATE_COMPLETED")

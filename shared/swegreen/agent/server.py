@@ -13,11 +13,20 @@ from collections.abc import Callable
 
 from a2a.helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Task
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    ListTasksRequest,
+    ListTasksResponse,
+    Task,
+)
 from starlette.applications import Starlette
 
 from swegreen import __version__
@@ -73,8 +82,21 @@ class DeferredExecutor(AgentExecutor):
         await (await self._executor()).cancel(context, event_queue)
 
 
+class PrivateTasksHandler(DefaultRequestHandler):
+    """A2A's handler, with a task listing that lists nothing. The server knows no caller's
+    identity (AgentBeats' gateway sends none), so listing would show anyone who reaches
+    the port every assessment's task and history: another participant's, or a sandboxed
+    test's (Landlock mode lets loopback TCP through). A task is read by its id, which only
+    the caller who started it was given."""
+
+    async def on_list_tasks(
+        self, params: ListTasksRequest, context: ServerCallContext
+    ) -> ListTasksResponse:
+        return ListTasksResponse(page_size=params.page_size)
+
+
 def build_app(executor: AgentExecutor, card: AgentCard) -> Starlette:
-    handler = DefaultRequestHandler(
+    handler = PrivateTasksHandler(
         agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card
     )
     routes = create_agent_card_routes(card) + create_jsonrpc_routes(
