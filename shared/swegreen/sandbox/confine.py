@@ -189,15 +189,24 @@ def main(argv: list[str]) -> int:
         ended.append(signum)
         raise _Ending
 
+    # held back until each side is ready for them: the child with the default actions,
+    # this process inside the block that sweeps whatever happens
+    signal.pthread_sigmask(signal.SIG_BLOCK, ENDING)
     for sig in ENDING:
         signal.signal(sig, end)
     child = os.fork()
     if child == 0:
         for sig in ENDING:
             signal.signal(sig, signal.SIG_DFL)
-        os._exit(_confined(spec, libc, program, argv[2:]))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, ENDING)
+        code = 126  # anything unforeseen: the command never runs, unconfined or not
+        try:
+            code = _confined(spec, libc, program, argv[2:])
+        finally:
+            os._exit(code)
     status = None
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, ENDING)
         status = _wait_for(child)
     except _Ending:
         pass
