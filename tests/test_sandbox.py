@@ -686,16 +686,22 @@ def test_no_process_of_a_run_outlives_it(tmp_path: Path, mode: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+UNPRIVILEGED = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+
+
 @pytest.mark.parametrize("mode", ["landlock", "process"])
-@pytest.mark.parametrize("how", ["cancelled", "engine killed"])
+@pytest.mark.parametrize("how", ["cancelled", "engine killed", "unprivileged, cancelled"])
 def test_no_escaped_process_outlives_a_cancelled_run_or_a_killed_engine(
     tmp_path: Path, mode: str, how: str
 ) -> None:
     """The run ends before its command does: cancelled by the engine (a participant's
-    deadline, a stopped assessment), or the engine itself killed. The escaped process ends
-    with it."""
+    deadline, a stopped assessment), or the engine itself killed; also by an engine with
+    no capability and no new privileges, as Amber starts the green agent. The escaped
+    process ends with it."""
     _mode(mode)
-    digit = "lp".index(mode[0]) + 2 * ("killed" in how)
+    if how.startswith("unprivileged") and not shutil.which("setpriv"):
+        pytest.skip("no setpriv to drop the engine's privileges")
+    digit = "lp".index(mode[0]) + 2 * ("killed" in how) + 4 * how.startswith("unprivileged")
     marker = f"4100.{os.getpid()}{digit}{int(time.time()) % 1000}"
     work = tmp_path / "work"
     work.mkdir()
@@ -716,7 +722,7 @@ def test_no_escaped_process_outlives_a_cancelled_run_or_a_killed_engine(
                 log_path=script.with_suffix(".log")))
             while not (work / "go").exists():  # the test saw the escaped process
                 await asyncio.sleep(0.05)
-            if {how == "cancelled"!r}:
+            if {how.endswith("cancelled")!r}:
                 run.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await run
@@ -725,7 +731,10 @@ def test_no_escaped_process_outlives_a_cancelled_run_or_a_killed_engine(
                 await run
         asyncio.run(main())
     """)
-    engine = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
+    prefix = UNPRIVILEGED if how.startswith("unprivileged") else []
+    engine = subprocess.Popen(
+        [*prefix, sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 300
         while not (work / "started").exists():
@@ -736,7 +745,7 @@ def test_no_escaped_process_outlives_a_cancelled_run_or_a_killed_engine(
             assert time.monotonic() < deadline, "the escaped sleep never started"
             time.sleep(0.05)
         (work / "go").touch()
-        if how == "cancelled":
+        if how.endswith("cancelled"):
             assert engine.stdout is not None and engine.stdout.readline() == "cancelled\n"
             assert _pids_running(marker) == [], "the escaped process outlived its run"
         else:
