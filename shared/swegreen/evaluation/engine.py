@@ -97,7 +97,8 @@ def choose_backend(config: EvalConfig, host_env: Mapping[str, str]) -> str:
         return "engine"
     raise ConfigError(
         f"environments = 'docker' but {why_not}; set DOCKER_HOST to the engine's socket (on "
-        "AgentBeats: mount framework.docker at /var/run/docker.sock) or use environments = 'engine'"
+        "AgentBeats: the manifest mounts framework.docker at /run/swegreen/docker.sock and names "
+        "it in DOCKER_HOST) or use environments = 'engine'"
     )
 
 
