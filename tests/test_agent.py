@@ -425,7 +425,8 @@ def test_the_llm_baseline_with_a_mocked_model(
 def test_no_caller_lists_the_tasks_of_others(servers) -> None:
     """The A2A server has no callers' identities: its task listing shows nobody the tasks
     (and histories) of assessments, so another participant or a sandboxed process that
-    reaches its port learns nothing; the one who started a task still reads it by its id."""
+    reaches its port learns nothing; the one who started a task still reads it by its id,
+    and lists it by the context id it chose."""
     request = {
         "participants": {"gold": servers["gold"].url},
         "config": {**SAMPLE_CONFIG, "max_rows": 1},
@@ -439,7 +440,14 @@ def test_no_caller_lists_the_tasks_of_others(servers) -> None:
                 servers["green"].url
             )
             listed = await client.list_tasks(ListTasksRequest())
-            own = await client.get_task(GetTaskRequest(id=outcome.task_id))
-            return len(listed.tasks), MessageToDict(own)["status"]["state"]
+            guessed = await client.list_tasks(ListTasksRequest(context_id=uuid.uuid4().hex))
+            own = MessageToDict(await client.get_task(GetTaskRequest(id=outcome.task_id)))
+            mine = await client.list_tasks(ListTasksRequest(context_id=own["contextId"]))
+            return (
+                len(listed.tasks),
+                len(guessed.tasks),
+                [t.id for t in mine.tasks],
+                own["status"]["state"],
+            )
 
-    assert asyncio.run(look()) == (0, "TASK_STATE_COMPLETED")
+    assert asyncio.run(look()) == (0, 0, [outcome.task_id], "TASK_STATE_COMPLETED")

@@ -83,16 +83,20 @@ class DeferredExecutor(AgentExecutor):
 
 
 class PrivateTasksHandler(DefaultRequestHandler):
-    """A2A's handler, with a task listing that lists nothing. The server knows no caller's
-    identity (AgentBeats' gateway sends none), so listing would show anyone who reaches
-    the port every assessment's task and history: another participant's, or a sandboxed
-    test's (Landlock mode lets loopback TCP through). A task is read by its id, which only
-    the caller who started it was given."""
+    """A2A's handler, with a task listing that shows a caller only the tasks of a context
+    it names. The server knows no caller's identity (AgentBeats' gateway sends none), so
+    an unfiltered listing would show anyone who reaches the port every assessment's task
+    and history: another participant's, or a sandboxed test's (Landlock mode lets loopback
+    TCP through). A context id is the random one its caller chose, so naming it proves
+    the caller started the task (the green agent's client finds a participant's task that
+    way when its stream was held back)."""
 
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
-        return ListTasksResponse(page_size=params.page_size)
+        if not params.context_id:
+            return ListTasksResponse(page_size=params.page_size)
+        return await super().on_list_tasks(params, context)
 
 
 def build_app(executor: AgentExecutor, card: AgentCard) -> Starlette:
