@@ -98,7 +98,8 @@ class Assessment:
                 raise RequestError(str(exc)) from None
         self._plan = await self._select()
         config, dataset, instances = self._plan
-        self.time_plan = await asyncio.to_thread(self._time_plan, config, len(instances))
+        self._backend = await asyncio.to_thread(self._backend_for, config)
+        self.time_plan = self._time_plan(config, len(instances))
         if not self.time_plan.fits:
             raise RequestError(
                 f"this shard cannot finish in time: {self.time_plan.describe()}. "
@@ -161,21 +162,22 @@ class Assessment:
                 lines.append(line)
         return AssessmentOutcome(rows, "\n".join(lines))
 
-    def _time_plan(self, config: EvalConfig, rows: int) -> Plan:
+    def _backend_for(self, config: EvalConfig) -> str:
+        """Where rows are graded: engine, docker (``auto`` asks the daemon) or aws."""
         if self.settings.front_door is not None:
-            backend = "aws"
-        elif config.environments == "auto":
-            backend = choose_backend(config, self.settings.host_env)
-        else:
-            backend = config.environments
-        self._backend = backend
+            return "aws"
+        if config.environments == "auto":
+            return choose_backend(config, self.settings.host_env)
+        return config.environments
+
+    def _time_plan(self, config: EvalConfig, rows: int) -> Plan:
         return plan(
             rows=rows,
             participants=len(self.request.participants),
             concurrent=config.max_concurrent_rows,
             participant_timeout=config.participant_timeout,
             eval_timeout=config.eval_timeout,
-            backend=backend,
+            backend=self._backend,
             budget_minutes=config.time_budget(),
         )
 
