@@ -686,6 +686,44 @@ def test_no_process_of_a_run_outlives_it(tmp_path: Path, mode: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def test_the_supervisor_sweeps_however_many_ending_signals_reach_it(tmp_path: Path) -> None:
+    """A cancelled run's TERM reaches the supervisor twice (the engine's signal to the group,
+    and ``timeout`` forwarding it); the second must not cut the sweep short. Each try sends
+    more while it sweeps; before the fix, most runs of this test left an escaped process alive."""
+    from swegreen.sandbox import confine
+
+    spec = '{"landlock": false}'
+    for attempt in range(40):
+        marker = f"4200.{os.getpid()}{attempt}"
+        script = (
+            "python3 -c 'import os\nif os.fork() == 0:\n os.setsid()\n"
+            f' if os.fork() == 0: os.execvp("sleep", ["sleep", "{marker}"])\n'
+            " os._exit(0)\nos.wait()'; sleep 600"
+        )
+        supervisor = subprocess.Popen(
+            [sys.executable, "-I", "-S", confine.__file__, spec, "--", "bash", "-c", script],
+            start_new_session=True,
+            cwd=tmp_path,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while not _pids_running(marker):
+                assert supervisor.poll() is None, "the supervisor exited before its command"
+                assert time.monotonic() < deadline, "the escaped sleep never started"
+                time.sleep(0.01)
+            os.killpg(supervisor.pid, signal.SIGTERM)
+            while supervisor.poll() is None:  # more while it sweeps (a zombie takes them)
+                os.kill(supervisor.pid, signal.SIGTERM)
+                time.sleep(0.0001)
+            assert supervisor.returncode == -signal.SIGTERM, "it dies as it was ended"
+            assert _pids_running(marker) == [], f"try {attempt}: the escaped process outlived it"
+        finally:
+            for pid in _pids_running(marker):
+                os.kill(pid, signal.SIGKILL)
+            if supervisor.poll() is None:
+                os.killpg(supervisor.pid, signal.SIGKILL)
+
+
 UNPRIVILEGED = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
 
 

@@ -59,6 +59,7 @@ DEVICE = READ_FILE | WRITE_FILE | READ_DIR | TRUNCATE | IOCTL_DEV  # `> /dev/nul
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 PR_SET_CHILD_SUBREAPER = 36
 ENDING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+WAKE = {*ENDING, signal.SIGCHLD}
 O_PATH = getattr(os, "O_PATH", 0o10000000)
 PRIVILEGED_PORTS = 1024
 
@@ -183,47 +184,30 @@ def main(argv: list[str]) -> int:
     program = _resolve(argv[2])  # before Landlock hides the directories it searches
     libc = _libc()
     _check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
-    ended: list[int] = []
-
-    def end(signum: int, _frame: object) -> None:
-        ended.append(signum)
-        raise _Ending
-
-    # held back until each side is ready for them: the child with the default actions,
-    # this process inside the block that sweeps whatever happens
-    signal.pthread_sigmask(signal.SIG_BLOCK, ENDING)
-    for sig in ENDING:
-        signal.signal(sig, end)
+    # No signal handler to race with: every signal that wakes this process stays blocked
+    # and is taken by sigwaitinfo, so a second TERM (the engine's, and timeout's forward
+    # of it) cannot interrupt the sweep. The child unblocks them before it confines itself.
+    signal.pthread_sigmask(signal.SIG_BLOCK, WAKE)
     child = os.fork()
     if child == 0:
         for sig in ENDING:
             signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, ENDING)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, WAKE)
         code = 126  # anything unforeseen: the command never runs, unconfined or not
         try:
             code = _confined(spec, libc, program, argv[2:])
         finally:
             os._exit(code)
-    status = None
     try:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, ENDING)
-        status = _wait_for(child)
-    except _Ending:
-        pass
+        status, ending = _wait_for(child)
     finally:
-        for sig in ENDING:  # from here on nothing stops the sweep
-            signal.signal(sig, signal.SIG_IGN)
         end_descendants()
-    if ended:
-        return _die_of(ended[0])
+    if ending is not None:
+        return _die_of(ending)
     assert status is not None
     if os.WIFSIGNALED(status):
         return _die_of(os.WTERMSIG(status))
     return os.waitstatus_to_exitcode(status)
-
-
-class _Ending(Exception):
-    """A signal that ends the run reached the supervisor."""
 
 
 def _confined(spec: dict, libc: ctypes.CDLL, program: str, argv: list[str]) -> int:
@@ -243,12 +227,22 @@ def _confined(spec: dict, libc: ctypes.CDLL, program: str, argv: list[str]) -> i
     return 127
 
 
-def _wait_for(child: int) -> int:
-    """The command's wait status; orphans that end meanwhile are reaped on the way."""
+def _wait_for(child: int) -> tuple[int | None, int | None]:
+    """The command's wait status, or the signal that ends the run first; orphans that end
+    meanwhile are reaped on the way. The signals of ``WAKE`` must be blocked."""
     while True:
-        pid, status = os.waitpid(-1, 0)
-        if pid == child:
-            return status
+        while True:  # SIGCHLDs coalesce: reap everything that has ended
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == child:
+                return status, None
+            if pid == 0:
+                break
+        info = signal.sigwaitinfo(WAKE)
+        if info.si_signo != signal.SIGCHLD:
+            return None, info.si_signo
 
 
 def children(parent: int) -> list[int]:
