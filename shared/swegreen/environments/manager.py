@@ -6,8 +6,8 @@ packages), upstream's base tooling, the recipe's packages resolved as of a date,
 sysroot for missing Debian packages and compiled locales. It is built under a lock and
 marked complete only at the end; a failed build leaves ``<key>.failed.log``.
 
-Each evaluation works in a *view*: a hardlinked copy of the environment (a fraction of a
-second) whose few files that installs rewrite in place are real copies, so an editable
+Each evaluation works in a *view*: a linked copy of the environment (a fraction of a
+second; views.py) whose few files that installs rewrite in place are real copies, so an editable
 install or ``setup.py install`` of one instance never leaks into the environment or
 into another instance running at the same time."""
 
@@ -41,6 +41,7 @@ from swegreen.environments.interpreters import (
     InterpreterSearch,
 )
 from swegreen.environments.views import (
+    Links,
     MountCopy,
     make_view,
 )
@@ -304,11 +305,13 @@ class EnvManager:
         rewrite: Mapping[str, str] | None = None,
         owner: int | None = None,
         mount_copy: MountCopy | None = None,
+        links: Links = "hard",
     ) -> Environment:
         """A private, writable view of ``env`` at ``dest`` for one evaluation; ``owner``:
         the sandbox's uid, lent what it may write as the view is made; ``mount_copy``:
-        its site-packages mounted copy-on-write where it can be (``make_view``)."""
-        await asyncio.to_thread(make_view, env.prefix, dest, rewrite, owner, mount_copy)
+        its site-packages mounted copy-on-write where it can be; ``links``: symbolic for a
+        sandbox of the engine's own uid (``make_view``)."""
+        await asyncio.to_thread(make_view, env.prefix, dest, rewrite, owner, mount_copy, links)
         return Environment(
             env.key, env.root, dest, env.runtime_env, env.extra_bin, env.build_seconds, env.reused
         )

@@ -1,5 +1,13 @@
-"""Private views of a built environment: hard links to its files, private copies of what
-holds its own path (scripts, configuration), so evaluations never write into the build."""
+"""Private views of a built environment: links to its files, private copies of what
+holds its own path (scripts, configuration), so evaluations never write into the build.
+
+Hard links where the sandbox runs as a uid of its own: the files stay the engine's, which
+that uid cannot write, only replace in its view. Where it runs as the engine's own uid (a
+non-root engine, or root with every capability dropped, as Amber starts one), a hard
+link would be its file to write in place, and the write would reach the environment and
+every later row that uses it; there the view links symbolically, so every write through
+it reaches the source's own path, which the sandbox sees read-only (Landlock, a
+read-only bind), and is refused."""
 
 from __future__ import annotations
 
@@ -8,12 +16,15 @@ import shutil
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Literal
 
 # What an interpreter installation's bin/ holds of its own; the rest belongs to packages.
 INTERPRETER_EXECUTABLES = ("python", "pydoc", "idle", "2to3")
 
 
 MountCopy = Callable[[Path, Path], bool]  # (lower, target): mounted copy-on-write, or not
+Links = Literal["hard", "symbolic"]
+METADATA_DIRS = (".dist-info", ".egg-info")
 
 
 def make_view(
@@ -22,6 +33,7 @@ def make_view(
     rewrite: Mapping[str, str] | None = None,
     owner: int | None = None,
     mount_copy: MountCopy | None = None,
+    links: Links = "hard",
 ) -> None:
     """What installs may write gets a private copy: ``bin/`` (scripts re-pointed at the
     view) and ``site-packages`` (hardlinks, with its top-level files such as
@@ -36,7 +48,9 @@ def make_view(
     entries: 0.1 s of every evaluation). ``mount_copy``: mounts ``site-packages``
     copy-on-write over the source's instead of linking its files one by one (a
     ``source`` whose directories are ``owner``'s already: ``own_tree``); where it cannot,
-    the links are made."""
+    the links are made. ``links``: how site-packages' files are linked ("symbolic" for a
+    sandbox of the engine's own uid; see the module's docstring), the interpreter's
+    binaries then copied."""
     pairs = {str(source): str(dest), **(rewrite or {})}
     own = _owner(owner)
     dest.mkdir(parents=True)
@@ -44,13 +58,13 @@ def make_view(
     for entry in source.iterdir():
         target = dest / entry.name
         if entry.name == "bin":
-            _copy_bin(entry, target, pairs, own)
+            _copy_bin(entry, target, pairs, own, links)
         elif entry.name == "lib" and not entry.is_symlink():
             target.mkdir()
             own(target)
             for lib in entry.iterdir():
                 if lib.name.startswith("python") and lib.is_dir() and not lib.is_symlink():
-                    _view_stdlib(lib, target / lib.name, pairs, owner, mount_copy)
+                    _view_stdlib(lib, target / lib.name, pairs, owner, mount_copy, links)
                 else:
                     (target / lib.name).symlink_to(lib)
                     own(target / lib.name)
@@ -86,6 +100,7 @@ def _view_stdlib(
     pairs: Mapping[str, str],
     owner: int | None,
     mount_copy: MountCopy | None = None,
+    links: Links = "hard",
 ) -> None:
     own = _owner(owner)
     dest.mkdir()
@@ -93,22 +108,30 @@ def _view_stdlib(
     for entry in source.iterdir():
         if entry.name == "site-packages":
             if mount_copy is None or not mount_copy(entry, dest / entry.name):
-                _link_tree(entry, dest / entry.name, owner)
+                _link_tree(entry, dest / entry.name, owner, links)
             # what holds a path gets a private copy: in a mounted copy, in its upper layer
             for path in (dest / entry.name).iterdir():
-                if path.is_file() and not path.is_symlink():
+                if path.is_file() and (links == "symbolic" or not path.is_symlink()):
                     _private_copy(path, pairs)
                     own(path)
+                elif links == "symbolic" and path.suffix in METADATA_DIRS and path.is_dir():
+                    # pip refuses to remove a file whose real path is outside sys.prefix:
+                    # a distribution's record stays real, so reinstalling it is as upstream
+                    for file in path.rglob("*"):
+                        if file.is_symlink() and file.is_file():
+                            _private_copy(file)
+                            own(file)
         else:
             (dest / entry.name).symlink_to(entry)
             own(dest / entry.name)
 
 
-def _link_tree(source: Path, dest: Path, owner: int | None) -> None:
-    """``cp -al``, its directories and (linked) symlinks then given to ``owner``: both in
-    programs of their own, so that the view is made beside the seal's walk (testbeds.py)
-    rather than taking turns with it for the interpreter's lock."""
-    subprocess.run(["cp", "-al", str(source), str(dest)], check=True)
+def _link_tree(source: Path, dest: Path, owner: int | None, links: Links = "hard") -> None:
+    """``cp -al`` (``cp -as``: symbolic), its directories and symlinks then given to
+    ``owner``: both in programs of their own, so that the view is made beside the seal's
+    walk (testbeds.py) rather than taking turns with it for the interpreter's lock."""
+    how = "-al" if links == "hard" else "-as"
+    subprocess.run(["cp", how, str(source.absolute()), str(dest)], check=True)
     if owner is not None:
         own_tree(dest, owner)
 
@@ -124,7 +147,11 @@ def own_tree(root: Path, owner: int) -> None:
 
 
 def _copy_bin(
-    source: Path, dest: Path, pairs: Mapping[str, str], own: Callable[[Path], None]
+    source: Path,
+    dest: Path,
+    pairs: Mapping[str, str],
+    own: Callable[[Path], None],
+    links: Links = "hard",
 ) -> None:
     dest.mkdir()
     own(dest)
@@ -137,7 +164,12 @@ def _copy_bin(
             with entry.open("rb") as fh:
                 head = fh.read(1024)
             if b"\0" in head:  # a binary (the interpreter): never rewritten by installs
-                os.link(entry, target)
+                if links == "hard":
+                    os.link(entry, target)
+                    continue
+                # a real file (Python finds its prefix through symlinks): a few kB
+                shutil.copy2(entry, target)
+                own(target)
                 continue
             target.write_bytes(_replace_all(entry.read_bytes(), pairs))
             shutil.copymode(entry, target)

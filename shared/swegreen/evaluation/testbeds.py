@@ -88,6 +88,8 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
                 workspace / "env",
                 {str(prepared.repo): str(workspace / "repo")},
                 owner=self.sandbox.isolation.sandbox_uid,
+                # a sandbox of the engine's own uid could write a hard-linked file in place
+                links="hard" if self.sandbox.isolation.sandbox_uid is not None else "symbolic",
                 # copy-on-write like the checkout, where its directories are the
                 # sandbox's already (the view's 8,000 links on django: 0.1-0.45 s)
                 mount_copy=functools.partial(_mount_copy, host_dir / ENV_LAYERS)

@@ -1,0 +1,138 @@
+"""Integrity, round four: the environment a sandbox of the engine's own uid is lent.
+
+A non-root engine (or root with every capability dropped, as Amber starts the green agent)
+has no other uid to give its sandbox, so the tests run as the owner of the environment's
+files. A view of hard links would let them write those files in place, through their
+own, writable workspace: a rewritten pytest reaches every later row on that cache. Here
+the sandbox runs as the engine's uid in bubblewrap and in Landlock mode, and a patch
+rewrites a file of pytest in place (same size, mtime set back) from its build step and
+from the code its tests import. Every write must be refused, the environment and the
+prepared workspace must stay byte for byte as they were, and the row is graded as the
+code it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from swegreen.evaluation.settings import LocalSettings
+from swegreen.sample import SampleBenchmark
+from swegreen.sandbox.isolation import Isolation
+from tests.conftest import RunSample
+from tests.test_integrity import write
+from tests.test_integrity_tools import evaluate_crafted
+from tests.test_prepared import tree_digest
+
+MARK = "SWEGREEN-PLANTED"
+# the literal must appear only when the code runs (the log shows the patch's diff)
+REWRITE = """
+import glob, os, sys
+
+
+def _rewrite(where, say):
+    said = "SWEGREEN" + "-PLANTED " + where
+    found = glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-packages",
+                                   "_pytest", "__init__.py"))
+    if not found:
+        say(said + " found nothing")
+        return
+    target = found[0]
+    try:
+        st = os.stat(target)
+        with open(target, "r+b") as fh:
+            data = fh.read()
+            fh.seek(0)
+            fh.write(data[:-1] + b"#")
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+        say(said + " wrote " + target)
+    except OSError as exc:
+        say(said + " refused " + type(exc).__name__)
+"""
+# pip hides a build's output: the build leaves its word in the checkout, the import says it
+BUILD = """
+def _note(line):
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "PLANTED.txt"), "a") as fh:
+        fh.write(line + "\\n")
+
+
+_rewrite("build", _note)
+from setuptools import setup
+setup()
+"""
+# pytest captures what an import prints: said at exit, once its capture has ended
+IMPORT = """
+import atexit
+
+_said = []
+_note = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "PLANTED.txt")
+if os.path.exists(_note):
+    with open(_note) as fh:
+        _said += fh.read().splitlines()
+_rewrite("import", _said.append)
+atexit.register(lambda: os.write(2, "".join(line + "\\n" for line in _said).encode()))
+"""
+
+
+def rewrite_pytest_in_place(repo: Path) -> None:
+    """From the build step (setup.py) and from the package the tests import."""
+    write(repo / "setup.py", REWRITE + BUILD)
+    write(repo / "ledger" / "__init__.py", REWRITE + IMPORT, True)
+
+
+def a_readme(repo: Path) -> None:
+    """A patch that changes nothing the tests see."""
+    write(repo / "NOTES.md", "nothing to see\n")
+
+
+@pytest.fixture(params=["bwrap", "landlock"])
+def isolation(request: pytest.FixtureRequest) -> Isolation:
+    """The sandbox as a non-root engine gets it: the engine's own uid."""
+    return dataclasses.replace(Isolation.probe(request.param), sandbox_uid=None)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> LocalSettings:
+    """A cache of this test's own: the attack must not reach the session's."""
+    return LocalSettings(output_dir=tmp_path / "results", cache_dir=tmp_path / "cache")
+
+
+def test_a_sandbox_of_the_engines_uid_cannot_write_the_shared_environment(
+    isolation: Isolation,
+    run_sample: RunSample,
+    sample: SampleBenchmark,
+    settings: LocalSettings,
+    tmp_path: Path,
+) -> None:
+    envs = settings.cache_dir / "envs"
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    # the first row builds the environment and prepares the workspace, unharmed
+    first, _ = evaluate_crafted(
+        a_readme, "same-uid-0", run_sample, sample, settings, tmp_path / "a"
+    )
+    assert first.status.value == "no_op"
+    [env] = [p for p in envs.iterdir() if (p / ".complete").exists()]
+    prepared = [p for p in (settings.cache_dir).rglob("seal.json")]
+    assert prepared, "no prepared workspace to compare"
+    before = tree_digest(env), [tree_digest(p.parent / "env") for p in prepared]
+
+    row, log = evaluate_crafted(
+        rewrite_pytest_in_place, "same-uid-1", run_sample, sample, settings, tmp_path / "b"
+    )
+    said = [line for line in log.splitlines() if line.startswith(MARK)]
+    assert any(line.startswith(f"{MARK} build ") for line in said), log[-3000:]
+    assert any(line.startswith(f"{MARK} import ") for line in said), log[-3000:]
+    assert not [line for line in said if " wrote " in line], said
+    assert (tree_digest(env), [tree_digest(p.parent / "env") for p in prepared]) == before
+    assert (row.status.value, row.reason) == ("no_op", "no_f2p_pass")
+    # the next row starts from what was built
+    again, _ = evaluate_crafted(
+        a_readme, "same-uid-2", run_sample, sample, settings, tmp_path / "c"
+    )
+    assert (again.status.value, again.reason) == ("no_op", "no_f2p_pass"), again
+    assert "seal_broken" not in again.environment
+    assert os.path.getsize(next(env.rglob("_pytest/__init__.py"))) > 0
