@@ -1,4 +1,5 @@
-"""Integrity, round four: the environment a sandbox of the engine's own uid is lent.
+"""Integrity, round four: the environment a sandbox of the engine's own uid is lent, and
+test code swapped before pytest collects it.
 
 A non-root engine (or root with every capability dropped, as Amber starts the green agent)
 has no other uid to give its sandbox, so the tests run as the owner of the environment's
@@ -8,13 +9,15 @@ the sandbox runs as the engine's uid in bubblewrap and in Landlock mode, and a p
 rewrites a file of pytest in place (same size, mtime set back) from its build step and
 from the code its tests import. Every write must be refused, the environment and the
 prepared workspace must stay byte for byte as they were, and the row is graded as the
-code it is.
+code it is. Then code the tests import replaces every test function's code, or the
+function, after its module ran: the row must end ``error/log_tampering``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -136,3 +139,55 @@ def test_a_sandbox_of_the_engines_uid_cannot_write_the_shared_environment(
     assert (again.status.value, again.reason) == ("no_op", "no_f2p_pass"), again
     assert "seal_broken" not in again.environment
     assert os.path.getsize(next(env.rglob("_pytest/__init__.py"))) > 0
+
+
+# -- test functions' code swapped at import --------------------------------------------------
+
+# Code the tests import arranges that when a test module finishes executing, before pytest
+# collects it, every test function does nothing: its code replaced by an empty body, or the
+# function replaced by one that claims to wrap it (``functools.wraps``) and never calls it.
+SWAPPED_AT_IMPORT = """
+import functools as _functools
+import sys as _sys
+
+
+def _swap_when_done(frame, event, arg):
+    code = frame.f_code
+    if event == "return" and code.co_name == "<module>" and "/tests/" in code.co_filename:
+        for name, value in list(frame.f_globals.items()):
+            if name.startswith("test_") and hasattr(value, "__code__"):
+                if {how!r} == "code":
+                    value.__code__ = (lambda *args, **kwargs: None).__code__
+                else:
+                    frame.f_globals[name] = _functools.wraps(value)(lambda *a, **k: None)
+    return None
+
+
+_sys.setprofile(_swap_when_done)
+"""
+
+
+def swapped_at_import(how: str) -> Callable[[Path], None]:
+    def plant(repo: Path) -> None:
+        init = repo / "ledger" / "__init__.py"
+        write(init, SWAPPED_AT_IMPORT.format(how=how) + init.read_text())
+
+    return plant
+
+
+@pytest.mark.parametrize("how", ["code", "wrapper"])
+def test_test_code_swapped_before_collection_is_named_and_never_resolves(
+    how: str,
+    run_sample: RunSample,
+    sample: SampleBenchmark,
+    settings: LocalSettings,
+    tmp_path: Path,
+) -> None:
+    """Every graded test "passes" with the swap (before the check, the row resolved); it
+    must end error/log_tampering, naming the tests whose code is not their file's."""
+    row, log = evaluate_crafted(
+        swapped_at_import(how), f"swapped-{how}", run_sample, sample, settings, tmp_path
+    )
+    assert "PASSED tests/test_money.py::test_add_mismatched_currency_raises" in log  # it bit
+    assert (row.status.value, row.reason) == ("error", "log_tampering"), row.detail
+    assert "its test function's code is not what its file compiles to" in row.detail, row.detail

@@ -19,7 +19,11 @@ that run a test and make its report, and the plugins on the reporting hooks) bef
 tests run, and reports a change (``tamper``) seen after any test or at the end: code that
 replaces ``Function.runtest`` or registers a report-rewriting hook while the tests run is
 named; so is an item whose test function (or its code) is not the one it was collected
-with. Neither check runs on pytest's own repository, whose tests change pytest. A skip or
+with, or not code compiled from its file's bytes: every test module is compiled afresh
+from its source (pytest's cached rewrite is never read) and the code objects of that
+compile are kept, so a test whose function's code was replaced between the module's
+execution and its collection (code under test can arrange that) is named too. Neither
+check runs on pytest's own repository, whose tests change pytest. A skip or
 xfail raised while a test runs is recorded with the repository files its traceback
 passes through and whether the test carries the marker for it.
 
@@ -118,10 +122,14 @@ def _inside(root, repo):
     return root == repo or root.startswith(repo + os.sep)
 
 
-def _is_pytest_itself():
-    return any(
-        os.path.isfile(os.path.join(_REPO, where, "_pytest", "python.py")) for where in ("", "src")
+def _is_pytest_itself_at(repo):
+    return bool(repo) and any(
+        os.path.isfile(os.path.join(repo, where, "_pytest", "python.py")) for where in ("", "src")
     )
+
+
+def _is_pytest_itself():
+    return _is_pytest_itself_at(_REPO)
 
 
 def _functions():
@@ -153,6 +161,171 @@ def _functions():
 
 # Taken when pytest imports this plugin: before any conftest or project module runs.
 _FUNCTIONS = _functions()
+
+# -- what each test module's bytes compile to ------------------------------------------
+
+# realpath of a test module -> (its code, as pytest's rewriter compiled it from the file's
+# bytes: True, so the functions it defines are those very code objects; False: compiled
+# here again, equal by value)
+_COMPILED = {}
+
+
+def _keep(fn, code):
+    if isinstance(code, type(_keep.__code__)):
+        _COMPILED[os.path.realpath(str(fn))] = (code, True)
+
+
+def _watch_compiles():
+    """Keeps what pytest's assertion rewriter compiles each test module to, and makes it
+    compile every one from its source: a cached rewrite (``__pycache__/*-pytest-*.pyc``,
+    which code run earlier in the session could have forged) is never read."""
+    try:
+        from _pytest.assertion import rewrite
+    except ImportError:
+        return
+    rewrite_test = getattr(rewrite, "_rewrite_test", None)
+    if rewrite_test is None or not hasattr(rewrite, "_read_pyc"):
+        return
+
+    def _rewrite_test(*args, **kwargs):
+        result = rewrite_test(*args, **kwargs)
+        fn = [a for a in args if not hasattr(a, "getini")] or [kwargs.get("fn")]
+        with contextlib.suppress(Exception):
+            _keep(fn[0], result[1])
+        return result
+
+    def _read_pyc(*args, **kwargs):
+        return None
+
+    rewrite._rewrite_test = _rewrite_test
+    rewrite._read_pyc = _read_pyc
+
+
+def _not_compiled_from_its_file(item):
+    """Why the code the item runs is not what its file defines (None: it is, or the file
+    does not define the test: inherited, imported, generated)."""
+    module = getattr(item, "module", None)
+    path = getattr(module, "__file__", None)
+    if not path or not _REPO:
+        return None
+    path = os.path.realpath(path)
+    if not _inside(path, _REPO) or not path.endswith(".py"):
+        return None
+    kept = _COMPILED.get(path)
+    if kept is None:  # imported without the rewriter (``--assert=plain``): as Python does
+        with open(path, "rb") as fh:
+            kept = (compile(fh.read(), path, "exec", dont_inherit=True), False)
+        _COMPILED[path] = kept
+    cls = getattr(item, "cls", None)
+    name = getattr(item, "originalname", None) or item.name.split("[")[0]
+    scope = kept[0]
+    if cls is not None:
+        bodies = [c for c in _code_consts(scope) if c.co_name == cls.__name__]
+        if not bodies:
+            return None
+        scope = bodies[0]
+    defined = [c for c in _code_consts(scope) if c.co_name == name]
+    if not defined:
+        return None
+    func = getattr(item.obj, "__func__", item.obj)
+    codes = [getattr(f, "__code__", None) for f in _wrapped_chain(func)]
+    if any(_same(code, c, kept[1]) for code in codes[:1] for c in defined):
+        return None
+    if (cls.__name__ if cls is not None else None, name) in _decorated(path):
+        # wrappers its decorators made: the file's function must be reached through them
+        # (``functools.wraps``), unless none of them is the repository's (a library's,
+        # such as hypothesis's, which keeps the test elsewhere)
+        if any(code is not None and _compiled_in(code, kept) for code in codes):
+            return None  # its own function, or a wrapper a decorator of its file made
+        if not any(code is not None and _inside(code.co_filename, _REPO) for code in codes):
+            return None
+    return "its test function's code is not what its file compiles to"
+
+
+def _compiled_in(code, kept):
+    """Whether ``code`` is one of the code objects the module's compile made."""
+    stack = [kept[0]]
+    while stack:
+        here = stack.pop()
+        if _same(code, here, kept[1]):
+            return True
+        stack += _code_consts(here)
+    return False
+
+
+def _code_consts(code):
+    return [c for c in code.co_consts if isinstance(c, type(code))]
+
+
+def _same(code, compiled, by_identity):
+    return code is compiled if by_identity else code == compiled
+
+
+def _wrapped_chain(func):
+    """``func`` and the functions it holds, nearest first: ``functools.wraps``'
+    ``__wrapped__``, hypothesis's ``inner_test`` (its wrapper's code claims the test's
+    file and line), and the functions in its closure (a decorator's wrapper that keeps
+    the test without ``wraps``, as matplotlib's ``check_figures_equal``)."""
+    chain, todo, seen = [], [func], set()
+    while todo and len(chain) < 100:
+        here = todo.pop(0)
+        here = getattr(here, "__func__", here)
+        if id(here) in seen or not hasattr(here, "__code__"):
+            continue
+        seen.add(id(here))
+        chain.append(here)
+        inner = getattr(here, "__wrapped__", None)
+        hyp = getattr(getattr(here, "hypothesis", None), "inner_test", None)
+        todo += [f for f in (inner, hyp) if f is not None]
+        for cell in getattr(here, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):  # an empty cell
+                todo.append(cell.cell_contents)
+    return chain
+
+
+_DECORATED = {}
+
+
+def _decorated(path):
+    """(class name or None, function name) of the defs in ``path`` with a decorator that
+    may wrap (anything but pytest's marks), read from the file's bytes."""
+    found = _DECORATED.get(path)
+    if found is not None:
+        return found
+    import ast
+
+    found = set()
+    with open(path, "rb") as fh:
+        tree = ast.parse(fh.read(), path)
+    defs = (ast.FunctionDef, getattr(ast, "AsyncFunctionDef", ast.FunctionDef))
+    for node in tree.body:
+        scopes = [(None, node)]
+        if isinstance(node, ast.ClassDef):
+            scopes = [(node.name, inner) for inner in node.body]
+        for owner, fn in scopes:
+            if isinstance(fn, defs) and any(not _is_mark(d) for d in fn.decorator_list):
+                found.add((owner, fn.name))
+    _DECORATED[path] = found
+    return found
+
+
+def _is_mark(node):
+    """``@pytest.mark.x``, ``@mark.x(...)``: marks change no function."""
+    import ast
+
+    if isinstance(node, ast.Call):
+        node = node.func
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        names.append(node.id)
+    return "mark" in names[1:]
+
+
+if not _is_pytest_itself_at(_REPO):
+    _watch_compiles()
 
 
 def _hookimpls(config):
@@ -247,17 +420,18 @@ def _swapped(item):
     if "runtest" in getattr(item, "__dict__", {}):
         return "its runtest was replaced"
     collected = _state["items"].get(item.nodeid)
-    if collected is None:
-        return None
     try:
         now = _unwrapped(item.obj)
     except Exception:
         return None
-    if now[0] != collected[0]:
+    if collected is not None and now[0] != collected[0]:
         return "its test function was swapped"
-    if now[1] != collected[1]:
+    if collected is not None and now[1] != collected[1]:
         return "its test function's code was replaced"
-    return None
+    try:
+        return _not_compiled_from_its_file(item)
+    except Exception:
+        return None
 
 
 @pytest.hookimpl(hookwrapper=True, trylast=True)
