@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from swegreen.sandbox import confine, seccomp
-from swegreen.sandbox.isolation import confine_argv
+from swegreen.sandbox.isolation import confine_argv, spec_pipe
 
 pytestmark = pytest.mark.skipif(confine.abi() < 1, reason="no Landlock on this kernel")
 ABI = confine.abi()
@@ -46,12 +46,17 @@ attempt("read-secret", lambda: open(os.path.join(lent, "secret")).read())
 attempt("fifo", lambda: open(os.path.join(lent, "fifo"), "w").write("x\n"))
 attempt("devnull", lambda: open("/dev/null", "w").write("x"))
 attempt("environ", lambda: open(f"/proc/{sys.argv[2]}/environ", "rb").read())
+for part in ("environ", "maps"):  # of a dumpable process of the same uid, outside the domain
+    attempt(f"{part}-dumpable", lambda: open(f"/proc/{os.environ['DUMPABLE']}/{part}", "rb").read())
 attempt("signal", lambda: os.kill(int(sys.argv[2]), 0))
 for port in sys.argv[3:]:
     def connect(port=int(port)):
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
     attempt(f"connect-{port}", connect)
+# what any process of the host can read of its supervisor (/proc shows every command line)
+with open(f"/proc/{os.getppid()}/cmdline", "rb") as fh:
+    print("supervisor", fh.read().replace(b"\0", b" ").decode())
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 denied = libc.syscall(KEYCTL, 0, -3, 0) == -1 and ctypes.get_errno() == 1
@@ -113,6 +118,7 @@ def test_confined_code_reaches_only_what_it_is_lent(tmp_path: Path) -> None:
     }
     tcp = confine.tcp_ruleset()
     spec["tcp_fd"] = tcp
+    spec_fd = spec_pipe(spec)
     low = 1000 + os.getpid() % 23  # below 1024: the internet's services' ports
     ports = [low] if os.geteuid() == 0 else []
     engine = subprocess.Popen(
@@ -121,6 +127,7 @@ def test_confined_code_reaches_only_what_it_is_lent(tmp_path: Path) -> None:
         text=True,
         env={**os.environ, "SWEGREEN_SECRET": "CANARY"},
     )
+    dumpable = subprocess.Popen(["sleep", "600"], env={"SWEGREEN_SECRET": "CANARY"})
     try:
         assert engine.stdout is not None and engine.stdout.readline() == "ready\n"
         with contextlib.ExitStack() as stack:
@@ -128,7 +135,7 @@ def test_confined_code_reaches_only_what_it_is_lent(tmp_path: Path) -> None:
             out = subprocess.run(
                 [
                     *NO_CAPS,  # as the engine's own uid runs its tests (no CAP_SYS_PTRACE)
-                    *confine_argv(spec),
+                    *confine_argv(spec_fd),
                     os.path.realpath(sys.executable),  # not the virtualenv's: not lent
                     "-I",
                     "-c",
@@ -140,12 +147,15 @@ def test_confined_code_reaches_only_what_it_is_lent(tmp_path: Path) -> None:
                 capture_output=True,
                 text=True,
                 timeout=120,
-                env={"PATH": "/usr/bin:/bin", "CANARY": "x"},
-                pass_fds=(tcp,) if tcp is not None else (),
+                env={"PATH": "/usr/bin:/bin", "CANARY": "x", "DUMPABLE": str(dumpable.pid)},
+                pass_fds=(spec_fd, tcp) if tcp is not None else (spec_fd,),
             )
     finally:
         engine.kill()
         engine.wait()
+        dumpable.kill()
+        dumpable.wait()
+        os.close(spec_fd)
         if tcp is not None:
             os.close(tcp)
     fifo = os.read(reader, 100)
@@ -157,6 +167,10 @@ def test_confined_code_reaches_only_what_it_is_lent(tmp_path: Path) -> None:
     assert lines["fifo"] == "ok" and fifo == b"x\n"
     assert lines["devnull"] == "ok"
     assert lines["environ"].startswith("refused")
+    # Landlock's own rule (a domain cannot ptrace-read out of itself) refuses it too, on
+    # the kernels measured (6.18): the non-dumpable engine is the second lock
+    assert lines["environ-dumpable"].startswith("refused"), lines
+    assert lines["maps-dumpable"].startswith("refused"), lines
     if ABI >= 6:
         assert lines["signal"].startswith("refused")
     if ABI >= 4:
@@ -166,17 +180,24 @@ def test_confined_code_reaches_only_what_it_is_lent(tmp_path: Path) -> None:
     if seccomp.supported():
         assert lines["keyctl"] == "refused"
     assert not (tmp_path / "ro" / "g").exists()
+    # the spec (every lent path) came through a pipe, not the supervisor's command line
+    assert "confine.py --spec-fd=" in lines["supervisor"], lines["supervisor"]
+    assert str(tmp_path) not in lines["supervisor"] and "seccomp" not in lines["supervisor"]
 
 
 def test_a_command_that_cannot_be_confined_never_runs(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    spec = {"ro": SYSTEM, "seccomp": "00"}  # not a program: the kernel refuses it
-    out = subprocess.run(
-        [*confine_argv(spec), "/bin/sh", "-c", f"touch {marker}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    spec_fd = spec_pipe({"ro": SYSTEM, "seccomp": "00"})  # not a program: the kernel refuses it
+    try:
+        out = subprocess.run(
+            [*confine_argv(spec_fd), "/bin/sh", "-c", f"touch {marker}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            pass_fds=(spec_fd,),
+        )
+    finally:
+        os.close(spec_fd)
     assert out.returncode == 126 and "swegreen confine:" in out.stderr
     assert not marker.exists()
 

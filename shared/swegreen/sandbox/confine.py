@@ -26,7 +26,9 @@ domain, it cannot be signalled by the confined code (ABI 6+); in process mode (n
 Landlock) code of its uid could kill it first: the weakest mode, as documented.
 
 Standard library only, no package imports: it runs with ``-I -S`` before anything from
-the sandboxed tree could be imported. The spec is JSON: ``{"ro": [...], "rw": [...],
+the sandboxed tree could be imported. The spec comes through an inherited pipe
+(``--spec-fd=FD``; isolation.spec_pipe), never the command line, which ``/proc`` shows to
+every process of the host; it is JSON: ``{"ro": [...], "rw": [...],
 "fifo": [...], "dev": [...], "tcp_fd": int or null, "seccomp": hex}``; with
 ``"landlock": false`` only the seccomp filter is loaded (process mode's launches).
 """
@@ -178,9 +180,9 @@ def load_seccomp(program: bytes, libc: ctypes.CDLL) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: confine.py SPEC_JSON -- COMMAND [ARG...]", file=sys.stderr)
+        print("usage: confine.py --spec-fd=FD|SPEC_JSON -- COMMAND [ARG...]", file=sys.stderr)
         return 2
-    spec = json.loads(argv[0])
+    spec = json.loads(_read_spec(argv[0]))
     program = _resolve(argv[2])  # before Landlock hides the directories it searches
     libc = _libc()
     _check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
@@ -284,6 +286,21 @@ def _die_of(signum: int) -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
     os.kill(os.getpid(), signum)
     return 128 + signum
+
+
+def _read_spec(arg: str) -> str:
+    """The spec: from the inherited pipe ``--spec-fd=FD`` names (read whole, then closed,
+    so that the confined command never holds it), or the argument itself."""
+    if not arg.startswith("--spec-fd="):
+        return arg
+    fd = int(arg.removeprefix("--spec-fd="))
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode()
 
 
 def _resolve(name: str) -> str:

@@ -214,8 +214,12 @@ class Isolation:
             landlock_abi=landlock,
         )
         if landlock:
-            argv = [*drop, *confine_argv({"ro": ["/usr", "/lib", "/lib64"]}), "/bin/true"]
-            _try_once(argv, "Landlock cannot confine here", LANDLOCK_HINT)
+            spec_fd = spec_pipe({"ro": ["/usr", "/lib", "/lib64"]})
+            try:
+                argv = [*drop, *confine_argv(spec_fd), "/bin/true"]
+                _try_once(argv, "Landlock cannot confine here", LANDLOCK_HINT, (spec_fd,))
+            finally:
+                os.close(spec_fd)
         return iso
 
     def check_reachable(self, path: Path) -> None:
@@ -357,10 +361,33 @@ SECCOMP_FD = 9
 CONFINE = Path(confine.__file__)
 
 
-def confine_argv(spec: dict[str, object]) -> list[str]:
-    """The prefix that runs a command under ``spec`` (confine.py): this interpreter, isolated
-    from the environment and site-packages, before anything of the sandbox's is loaded."""
-    return [sys.executable, "-I", "-S", str(CONFINE), json.dumps(spec), "--"]
+SPEC_LIMIT = 65536  # a pipe's buffer: the spec is written before anything reads it
+
+
+def spec_pipe(spec: dict[str, object]) -> int:
+    """A pipe holding ``spec`` (JSON), its write end closed; the read end, for the launch
+    to inherit (and the caller to close once it has started). confine.py reads the spec
+    from there: on its command line, which ``/proc`` shows every process of the host,
+    concurrent sandboxes included, it would name the engine's paths."""
+    data = json.dumps(spec).encode()
+    if len(data) > SPEC_LIMIT:
+        raise ValueError(f"a confinement spec of {len(data)} bytes (at most {SPEC_LIMIT})")
+    read, write = os.pipe()
+    try:
+        os.write(write, data)
+    except BaseException:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)
+    return read
+
+
+def confine_argv(spec_fd: int) -> list[str]:
+    """The prefix that runs a command under the spec in ``spec_fd`` (``spec_pipe``;
+    confine.py): this interpreter, isolated from the environment and site-packages, before
+    anything of the sandbox's is loaded."""
+    return [sys.executable, "-I", "-S", str(CONFINE), f"--spec-fd={spec_fd}", "--"]
 
 
 def _landlock_note(abi: int) -> str:
@@ -370,10 +397,15 @@ def _landlock_note(abi: int) -> str:
     return f"isolation = landlock (ABI {abi}): " + "; ".join(what)
 
 
-def _try_once(argv: list[str], failed: str, hint: str) -> None:
+def _try_once(argv: list[str], failed: str, hint: str, pass_fds: tuple[int, ...] = ()) -> None:
     """Runs a sandboxed ``true``; refuses the mode, saying why and what to do, if it fails."""
     probe = subprocess.run(
-        argv, capture_output=True, timeout=60, check=False, env={"PATH": "/usr/bin:/bin"}
+        argv,
+        capture_output=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin"},
+        pass_fds=pass_fds,
     )
     if probe.returncode != 0:
         why = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"

@@ -49,6 +49,7 @@ from swegreen.sandbox.isolation import (
     SandboxPolicy,
     _drop_to,
     confine_argv,
+    spec_pipe,
 )
 from swegreen.sandbox.limits import (
     DiskWatch,
@@ -351,6 +352,7 @@ class LocalSandbox:
         if policy.max_processes and not cgroups and not self.isolation.runs_as_root:
             rlimits[resource.RLIMIT_NPROC] = (policy.max_processes, policy.max_processes)
         confined_fds: tuple[int, ...] = ()
+        spec_fd: int | None = None
         outer = int(timeout) + OUTER_GRACE
         # every tool by absolute path: the run's env has the environment's bin first on PATH
         argv = [tool("timeout"), "--signal=TERM", "--kill-after=5", str(outer)]
@@ -374,12 +376,15 @@ class LocalSandbox:
                     await asyncio.to_thread(self._make_tmp, mounts.tmp)
                 net = policy.network if network is None else network
                 spec, confined_fds = self.confinement(mounts, script, network=net)
-                argv += [*confine_argv(spec), self._bash, str(script)]
+                spec_fd = spec_pipe(spec)
+                argv += [*confine_argv(spec_fd), self._bash, str(script)]
             elif self._seccomp is not None:
                 # process mode (AWS's Fargate tasks): no Landlock, but the same seccomp
                 # filter as the other modes, loaded before the script starts
-                spec = {"landlock": False, "seccomp": self._seccomp}
-                argv += [*confine_argv(spec), self._bash, str(script)]
+                spec_fd = spec_pipe({"landlock": False, "seccomp": self._seccomp})
+                argv += [*confine_argv(spec_fd), self._bash, str(script)]
+            if spec_fd is not None:
+                confined_fds = (*confined_fds, spec_fd)
             else:
                 argv += [self._bash, str(script)]
         if cgroups:
@@ -437,6 +442,8 @@ class LocalSandbox:
                     await run
             raise
         finally:
+            if spec_fd is not None:
+                os.close(spec_fd)  # the launch has its own copy (or never started)
             for cgroup in cgroups:
                 await _remove_cgroup(cgroup)
 
