@@ -93,8 +93,10 @@ def a_readme(repo: Path) -> None:
 
 @pytest.fixture(params=["bwrap", "landlock"])
 def isolation(request: pytest.FixtureRequest) -> Isolation:
-    """The sandbox as a non-root engine gets it: the engine's own uid."""
-    return dataclasses.replace(Isolation.probe(request.param), sandbox_uid=None)
+    """The sandbox as a non-root engine without namespaces gets it (Amber starts the green
+    agent so): the engine's own uid, and in Landlock mode no network namespace either."""
+    iso = dataclasses.replace(Isolation.probe(request.param), sandbox_uid=None)
+    return dataclasses.replace(iso, netns_cmd=None) if iso.mode == "landlock" else iso
 
 
 @pytest.fixture
@@ -191,3 +193,66 @@ def test_test_code_swapped_before_collection_is_named_and_never_resolves(
     assert "PASSED tests/test_money.py::test_add_mismatched_currency_raises" in log  # it bit
     assert (row.status.value, row.reason) == ("error", "log_tampering"), row.detail
     assert "its test function's code is not what its file compiles to" in row.detail, row.detail
+
+
+# -- the network of a test phase without a namespace ---------------------------------------
+
+REACH_OUT = """
+import atexit as _atexit
+import os as _os
+import socket as _socket
+
+_to = ("127.0.0.1", {port})
+_tried = []
+for _kind, _how in (
+    ("tcp", lambda: _socket.create_connection(_to, timeout=5).sendall(b"hidden tests")),
+    ("udp", lambda: _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM).sendto(b"x", _to)),
+):
+    try:
+        _how()
+        _tried.append("SWEGREEN" + "-PLANTED " + _kind + " sent")
+    except OSError as _exc:
+        _tried.append("SWEGREEN" + "-PLANTED " + _kind + " refused " + str(_exc.errno))
+_atexit.register(lambda: _os.write(2, "".join(t + "\\n" for t in _tried).encode()))
+"""
+
+
+def test_a_test_phase_without_a_network_namespace_reaches_no_host(
+    run_sample: RunSample,
+    sample: SampleBenchmark,
+    settings: LocalSettings,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """As under Amber (no namespace can be had): the tests' code sends the hidden tests to
+    a listener on the host over TCP and UDP (a high port, which Landlock's TCP rules
+    allow). Nothing may arrive, and the row is graded as its code."""
+    if request.getfixturevalue("isolation").mode != "landlock":
+        pytest.skip("bubblewrap always has a network namespace")
+    import socket
+
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen()
+    tcp.settimeout(0.1)
+    port = tcp.getsockname()[1]
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", port))
+    udp.settimeout(0.1)
+
+    def plant(repo: Path) -> None:
+        init = repo / "ledger" / "__init__.py"
+        write(init, REACH_OUT.replace("{port}", str(port)) + init.read_text())
+
+    try:
+        row, log = evaluate_crafted(plant, "reach-out", run_sample, sample, settings, tmp_path)
+        said = [line for line in log.splitlines() if line.startswith(MARK)]
+        assert sorted(said) == [f"{MARK} tcp refused 13", f"{MARK} udp refused 13"], said
+        with pytest.raises(OSError):
+            tcp.accept()
+        with pytest.raises(OSError):
+            udp.recv(100)
+        assert (row.status.value, row.reason) == ("no_op", "no_f2p_pass"), row.detail
+    finally:
+        tcp.close()
+        udp.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shlex
 import shutil
@@ -798,3 +799,26 @@ def test_no_escaped_process_outlives_a_cancelled_run_or_a_killed_engine(
         engine.wait()
         for pid in _pids_running(marker):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("mode", ["landlock", "process"])
+def test_without_a_network_namespace_an_offline_run_gets_no_ip_socket(
+    tmp_path: Path, mode: str
+) -> None:
+    """Where no namespace can be had (as under Amber), a run without network cannot open an
+    IP socket, loopback included (Unix sockets still work); a run with the network, or
+    whose tests talk to a local service (``loopback``), keeps them."""
+    iso = dataclasses.replace(_mode(mode), netns_cmd=None)
+    probe = (
+        "python -c 'import socket\n"
+        "socket.socket(socket.AF_UNIX).close()\n"
+        'socket.socket().close(); print("ip-ok")\' || echo ip-refused\n'
+    )
+    for network, loopback, expected in [
+        (False, False, "ip-refused"),
+        (True, False, "ip-ok"),
+        (False, True, "ip-ok"),
+    ]:
+        policy = SandboxPolicy(timeout=60, network=network, loopback=loopback)
+        result = run(tmp_path, probe, policy, iso=iso)
+        assert expected in result.output, (network, loopback, result.output)

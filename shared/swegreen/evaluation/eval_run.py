@@ -72,6 +72,7 @@ class EvalRuns(TestbedsBase):
             memory_mb=self.options.memory_mb,
             max_processes=self.options.max_processes,
             disk_mb=self.options.disk_mb,
+            loopback=bool(recipe.services),
         )
 
     def guard(self, testbed: Testbed) -> Guard:

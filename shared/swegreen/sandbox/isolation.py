@@ -38,6 +38,9 @@ class SandboxPolicy:
     max_processes: int | None = 4096
     disk_mb: int | None = 10240  # what the run may add to its writable trees
     shm_mb: int = 64  # /dev/shm and /run (RAM): Docker's default shm size
+    # the tests talk to a local service over loopback TCP (recipe.services): where no
+    # network namespace can be had, IP is then kept (ports below 1024 still refused)
+    loopback: bool = False
 
 
 # The host uid sandboxed processes run as when the engine is root (any unused uid will do:
@@ -186,7 +189,12 @@ class Isolation:
                 netns = cmd
                 break
         if netns is None:
-            notes.append("network namespaces unavailable: tests run with the host's network")
+            notes.append(
+                "network namespaces unavailable: a run without network gets no IP socket"
+                " (loopback included), except for tests of a local service"
+                if seccomp.supported()
+                else "network namespaces unavailable: tests run with the host's network"
+            )
         mountns = (
             netns is not None
             and subprocess.run(
@@ -261,8 +269,15 @@ class Isolation:
             ),
             "network_isolation": self.mode == "bwrap" or self.netns_cmd is not None,
             "landlock_abi": self.landlock_abi or None,
-            "seccomp": "keyring calls refused, as Docker's default"
-            if self.seccomp or (self.landlock_abi and seccomp.supported())
+            "seccomp": (
+                "keyring calls refused, as Docker's default"
+                + (
+                    "; IP sockets refused where a run has no network"
+                    if self.mode != "bwrap" and self.netns_cmd is None
+                    else ""
+                )
+            )
+            if self.seccomp or (self.mode != "bwrap" and seccomp.supported())
             else None,
             "process_limit": self.pids_cgroup is not None or not self.runs_as_root,
             "memory_limit": "whole sandbox" if self.memory_cgroup else "per process",

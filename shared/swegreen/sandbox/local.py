@@ -143,6 +143,8 @@ class LocalSandbox:
         self._tcp_fd = confine.tcp_ruleset() if self.confined else None
         self._bash = tool("bash")
         self._seccomp = seccomp.keyring_filter().hex() if seccomp.supported() else None
+        # where no network namespace can be had, a run without network refuses IP sockets
+        self._seccomp_offline = seccomp.no_network_filter().hex() if seccomp.supported() else None
 
     @property
     def bwrap(self) -> bool:
@@ -159,7 +161,12 @@ class LocalSandbox:
         return self.bwrap or self.confined
 
     def confinement(
-        self, mounts: Mounts, script: Path, *, network: bool
+        self,
+        mounts: Mounts,
+        script: Path,
+        *,
+        network: bool,
+        policy: SandboxPolicy | None = None,
     ) -> tuple[dict[str, object], tuple[int, ...]]:
         """confine.py's spec for one launch, and the descriptors it must inherit."""
         lent = [*mounts.writable, *mounts.readonly, *(src for src, _ in mounts.files)]
@@ -178,12 +185,20 @@ class LocalSandbox:
             rw.append(str(shm))  # multiprocessing's semaphores; the container's own
         spec: dict[str, object] = {"ro": ro, "rw": rw, "fifo": fifo, "dev": list(DEVICES)}
         if self._seccomp is not None:
-            spec["seccomp"] = self._seccomp
+            spec["seccomp"] = self._filter(network, policy or SandboxPolicy(timeout=0))
         fds: tuple[int, ...] = ()
         if not network and self._tcp_fd is not None:
             spec["tcp_fd"] = self._tcp_fd
             fds = (self._tcp_fd,)
         return spec, fds
+
+    def _filter(self, network: bool, policy: SandboxPolicy) -> str | None:
+        """The seccomp program (hex) of a launch: IP refused too where it must have no
+        network and no namespace can take it away (seccomp.no_network_filter), unless
+        its tests need a local service on loopback."""
+        if not network and not policy.loopback and self.isolation.netns_cmd is None:
+            return self._seccomp_offline
+        return self._seccomp
 
     def isolates(self, policy: SandboxPolicy) -> bool:
         """Whether the test command runs in its own network namespace."""
@@ -375,13 +390,14 @@ class LocalSandbox:
                 if mounts.tmp is not None:
                     await asyncio.to_thread(self._make_tmp, mounts.tmp)
                 net = policy.network if network is None else network
-                spec, confined_fds = self.confinement(mounts, script, network=net)
+                spec, confined_fds = self.confinement(mounts, script, network=net, policy=policy)
                 spec_fd = spec_pipe(spec)
                 argv += [*confine_argv(spec_fd), self._bash, str(script)]
             elif self._seccomp is not None:
                 # process mode (AWS's Fargate tasks): no Landlock, but the same seccomp
                 # filter as the other modes, loaded before the script starts
-                spec_fd = spec_pipe({"landlock": False, "seccomp": self._seccomp})
+                net = policy.network if network is None else network
+                spec_fd = spec_pipe({"landlock": False, "seccomp": self._filter(net, policy)})
                 argv += [*confine_argv(spec_fd), self._bash, str(script)]
             if spec_fd is not None:
                 confined_fds = (*confined_fds, spec_fd)

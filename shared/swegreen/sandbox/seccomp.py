@@ -77,6 +77,55 @@ def keyring_filter() -> bytes:
     return b"".join(_insn(*insn) for insn in program)
 
 
+# socket(2) per architecture; i386's socketcall(2) multiplexes every socket call, so
+# where IP is refused it is refused whole (a 32-bit program gets no socket at all)
+SOCKET_CALLS = {AUDIT_ARCH_X86_64: 41, AUDIT_ARCH_I386: 359, AUDIT_ARCH_AARCH64: 198}
+SOCKETCALL_I386 = 102
+AF_INET, AF_INET6 = 2, 10
+_OFF_ARG0 = 16  # args[0], its low 32 bits (little-endian)
+
+
+def no_network_filter() -> bytes:
+    """The keyring filter, and IP refused: ``socket(AF_INET | AF_INET6, ...)`` fails with
+    EACCES, loopback included. For a run that has no network namespace of its own
+    (Landlock and process modes where namespaces are refused, as under Amber) and must
+    have no network: Landlock's TCP rules go by port alone and do not cover UDP, so
+    without this a test could reach any host (and the green agent's own port).
+    Unix sockets are untouched."""
+    program: list[tuple[int, int | str, int | str, int]] = [(_LD_ABS_W, 0, 0, _OFF_ARCH)]
+    labels: dict[str, int] = {}
+    for n, (arch, calls) in enumerate(KEYRING_CALLS.items()):
+        after = f"arch{n + 1}"
+        program.append((_JEQ_K, 0, after, arch))
+        program.append((_LD_ABS_W, 0, 0, _OFF_NR))
+        if arch == AUDIT_ARCH_X86_64:
+            program.append((_JGE_K, "eperm", 0, X32_SYSCALL_BIT))
+        program += [(_JEQ_K, "eperm", 0, call) for call in calls]
+        if arch == AUDIT_ARCH_I386:
+            program.append((_JEQ_K, "eacces", 0, SOCKETCALL_I386))
+        program.append((_JEQ_K, 0, "allow", SOCKET_CALLS[arch]))
+        program.append((_LD_ABS_W, 0, 0, _OFF_ARG0))
+        program.append((_JEQ_K, "eacces", 0, AF_INET))
+        program.append((_JEQ_K, "eacces", "allow", AF_INET6))
+        labels[after] = len(program)
+    labels["allow"] = len(program)
+    program.append((_RET_K, 0, 0, RET_ALLOW))
+    labels["eperm"] = len(program)
+    program.append((_RET_K, 0, 0, RET_ERRNO | errno.EPERM))
+    labels["eacces"] = len(program)
+    program.append((_RET_K, 0, 0, RET_ERRNO | errno.EACCES))
+    out = []
+    for at, (code, jt, jf, k) in enumerate(program):
+        # a label is a jump to an instruction further on; 0 is the next one. An
+        # architecture's block ends in jumps, so "arch<n+1>" is its following block
+        # (the last one's: ALLOW, any other architecture)
+        jt = labels[jt] - at - 1 if isinstance(jt, str) else jt
+        jf = labels[jf] - at - 1 if isinstance(jf, str) else jf
+        assert 0 <= jt < 256 and 0 <= jf < 256
+        out.append(_insn(code, jt, jf, k))
+    return b"".join(out)
+
+
 def supported() -> bool:
     return platform.machine() in ("x86_64", "amd64", "aarch64", "arm64")
 
