@@ -9,6 +9,7 @@ Needs a Docker daemon (``../shared/tools/docker-here.sh`` sets one up as root) a
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import tempfile
@@ -324,3 +325,101 @@ def test_a2a_participants_are_told_the_image_the_rows_are_graded_in(
         assert all(c.complaints for c in contracts.values())
     finally:
         stop([green])
+
+
+def setup_py(body: str, setup_args: str = "") -> str:
+    """A ``setup.py`` for ledger whose build runs ``body`` first (the eval-time install)."""
+    return new_file(
+        "setup.py",
+        f"import os, subprocess, sys, sysconfig\nfrom setuptools import setup\n{body}\n"
+        f"setup({setup_args})\n",
+    )
+
+
+SITE = "sysconfig.get_paths()['purelib']"
+REWRITE_TESTS_IN_THE_BACKGROUND = (
+    "loop = 'import time\\nfor _ in range(12000):\\n'"
+    " \"    open('tests/conftest.py', 'w').write(%r)\\n    time.sleep(0.005)\\n\" % FORCE\n"
+    "subprocess.Popen([sys.executable, '-c', loop], start_new_session=True,"
+    " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+)
+INSTALL_ATTACKS = {
+    # a tool the backend runs afterwards, replaced (git, here)
+    "system tool": (
+        setup_py(
+            "open('/usr/local/bin/git', 'w').write('#!/bin/sh\\nexit 0\\n')\n"
+            "os.chmod('/usr/local/bin/git', 0o755)"
+        ),
+        "/usr/local/bin/git",
+    ),
+    "sitecustomize": (
+        setup_py(f"open(os.path.join({SITE}, 'sitecustomize.py'), 'w').write('import os\\n')"),
+        "sitecustomize.py (a module that runs at every interpreter start)",
+    ),
+    "pth": (
+        setup_py(f"open(os.path.join({SITE}, 'zz.pth'), 'w').write('import os\\n')"),
+        "zz.pth (a .pth line that runs code)",
+    ),
+    "another distribution's file": (
+        setup_py(f"open(os.path.join({SITE}, '_pytest', 'python.py'), 'a').write('\\n')"),
+        "_pytest/python.py (another distribution's file changed)",
+    ),
+    "pytest plugin": (
+        setup_py("", "entry_points={'pytest11': ['force = ledger.money']}"),
+        "entry_points.txt (a new pytest plugin entry point)",
+    ),
+    "git configuration": (
+        setup_py("subprocess.run(['git', 'config', 'core.fsmonitor', 'true'])"),
+        "/testbed/.git/config",
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(INSTALL_ATTACKS))
+def test_an_install_that_changes_what_no_install_of_the_project_does_ends_the_row(
+    attack: str,
+    run_sample: RunSample,
+    sample: SampleBenchmark,
+    settings: LocalSettings,
+    gateway: Gateway,
+) -> None:
+    """The daemon's record of the container's changes, not a tool of the container's,
+    says what the install changed: each of these ends ``workspace_tampering``, naming it."""
+    patch, named = INSTALL_ATTACKS[attack]
+    row = evaluate_one(run_sample, settings, sample, gateway, "sample__ledger-1", patch)
+    assert (row.status.value, row.reason) == ("error", "workspace_tampering"), row.detail
+    assert named in row.detail, row.detail
+
+
+def test_a_process_the_install_leaves_running_is_stopped_before_the_tests(
+    run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, gateway: Gateway
+) -> None:
+    """The install starts a process that keeps writing a force-pass conftest.py, to win
+    against the put-back; it is stopped first, so the tests run as their files say."""
+    body = f"FORCE = {FORCE_PASS!r}\n" + REWRITE_TESTS_IN_THE_BACKGROUND
+    row = evaluate_one(run_sample, settings, sample, gateway, "sample__ledger-1", setup_py(body))
+    assert (row.status.value, row.reason) == ("no_op", "no_f2p_pass"), row.detail
+    assert row.tampered_files == ["tests/conftest.py"]
+
+
+def evaluate_one(
+    run_sample: RunSample,
+    settings: LocalSettings,
+    sample: SampleBenchmark,
+    gateway: Gateway,
+    iid: str,
+    patch: str,
+) -> Any:
+    """``patch`` on row ``iid``, through the runner (a failure is an error row)."""
+    predictions = settings.output_dir.parent / f"{iid}-predictions.jsonl"
+    predictions.write_text(
+        json.dumps({"instance_id": iid, "model_name_or_path": "x", "model_patch": patch})
+    )
+    engine = docker_engine(settings, sample, gateway)
+    try:
+        outcome = run_sample(str(predictions), run_id="docker-install", engine=engine,
+                             instance_ids=[iid], max_attempts=1)  # fmt: skip
+    finally:
+        engine.close()
+    [row] = outcome.results
+    return row

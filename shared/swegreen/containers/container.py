@@ -12,7 +12,7 @@ import io
 import tarfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -137,9 +137,59 @@ class RowContainer:
         code = self.client.api.exec_inspect(exec_id).get("ExitCode")
         return ExecResult(code if code is not None else -1, output, time.monotonic() - t0)
 
+    def changes(self) -> list[dict[str, object]]:
+        """What differs from the image, as the daemon records it (no program of the
+        container's takes part): ``[{"Path": ..., "Kind": 0 changed, 1 added, 2 deleted}]``."""
+        return self.client.api.diff(self.id) or []
+
+    def read_files(self, paths: Sequence[str]) -> dict[str, str | None]:
+        """The text of each file (None: absent or not a regular file), by archive calls."""
+        return read_files(self.client, self.id, paths)
+
+    def stop_processes(self) -> None:
+        """Stops every process in the container (what a phase left running in the
+        background), then starts its idle command again; the files stay as they are."""
+        self.client.api.stop(self.id, timeout=0)
+        self.client.api.start(self.id)
+
     def shell(self, script: str, timeout: float | None = None) -> ExecResult:
         return self.exec(["/bin/bash", "-c", script], timeout)
 
     def remove(self) -> None:
         with contextlib.suppress(NotFound):
             self.client.api.remove_container(self.id, force=True)
+
+
+def read_files(
+    client: docker.DockerClient, container: str, paths: Sequence[str]
+) -> dict[str, str | None]:
+    """Files of a container (started or not), read by the daemon."""
+    found: dict[str, str | None] = {}
+    for path in paths:
+        found[path] = None
+        try:
+            stream, _ = client.api.get_archive(container, path)
+        except NotFound:
+            continue
+        data = b"".join(stream)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = next(iter(tar.getmembers()), None)
+            if member is not None and member.isfile():
+                extracted = tar.extractfile(member)
+                if extracted is not None:
+                    found[path] = extracted.read().decode("utf-8", errors="replace")
+    return found
+
+
+@contextlib.contextmanager
+def pristine(client: docker.DockerClient, image: str, name: str) -> Iterator[str]:
+    """A container of ``image`` that is never started: its files are the image's, which
+    nothing of a row's has touched (read with ``read_files``)."""
+    created = client.api.create_container(
+        image, command=["true"], name=name, network_disabled=True
+    )["Id"]
+    try:
+        yield created
+    finally:
+        with contextlib.suppress(NotFound):
+            client.api.remove_container(created, force=True)

@@ -23,10 +23,11 @@ import docker
 from docker.errors import APIError
 from swebench.harness.constants import CONTAINER_PATCH_FILE as DOCKER_PATCH
 
-from swegreen.containers.container import Limits, RowContainer
+from swegreen.containers import install_changes
+from swegreen.containers.container import WORKDIR, Limits, RowContainer, pristine, read_files
 from swegreen.containers.images import Images
 from swegreen.core.dataset import Instance
-from swegreen.core.errors import SandboxCrashed, TestTimeout
+from swegreen.core.errors import SandboxCrashed, TestTimeout, WorkspaceTampering
 from swegreen.core.eval_script import image_eval_phases, test_command_seconds
 from swegreen.core.images import image_name, image_template
 from swegreen.core.ports import ArtifactStore
@@ -36,10 +37,13 @@ from swegreen.core.rows import RowBuilder
 from swegreen.core.scrub import NO_SCRUBBING, Scrub
 from swegreen.core.upstream import GIT_APPLY_CMDS
 from swegreen.evaluation.evaluate import Key, PatchEvaluator
+from swegreen.sandbox.env_guard import command_words
 from swegreen.sandbox.tamper import SECTIONED, protected_reason, sections_changed
 from swegreen.stores import artifacts as art
 
 EVAL_SCRIPT = "/eval.sh"
+PREPARE_SCRIPT = "/eval_prepare.sh"
+ENV_PREFIX = "/opt/miniconda3/envs/testbed"  # the official images' environment
 LABEL = "swegreen.row"
 SETUP_TIMEOUT = 300.0  # git and file checks before the tests
 DROP_BYTECODE = (
@@ -129,7 +133,7 @@ class DockerEvaluator(PatchEvaluator):
         )  # fmt: skip
         try:
             row.end()
-            return await self._in_container(key, row, recipe, box, text, notes)
+            return await self._in_container(key, row, recipe, box, image.id, text, notes)
         finally:
             await asyncio.to_thread(box.remove)
 
@@ -156,6 +160,7 @@ class DockerEvaluator(PatchEvaluator):
         row: RowBuilder,
         recipe: Recipe,
         box: RowContainer,
+        image_id: str,
         text: str,
         notes: list[str],
     ) -> InstanceResult:
@@ -180,12 +185,16 @@ class DockerEvaluator(PatchEvaluator):
         timeout = self.eval_timeout or recipe.eval_timeout or 1800.0
         deadline = time.monotonic() + timeout
         row.begin("tests")
-        await asyncio.to_thread(box.put_file, "/eval_prepare.sh", phases.prepare.encode())
+        await asyncio.to_thread(box.put_file, PREPARE_SCRIPT, phases.prepare.encode())
         await asyncio.to_thread(box.put_file, EVAL_SCRIPT, phases.test.encode())
-        prepare = await asyncio.to_thread(box.exec, ["/bin/bash", "/eval_prepare.sh"], timeout)
+        prepare = await asyncio.to_thread(box.exec, ["/bin/bash", PREPARE_SCRIPT], timeout)
         log = prepare.output
         test = None
         if prepare.exit_code is not None:
+            # nothing the install started runs on, and nothing of the container's is used
+            # until the daemon's record says the install left the system as it was
+            await asyncio.to_thread(box.stop_processes)
+            await self._judge_install(box, image_id, recipe, notes)
             changed = await self._changed(box)
             reverted = await self._revert(box, base, changed, runner)
             row.tampered_files += reverted
@@ -209,6 +218,58 @@ class DockerEvaluator(PatchEvaluator):
             log_path = Path(tmp) / art.TEST_OUTPUT
             log_path.write_text(log)
             return self._grade(key, row, recipe, log_path, text, None, test.exit_code)
+
+    async def _judge_install(
+        self, box: RowContainer, image_id: str, recipe: Recipe, notes: list[str]
+    ) -> None:
+        """What the install changed, by the daemon's record (install_changes.py): the
+        system as the image has it, the environment as an install of the project leaves
+        it, or the row ends ``workspace_tampering``; bytecode it wrote is dropped."""
+        changes = install_changes.parse(await asyncio.to_thread(box.changes))
+        ours = (DOCKER_PATCH, EVAL_SCRIPT, PREPARE_SCRIPT)
+        system = install_changes.outside(changes, ENV_PREFIX, WORKDIR, ours)
+        system += install_changes.git_changes(changes, WORKDIR)
+        if system:
+            raise WorkspaceTampering(
+                "the install changed the container outside the checkout and the "
+                f"environment: {', '.join(system[:8])}" + (" ..." if len(system) > 8 else "")
+            )
+        env = install_changes.EnvChanges.of(changes, ENV_PREFIX, WORKDIR)
+        now_paths, before_paths = env.wanted()
+        now = await asyncio.to_thread(box.read_files, now_paths) if now_paths else {}
+        before = await self._image_files(image_id, before_paths) if before_paths else {}
+        bad = env.violations(now, before, command_words(recipe.test_cmd))
+        if bad:
+            raise WorkspaceTampering(
+                "the install changed the environment as no install of the project does: "
+                + "; ".join(bad[:8])
+                + (" ..." if len(bad) > 8 else "")
+            )
+        dropped = env.bytecode()
+        if dropped:
+            rm = ["/bin/rm", "-f", "--", *dropped]  # the system's, which the record vouches for
+            done = await asyncio.to_thread(box.exec, rm, SETUP_TIMEOUT)
+            if not done.ok:
+                raise SandboxCrashed(f"bytecode could not be dropped: {done.output[-500:]}")
+        notes.append(
+            f"the install's changes checked by the daemon's record: {len(changes)} paths, "
+            f"{len(env.reinstalled())} distribution metadata, {len(dropped)} bytecode dropped"
+        )
+
+    async def _image_files(self, image_id: str, paths: list[str]) -> dict[str, str | None]:
+        """Files as the image has them: read from a container of it never started."""
+        name = f"swegreen-pristine-{uuid.uuid4().hex[:12]}"
+
+        def read() -> dict[str, str | None]:
+            with pristine(self.client, image_id, name) as created:
+                return read_files(self.client, created, paths)
+
+        try:
+            return await asyncio.to_thread(read)
+        except APIError as exc:
+            raise SandboxCrashed(
+                f"the image's files could not be read: {exc.explanation or exc}"
+            ) from None
 
     async def _apply(self, box: RowContainer, notes: list[str]) -> str | None:
         """The official chain (run_evaluation.run_instance), in the container."""

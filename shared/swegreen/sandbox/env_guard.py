@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # setuptools' editable install (PEP 660): `import __editable___<name>_finder; ...install()`
-_FINDER_LINE = re.compile(r"^import (__editable___\w+_finder); \1\.install\(\)$")
-_FINDER_FILE = re.compile(r"^__editable___\w+_finder\.py$")
+FINDER_LINE = re.compile(r"^import (__editable___\w+_finder); \1\.install\(\)$")
+FINDER_FILE = re.compile(r"^__editable___\w+_finder\.py$")
 # The finder's data: where each package lives. Everything else in it is code.
 _FINDER_DATA = frozenset({"MAPPING", "NAMESPACES", "PATH_PLACEHOLDER"})
 STARTUP_MODULES = frozenset({"sitecustomize.py", "usercustomize.py"})
@@ -111,7 +111,7 @@ class EnvGuard:
         self._finders_before = {
             shape
             for rel, entry in self._before.items()
-            if _FINDER_FILE.match(rel.rsplit("/", 1)[-1]) and entry.kind == stat.S_IFREG
+            if FINDER_FILE.match(rel.rsplit("/", 1)[-1]) and entry.kind == stat.S_IFREG
             if (shape := finder_shape(_read(self.view / rel), ())) is not None
         }
         self._names_before = {
@@ -271,7 +271,7 @@ class EnvGuard:
             return True  # rewritten with the same bytes (setuptools' easy-install.pth)
         if self._others(rel):
             return False  # another distribution's: no RECORD makes it the project's
-        if _FINDER_FILE.match(name) and not self._finder_as_prepared(path):
+        if FINDER_FILE.match(name) and not self._finder_as_prepared(path):
             return False  # code at every interpreter start that the prepared one is not
         owner = next((m for m in project if _inside(rel, m) and m.endswith("-info")), None)
         if owner is not None:
@@ -305,7 +305,7 @@ class EnvGuard:
         """Only paths in a .pth, or lines that run code which were there before the
         install (setuptools' own) or setuptools' editable finder: nothing new runs."""
         return all(
-            line in self._pth_before or _FINDER_LINE.match(line) for line in _code_lines(path)
+            line in self._pth_before or FINDER_LINE.match(line) for line in _code_lines(path)
         )
 
     def _unchanged_copy(self, rel: str) -> bool:

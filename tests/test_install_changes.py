@@ -1,0 +1,135 @@
+"""The Docker backend's judge of what an install phase changed (install_changes.py), on
+change lists as the daemon gives them: an honest editable install passes; a changed
+system, a start-up module, a .pth that runs code, a pytest plugin, a launcher named like
+the test command, another distribution's file or a finder that is not setuptools' do not."""
+
+from __future__ import annotations
+
+import inspect
+
+from setuptools.command import editable_wheel
+
+from swegreen.containers.install_changes import (
+    FINDER_TEMPLATE_AT,
+    EnvChanges,
+    leaves,
+    outside,
+    parse,
+)
+
+ENV = "/opt/miniconda3/envs/testbed"
+SITE = f"{ENV}/lib/python3.11/site-packages"
+META = f"{SITE}/ledger-2.0.dist-info"
+FINDER = f"{SITE}/__editable___ledger_2_0_finder.py"
+EDITABLE_PTH = f"{SITE}/__editable__.ledger-2.0.pth"
+RECORD = (
+    "__editable__.ledger-2.0.pth,sha256=x,10\n"
+    "__editable___ledger_2_0_finder.py,sha256=y,20\n"
+    "ledger-2.0.dist-info/METADATA,,\nledger-2.0.dist-info/RECORD,,\n"
+)
+SETUPTOOLS = inspect.getsource(editable_wheel)
+COMMANDS = frozenset({"pytest"})
+
+
+def finder_text(mapping: dict[str, str]) -> str:
+    return editable_wheel._FINDER_TEMPLATE.format(
+        name="__editable___ledger_2_0_finder", mapping=mapping, namespaces={}
+    )
+
+
+def daemon(*entries: tuple[str, int]) -> list:
+    """A change list as the daemon gives it, parents of each path included."""
+    seen: dict[str, int] = {}
+    for path, kind in entries:
+        parts = path.split("/")
+        for i in range(2, len(parts)):
+            seen.setdefault("/".join(parts[:i]), 0)
+        seen[path] = kind
+    return parse([{"Path": p, "Kind": k} for p, k in seen.items()])
+
+
+HONEST = [
+    ("/testbed/ledger.egg-info/PKG-INFO", 1),
+    ("/root/.cache/pip/http/x", 1),
+    (f"{META}/METADATA", 1),
+    (f"{META}/RECORD", 1),
+    (EDITABLE_PTH, 1),
+    (FINDER, 1),
+    (f"{SITE}/setuptools/__pycache__/dist.cpython-311.pyc", 1),
+    ("/eval_prepare.sh", 1),
+]
+
+
+def judge(changes: list, now: dict | None = None, before: dict | None = None) -> list[str]:
+    env = EnvChanges.of(changes, ENV)
+    now_paths, before_paths = env.wanted()
+    texts = {
+        f"{META}/RECORD": RECORD,
+        EDITABLE_PTH: "import __editable___ledger_2_0_finder; "
+        "__editable___ledger_2_0_finder.install()\n",
+        FINDER: finder_text({"ledger": "/testbed/ledger"}),
+        **(now or {}),
+    }
+    old = {f"{SITE}/{FINDER_TEMPLATE_AT}": SETUPTOOLS, **(before or {})}
+    return env.violations(
+        {p: texts.get(p) for p in now_paths}, {p: old.get(p) for p in before_paths}, COMMANDS
+    )
+
+
+def test_an_honest_editable_install_passes_and_its_bytecode_is_dropped() -> None:
+    changes = daemon(*HONEST)
+    assert outside(changes, ENV, "/testbed", ["/eval_prepare.sh"]) == []
+    assert judge(changes) == []
+    assert EnvChanges.of(changes, ENV).bytecode() == [
+        f"{SITE}/setuptools/__pycache__/dist.cpython-311.pyc"
+    ]
+    # the parents the daemon lists are not changes of their own
+    assert {c.path for c in leaves(changes)} >= {
+        f"{META}/RECORD",
+        "/testbed/ledger.egg-info/PKG-INFO",
+    }
+    assert ENV not in {c.path for c in leaves(changes)}
+
+
+def test_a_changed_system_is_named() -> None:
+    changes = daemon(*HONEST, ("/usr/bin/git", 0), ("/etc/ld.so.preload", 1), ("/bin/sh", 2))
+    assert outside(changes, ENV, "/testbed", ["/eval_prepare.sh"]) == [
+        "/bin/sh",
+        "/etc/ld.so.preload",
+        "/usr/bin/git",
+    ]
+
+
+def test_what_no_install_of_the_project_writes_is_named() -> None:
+    cases = {
+        f"{SITE}/sitecustomize.py": ((1,), {}, "every interpreter start"),
+        f"{SITE}/evil.pth": (
+            (1,),
+            {f"{SITE}/evil.pth": "import os; os.system('x')\n"},
+            "runs code",
+        ),
+        f"{SITE}/_pytest/python.py": ((0,), {}, "another distribution's file changed"),
+        f"{SITE}/pluggy/__init__.py": ((2,), {}, "another distribution's file removed"),
+        f"{ENV}/bin/pytest": ((0,), {}, "named like a word of the test command"),
+        f"{ENV}/lib/python3.11/os.py": ((0,), {}, "outside site-packages and bin/"),
+        f"{SITE}/planted.py": ((1,), {}, "no reinstalled distribution's record lists it"),
+        f"{META}/entry_points.txt": (
+            (1,),
+            {f"{META}/entry_points.txt": "[pytest11]\nforce = ledger.planted\n"},
+            "a new pytest plugin entry point",
+        ),
+    }
+    for path, ((kind,), texts, why) in cases.items():
+        found = judge(daemon(*HONEST, (path, kind)), texts)
+        assert len(found) == 1 and path in found[0] and why in found[0], (path, found)
+
+
+def test_a_finder_is_setuptools_own_code_with_its_packages_in_the_checkout() -> None:
+    evil = finder_text({"ledger": "/testbed/ledger"}) + "\nimport os\nos.system('x')\n"
+    outside_checkout = finder_text({"ledger": "/tmp/ledger"})
+    for text in (evil, outside_checkout):
+        found = judge(daemon(*HONEST), {FINDER: text})
+        assert found and "not setuptools'" in found[0], found
+    # without the image's setuptools to compare with, no finder is taken on trust
+    found = judge(daemon(*HONEST), before={f"{SITE}/{FINDER_TEMPLATE_AT}": None})
+    assert found and "not setuptools'" in found[0]
