@@ -368,6 +368,10 @@ INSTALL_ATTACKS = {
         setup_py("", "entry_points={'pytest11': ['force = ledger.money']}"),
         "entry_points.txt (a new pytest plugin entry point)",
     ),
+    "global git configuration": (
+        setup_py("subprocess.run(['git', 'config', '--global', 'core.fsmonitor', 'true'])"),
+        "/root/.gitconfig (core.fsmonitor",
+    ),
     "git configuration": (
         setup_py("subprocess.run(['git', 'config', 'core.fsmonitor', 'true'])"),
         "/testbed/.git/config",

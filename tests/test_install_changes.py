@@ -12,6 +12,7 @@ from setuptools.command import editable_wheel
 from swegreen.containers.install_changes import (
     FINDER_TEMPLATE_AT,
     EnvChanges,
+    gitconfig_added,
     leaves,
     outside,
     parse,
@@ -133,3 +134,12 @@ def test_a_finder_is_setuptools_own_code_with_its_packages_in_the_checkout() -> 
     # without the image's setuptools to compare with, no finder is taken on trust
     found = judge(daemon(*HONEST), before={f"{SITE}/{FINDER_TEMPLATE_AT}": None})
     assert found and "not setuptools'" in found[0]
+
+
+def test_the_global_git_configuration_may_gain_only_safe_directories() -> None:
+    before = "[user]\n\tname = x\n"
+    honest = before + "[safe]\n\tdirectory = /testbed\n"
+    assert gitconfig_added(honest, before) == []
+    assert gitconfig_added("[safe]\n\tdirectory = /testbed\n", None) == []
+    hostile = honest + "[core]\n\tfsmonitor = /tmp/x\n[alias]\n\tst = !sh\n"
+    assert gitconfig_added(hostile, before) == ["alias.st = !sh", "core.fsmonitor = /tmp/x"]

@@ -101,12 +101,13 @@ class RowContainer:
         argv: Sequence[str],
         timeout: float | None = None,
         workdir: str = WORKDIR,
+        environment: dict[str, str] | None = None,
     ) -> ExecResult:
         """Run ``argv``; stdout and stderr together, in order, as the harness reads them.
         Past ``timeout`` the container is stopped (the gateway allows stop, not kill)."""
         t0 = time.monotonic()
         exec_id = self.client.api.exec_create(
-            self.id, list(argv), workdir=workdir, stdout=True, stderr=True
+            self.id, list(argv), workdir=workdir, stdout=True, stderr=True, environment=environment
         )["Id"]
         expired = threading.Event()
 
@@ -152,8 +153,10 @@ class RowContainer:
         self.client.api.stop(self.id, timeout=0)
         self.client.api.start(self.id)
 
-    def shell(self, script: str, timeout: float | None = None) -> ExecResult:
-        return self.exec(["/bin/bash", "-c", script], timeout)
+    def shell(
+        self, script: str, timeout: float | None = None, environment: dict[str, str] | None = None
+    ) -> ExecResult:
+        return self.exec(["/bin/bash", "-c", script], timeout, environment=environment)
 
     def remove(self) -> None:
         with contextlib.suppress(NotFound):

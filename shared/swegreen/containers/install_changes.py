@@ -42,7 +42,7 @@ KINDS = {0: CHANGED, 1: ADDED, 2: DELETED}
 SCRATCH = ("/tmp", "/var/tmp", "/root/.cache", "/run", "/dev", "/proc", "/sys")
 # Written by the daemon itself (``init``), or by upstream's eval script (``git config
 # --global --add safe.directory``): the backend's own git calls read no global config.
-EXPECTED = frozenset({"/usr/sbin/docker-init", "/root/.gitconfig"})
+EXPECTED = frozenset({"/usr/sbin/docker-init", "/root/.gitconfig"})  # the latter: read
 _DIST = re.compile(r"^(?P<name>[^/]+?)-[^-/]+\.(dist-info|egg-info)$")
 # where setuptools keeps the editable finder's code (its template), read from the image
 FINDER_TEMPLATE_AT = "setuptools/command/editable_wheel.py"
@@ -100,6 +100,31 @@ def git_changes(changes: list[Change], workdir: str) -> list[str]:
         or _under(c.path, f"{git}/hooks")
         or _under(c.path, f"{git}/info")
     )
+
+
+GITCONFIG = "/root/.gitconfig"
+
+
+def gitconfig_added(now: str | None, before: str | None) -> list[str]:
+    """Settings the global git configuration gained beyond ``safe.directory`` (which
+    upstream's eval script adds): a ``core.fsmonitor``, an alias, an include would run
+    programs in the test phase's own git calls."""
+
+    def settings(text: str | None) -> set[str]:
+        found, section = set(), ""
+        for raw in (text or "").splitlines():
+            line = raw.strip()
+            if not line or line.startswith(("#", ";")):
+                continue
+            if line.startswith("["):
+                section = line.strip("[] ").lower()
+                continue
+            key = line.split("=", 1)[0].strip().lower()
+            if (section, key) != ("safe", "directory"):
+                found.add(f"{section}.{line}")
+        return found
+
+    return sorted(settings(now) - settings(before))
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,9 @@ SETUP_TIMEOUT = 300.0  # git and file checks before the tests
 DROP_BYTECODE = (
     "find /testbed -path /testbed/.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +"
 )
+# the backend's own git calls read no global or system configuration (programs it could
+# name: core.fsmonitor, an alias); the checkout's own is judged after the install
+OWN_GIT = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
 BUILD_DIRS = frozenset({"build", ".tox", ".eggs"})  # tamper.BUILD_EXCLUDES, as path parts
 
 
@@ -229,6 +232,14 @@ class DockerEvaluator(PatchEvaluator):
         ours = (DOCKER_PATCH, EVAL_SCRIPT, PREPARE_SCRIPT)
         system = install_changes.outside(changes, ENV_PREFIX, WORKDIR, ours)
         system += install_changes.git_changes(changes, WORKDIR)
+        if any(c.path == install_changes.GITCONFIG for c in changes):
+            gitconfig = install_changes.GITCONFIG
+            now_cfg = (await asyncio.to_thread(box.read_files, [gitconfig]))[gitconfig]
+            old_cfg = (await self._image_files(image_id, [gitconfig]))[gitconfig]
+            system += [
+                f"{gitconfig} ({setting})"
+                for setting in install_changes.gitconfig_added(now_cfg, old_cfg)
+            ]
         if system:
             raise WorkspaceTampering(
                 "the install changed the container outside the checkout and the "
@@ -310,6 +321,7 @@ class DockerEvaluator(PatchEvaluator):
             box.exec,
             ["git", "status", "--porcelain", "-z", "--untracked-files=all", "--no-renames"],
             SETUP_TIMEOUT,
+            environment=OWN_GIT,
         )
         if not status.ok:
             raise SandboxCrashed(f"git status failed in the container: {status.output[-500:]}")
@@ -331,6 +343,7 @@ class DockerEvaluator(PatchEvaluator):
                 f"if git cat-file -e {base}:{quoted} 2>/dev/null; "
                 f"then git checkout {base} -- {quoted}; else rm -f -- {quoted}; fi",
                 SETUP_TIMEOUT,
+                OWN_GIT,
             )
             if not done.ok:
                 raise SandboxCrashed(f"{path} could not be put back: {done.output[-500:]}")
@@ -346,7 +359,9 @@ class DockerEvaluator(PatchEvaluator):
         if name not in SECTIONED:
             return False
         quoted = shlex.quote(path)
-        before = await asyncio.to_thread(box.shell, f"git show {base}:{quoted}", SETUP_TIMEOUT)
+        before = await asyncio.to_thread(
+            box.shell, f"git show {base}:{quoted}", SETUP_TIMEOUT, OWN_GIT
+        )
         after = await asyncio.to_thread(
             box.shell, f"[ -f {quoted} ] && [ ! -L {quoted} ] && cat -- {quoted}", SETUP_TIMEOUT
         )
