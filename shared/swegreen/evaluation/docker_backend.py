@@ -28,7 +28,11 @@ from swegreen.containers.container import WORKDIR, Limits, RowContainer, pristin
 from swegreen.containers.images import Images
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import SandboxCrashed, TestTimeout, WorkspaceTampering
-from swegreen.core.eval_script import image_eval_phases, test_command_seconds
+from swegreen.core.eval_script import (
+    image_eval_phases,
+    runs_no_project_code,
+    test_command_seconds,
+)
 from swegreen.core.images import image_name, image_template
 from swegreen.core.ports import ArtifactStore
 from swegreen.core.recipes import Recipe, RecipeBook, tests_need_network
@@ -196,8 +200,9 @@ class DockerEvaluator(PatchEvaluator):
         if prepare.exit_code is not None:
             # nothing the install started runs on, and nothing of the container's is used
             # until the daemon's record says the install left the system as it was
-            await asyncio.to_thread(box.stop_processes)
-            await self._judge_install(box, image_id, recipe, notes)
+            if not runs_no_project_code(phases.prepare):
+                await asyncio.to_thread(box.stop_processes)
+                await self._judge_install(box, image_id, recipe, notes)
             changed = await self._changed(box)
             reverted = await self._revert(box, base, changed, runner)
             row.tampered_files += reverted
