@@ -427,3 +427,56 @@ def evaluate_one(
         engine.close()
     [row] = outcome.results
     return row
+
+
+def in_process_cases() -> dict[str, tuple[Any, tuple[str, str]]]:
+    from .test_integrity_round3 import (
+        ITEMS_SWAPPED,
+        RUNTEST_CODE_SWAPPED,
+        in_process,
+        xfail_on_the_buggy_path,
+    )
+    from .test_integrity_round4 import swapped_at_import
+
+    tampered = ("error", "log_tampering")
+    return {
+        "runtest code replaced": (in_process(RUNTEST_CODE_SWAPPED), tampered),
+        "items' functions swapped": (in_process(ITEMS_SWAPPED.format(how="function")), tampered),
+        "test code swapped at import": (swapped_at_import("code"), tampered),
+        "test function wrapped at import": (swapped_at_import("wrapper"), tampered),
+        "xfail on the buggy path": (xfail_on_the_buggy_path, ("no_op", "no_f2p_pass")),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "runtest code replaced",
+        "items' functions swapped",
+        "test code swapped at import",
+        "test function wrapped at import",
+        "xfail on the buggy path",
+    ],
+)
+def test_pytest_s_own_record_catches_in_process_forgeries_in_the_container(
+    case: str,
+    run_sample: RunSample,
+    sample: SampleBenchmark,
+    settings: LocalSettings,
+    gateway: Gateway,
+    tmp_path: Path,
+) -> None:
+    """The recorder runs in the row's container too (its key a file it removes when pytest
+    imports it, its record on the test command's stderr after a marker of the run's
+    own): the engine's in-process forgeries end there as they end in the engine."""
+    from .test_integrity import crafted_patch
+
+    plant, expected = in_process_cases()[case]
+    inst = next(
+        i for i in load_dataset(str(sample.dataset)).instances
+        if i.instance_id == "sample__ledger-1"
+    )  # fmt: skip
+    repo = sample.repos_dir / inst.repo.replace("/", "__")
+    patch = crafted_patch(repo, inst.base_commit, tmp_path / "work", plant)
+    row = evaluate_one(run_sample, settings, sample, gateway, "sample__ledger-1", patch)
+    assert (row.status.value, row.reason) == expected, row.detail

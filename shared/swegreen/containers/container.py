@@ -138,6 +138,22 @@ class RowContainer:
         code = self.client.api.exec_inspect(exec_id).get("ExitCode")
         return ExecResult(code if code is not None else -1, output, time.monotonic() - t0)
 
+    def put_dir(self, path: str, files: dict[str, tuple[bytes, int]], mode: int = 0o755) -> None:
+        """A new directory ``path`` holding ``files`` (name -> (content, mode))."""
+        target = PurePosixPath(path)
+        buffer = io.BytesIO()
+        now = int(time.time())
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            info = tarfile.TarInfo(target.name)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, now
+            tar.addfile(info)
+            for name, (data, file_mode) in files.items():
+                info = tarfile.TarInfo(f"{target.name}/{name}")
+                info.size, info.mode, info.mtime = len(data), file_mode, now
+                tar.addfile(info, io.BytesIO(data))
+        if not self.client.api.put_archive(self.id, str(target.parent), buffer.getvalue()):
+            raise SandboxCrashed(f"copying {path} into the container was refused")
+
     def changes(self) -> list[dict[str, object]]:
         """What differs from the image, as the daemon records it (no program of the
         container's takes part): ``[{"Path": ..., "Kind": 0 changed, 1 added, 2 deleted}]``."""

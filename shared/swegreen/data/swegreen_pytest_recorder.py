@@ -51,9 +51,20 @@ _state = {
 
 
 def _take_key():
-    """Read the key from its pipe, once, and close it (nothing if it is not a pipe)."""
+    """Read the key from its pipe, once, and close it (nothing if it is not a pipe); in a
+    container, from the file ``SWEGREEN_RECORD_KEY_FILE`` names, removed once read."""
     import stat
 
+    path = os.environ.pop("SWEGREEN_RECORD_KEY_FILE", "")
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(256)
+            os.unlink(path)
+        except OSError:
+            return b""
+        key = data.strip()
+        return key if len(key) == 64 else b""
     try:
         fd = int(os.environ.pop("SWEGREEN_RECORD_KEY_FD", ""))
     except ValueError:
@@ -77,6 +88,14 @@ def _take_key():
 
 _KEY = _take_key()
 _PATH = os.environ.pop("SWEGREEN_RECORD", "")
+# In a container the record goes to the test command's own stderr (the engine reads the
+# exec's output), each line after this marker: a copy of descriptor 2 taken now, before
+# pytest's capture points descriptor 2 elsewhere.
+_MARK = os.environ.pop("SWEGREEN_RECORD_MARK", "").encode("ascii", "replace")
+_STDERR = None
+if _PATH == "stderr":
+    with contextlib.suppress(OSError):
+        _STDERR = os.dup(2)
 _REPO = os.environ.get("SWEGREEN_REPO", "")
 _HOOKS = (
     "pytest_runtest_protocol",
@@ -93,6 +112,8 @@ _HOOKS = (
 def _open():
     if not _PATH or not _KEY or not _REPO or os.environ.get("PYTEST_XDIST_WORKER"):
         return None
+    if _PATH == "stderr":
+        return _STDERR
     try:
         fd = os.open(_PATH, os.O_WRONLY | os.O_NONBLOCK)
     except OSError:
@@ -112,7 +133,7 @@ def _emit(event):
     event = dict(event, seq=_state["seq"], pid=os.getpid())
     body = json.dumps(event, sort_keys=True)
     mac = hmac.new(_KEY, body.encode("utf-8"), hashlib.sha256).hexdigest()
-    line = (json.dumps({"e": body, "mac": mac}) + "\n").encode("utf-8")
+    line = _MARK + (json.dumps({"e": body, "mac": mac}) + "\n").encode("utf-8")
     with contextlib.suppress(OSError):
         os.write(fd, line)
 

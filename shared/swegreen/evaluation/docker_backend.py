@@ -12,6 +12,7 @@ exec's own output and graded by the official grader; the container removed.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import shlex
 import tempfile
 import time
@@ -42,6 +43,17 @@ from swegreen.core.scrub import NO_SCRUBBING, Scrub
 from swegreen.core.upstream import GIT_APPLY_CMDS
 from swegreen.evaluation.evaluate import Key, PatchEvaluator
 from swegreen.sandbox.env_guard import command_words
+from swegreen.sandbox.recorder import (
+    MARK_VARIABLE,
+    Recorded,
+    covers,
+    new_key,
+    new_mark,
+    plugin_source,
+    pytest_addopts,
+    split_marked,
+)
+from swegreen.sandbox.recorder import MODULE as RECORDER_MODULE
 from swegreen.sandbox.tamper import SECTIONED, protected_reason, sections_changed
 from swegreen.stores import artifacts as art
 
@@ -197,6 +209,7 @@ class DockerEvaluator(PatchEvaluator):
         prepare = await asyncio.to_thread(box.exec, ["/bin/bash", PREPARE_SCRIPT], timeout)
         log = prepare.output
         test = None
+        recorded: Recorded | None = None
         if prepare.exit_code is not None:
             # nothing the install started runs on, and nothing of the container's is used
             # until the daemon's record says the install left the system as it was
@@ -211,8 +224,16 @@ class DockerEvaluator(PatchEvaluator):
             # only the sources count: a cache the install left could hold other code
             await asyncio.to_thread(box.shell, DROP_BYTECODE, SETUP_TIMEOUT)
             left = max(deadline - time.monotonic(), 1.0)
-            test = await asyncio.to_thread(box.exec, ["/bin/bash", EVAL_SCRIPT], left)
-            log += test.output
+            environment, record_key, mark = await self._recorder(box, recipe)
+            test = await asyncio.to_thread(
+                box.exec, ["/bin/bash", EVAL_SCRIPT], left, environment=environment
+            )
+            output = test.output
+            if mark is not None:
+                output, record_text = split_marked(output, mark)
+                recorded = Recorded.parse(record_text, record_key)
+                self.artifacts.write_text(key(art.TEST_RECORD), recorded.text)
+            log += output
         row.end()
         row.test_exit_code = test.exit_code if test is not None else None
         timed_out = test is None or test.exit_code is None
@@ -225,7 +246,35 @@ class DockerEvaluator(PatchEvaluator):
         with tempfile.TemporaryDirectory(prefix="swegreen-log-") as tmp:
             log_path = Path(tmp) / art.TEST_OUTPUT
             log_path.write_text(log)
-            return self._grade(key, row, recipe, log_path, text, None, test.exit_code)
+            return self._grade(key, row, recipe, log_path, text, recorded, test.exit_code)
+
+    async def _recorder(
+        self, box: RowContainer, recipe: Recipe
+    ) -> tuple[dict[str, str] | None, bytes | None, str | None]:
+        """pytest's recorder for the test phase, where the test command is pytest: the
+        plugin under a name of this run's own and its key (a file the plugin removes when
+        pytest imports it, before any conftest or project module runs), copied in after
+        the install; its record comes back on the test command's stderr, each line after a
+        marker of this run's own. (exec environment, key, marker), or Nones."""
+        if not covers(recipe.log_parser, recipe.test_cmd):
+            return None, None, None
+        record_key, mark = new_key(), new_mark()
+        module = f"{RECORDER_MODULE}_{secrets.token_hex(8)}"
+        folder = f"/run/swegreen-{secrets.token_hex(8)}"
+        files = {
+            f"{module}.py": (plugin_source().encode(), 0o444),
+            "key": (record_key.encode(), 0o400),
+        }
+        await asyncio.to_thread(box.put_dir, folder, files)
+        environment = {
+            "PYTEST_ADDOPTS": pytest_addopts(None, module),
+            "PYTHONPATH": folder,
+            "SWEGREEN_RECORD": "stderr",
+            MARK_VARIABLE: mark,
+            "SWEGREEN_RECORD_KEY_FILE": f"{folder}/key",
+            "SWEGREEN_REPO": WORKDIR,
+        }
+        return environment, record_key.encode(), mark
 
     async def _judge_install(
         self, box: RowContainer, image_id: str, recipe: Recipe, notes: list[str]

@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -95,6 +96,29 @@ def python_path(existing: str | None, directory: str) -> str:
     """``directory`` after every entry already there: the sys.path order the tests see is
     upstream's, with one more place at the end."""
     return ":".join(filter(None, [existing, directory]))
+
+
+MARK_VARIABLE = "SWEGREEN_RECORD_MARK"
+
+
+def new_mark() -> str:
+    """What each record line starts with on a container test command's stderr: of this
+    run's own, so that no honest output is taken for a record line."""
+    return f"@@swegreen-record-{secrets.token_hex(8)}@@"
+
+
+def split_marked(output: str, mark: str) -> tuple[str, str]:
+    """(the output without the record lines, the record): a record line is ``mark``, a
+    JSON object and a newline, wherever it starts (a test's partial line may precede it
+    on the same stream; what follows it continues that line)."""
+    found: list[str] = []
+
+    def take(match: re.Match[str]) -> str:
+        found.append(match.group(1))
+        return ""
+
+    log = re.sub(re.escape(mark) + r"([^\n]*)\n", take, output)
+    return log, "".join(line + "\n" for line in found)
 
 
 @dataclass
