@@ -169,9 +169,9 @@ _sys.setprofile(_swap_when_done)
 """
 
 
-def swapped_at_import(how: str) -> Callable[[Path], None]:
+def swapped_at_import(how: str, package: str = "ledger") -> Callable[[Path], None]:
     def plant(repo: Path) -> None:
-        init = repo / "ledger" / "__init__.py"
+        init = repo / package / "__init__.py"
         write(init, SWAPPED_AT_IMPORT.format(how=how) + init.read_text())
 
     return plant
@@ -256,3 +256,127 @@ def test_a_test_phase_without_a_network_namespace_reaches_no_host(
     finally:
         tcp.close()
         udp.close()
+
+
+# -- all of it against an engine started as Amber starts the green agent ---------------------
+
+# Docker's default seccomp profile, as far as namespaces go: unshare and setns refused,
+# clone with a namespace flag refused, clone3 unknown (glibc falls back to clone).
+NAMESPACE_FLAGS = (
+    0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+)
+
+
+def no_namespaces_filter() -> bytes:
+    from swegreen.sandbox import seccomp as sc
+
+    jset = 0x45
+    eperm, enosys = sc.RET_ERRNO | 1, sc.RET_ERRNO | 38
+    unshare, setns, clone, clone3 = 272, 308, 56, 435
+    program = [
+        (sc._LD_ABS_W, 0, 0, sc._OFF_ARCH),
+        (sc._JEQ_K, 0, 7, sc.AUDIT_ARCH_X86_64),  # else: allow
+        (sc._LD_ABS_W, 0, 0, sc._OFF_NR),
+        (sc._JEQ_K, 6, 0, unshare),  # -> eperm
+        (sc._JEQ_K, 5, 0, setns),
+        (sc._JEQ_K, 5, 0, clone3),  # -> enosys
+        (sc._JEQ_K, 0, 2, clone),  # else: allow
+        (sc._LD_ABS_W, 0, 0, 16),  # clone's flags
+        (jset, 1, 0, NAMESPACE_FLAGS),  # -> eperm
+        (sc._RET_K, 0, 0, sc.RET_ALLOW),
+        (sc._RET_K, 0, 0, eperm),
+        (sc._RET_K, 0, 0, enosys),
+    ]
+    return b"".join(sc._insn(*insn) for insn in program)
+
+
+def test_the_attacks_fail_against_an_engine_started_as_amber_starts_it(
+    sample: SampleBenchmark, tmp_path: Path
+) -> None:
+    """``swegreen run`` with no capability, no new privileges and namespaces refused as
+    Docker's default seccomp profile refuses them (so no other uid, no network namespace:
+    Landlock, symbolic views, no IP), on a fresh cache: pytest rewritten in place and the
+    hidden tests sent to a host listener (ledger), test code swapped at import
+    (calculator). Nothing is written, nothing arrives, the swap is named."""
+    import json
+    import platform
+    import shutil
+    import socket
+    import subprocess
+    import sys
+
+    from swegreen.core.dataset import load_dataset
+    from swegreen.sandbox import confine
+    from swegreen.sandbox.isolation import confine_argv, spec_pipe
+    from tests.test_integrity import crafted_patch
+
+    if platform.machine() != "x86_64" or not shutil.which("setpriv") or confine.abi() < 4:
+        pytest.skip("needs x86-64, setpriv and Landlock ABI 4+")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.1)
+    port = listener.getsockname()[1]
+    rows = {i.instance_id: i for i in load_dataset(str(sample.dataset)).instances}
+
+    def both(repo: Path) -> None:
+        rewrite_pytest_in_place(repo)
+        init = repo / "ledger" / "__init__.py"
+        write(init, REACH_OUT.replace("{port}", str(port)) + init.read_text())
+
+    plants = {
+        "sample__ledger-1": both,
+        "sample__calculator-1": swapped_at_import("code", "calculator"),
+    }
+    lines = []
+    for iid, plant in plants.items():
+        inst = rows[iid]
+        repo = sample.repos_dir / inst.repo.replace("/", "__")
+        patch = crafted_patch(repo, inst.base_commit, tmp_path / iid, plant)
+        lines.append(
+            json.dumps({"instance_id": iid, "model_name_or_path": "x", "model_patch": patch})
+        )
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text("\n".join(lines) + "\n")
+    spec_fd = spec_pipe({"landlock": False, "seccomp": no_namespaces_filter().hex()})
+    try:
+        out = subprocess.run(
+            [
+                "setpriv", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
+                *confine_argv(spec_fd),
+                sys.executable, "-m", "swegreen", "run", "--dataset", "swegreen:sample",
+                "--patches", str(predictions), "--instance-ids", ",".join(plants),
+                "--isolation", "landlock", "--cache-dir", str(tmp_path / "cache"),
+                "--output-dir", str(tmp_path / "out"), "--run-id", "amber", "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env={**os.environ, "HOME": str(tmp_path)},
+            cwd=tmp_path,
+            pass_fds=(spec_fd,),
+        )  # fmt: skip
+    finally:
+        os.close(spec_fd)
+    try:
+        with pytest.raises(OSError):
+            listener.accept()
+    finally:
+        listener.close()
+    results = tmp_path / "out" / "amber" / "instances.jsonl"
+    assert results.exists(), out.stdout[-3000:] + out.stderr[-3000:]  # (an error row: exit 1)
+    assert "network namespaces unavailable" in out.stdout, out.stdout[-3000:]
+    got = {r["instance_id"]: r for r in map(json.loads, results.open())}
+    ledger, calculator = got["sample__ledger-1"], got["sample__calculator-1"]
+    assert (ledger["status"], ledger["reason"]) == ("no_op", "no_f2p_pass"), ledger["detail"]
+    assert (calculator["status"], calculator["reason"]) == ("error", "log_tampering")
+    assert "its test function's code is not what its file compiles to" in calculator["detail"]
+    log = (
+        tmp_path / "out" / "amber" / "instances" / "sample__ledger-1" / "test_output.txt"
+    ).read_text()
+    said = sorted(line for line in log.splitlines() if line.startswith(MARK))
+    assert [line for line in said if " wrote " in line or " sent" in line] == [], said
+    assert f"{MARK} tcp refused 13" in said and f"{MARK} udp refused 13" in said, said
+    assert any(line.startswith(f"{MARK} build refused") for line in said), said
+    for pytest_init in (tmp_path / "cache" / "envs").rglob("_pytest/__init__.py"):
+        assert pytest_init.read_bytes().endswith(b"\n"), pytest_init  # not rewritten
