@@ -67,8 +67,48 @@ def test_missing_interpreter_error_names_the_version_and_how_to_get_it(tmp_path:
         find_interpreter("3.5", search(tmp_path), needed_by="django/django 1.11")
     message = str(info.value)
     assert "Python 3.5 (needed by django/django 1.11) was not found on PATH" in message
-    assert "uv python install 3.5" in message and "pyenv install 3.5" in message
+    # only ways that give 3.5: uv has no build of it, pyenv cannot build it on OpenSSL 3
+    assert "uv has no build of Python 3.5" in message
+    assert "uv python install" not in message and "--allow-python-install" not in message
+    assert "conda create -p ~/.local/share/swegreen/python3.5 python=3.5 -y" in message
+    assert "--python 3.5=~/.local/share/swegreen/python3.5/bin/python3.5" in message
     assert info.value.reason == "interpreter_not_found"
+    with pytest.raises(InterpreterNotFound) as info:
+        find_interpreter("3.9", search(tmp_path))
+    assert "uv python install 3.9" in str(info.value) and "conda create" in str(info.value)
+
+
+def test_a_given_path_may_start_with_a_tilde_as_the_hint_prints_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from swegreen.environments.interpreters import parse_given
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    given = parse_given("3.6=~/.local/share/swegreen/python3.6/bin/python3.6")
+    assert given == {"3.6": tmp_path / ".local/share/swegreen/python3.6/bin/python3.6"}
+
+
+def test_a_row_whose_interpreter_is_missing_fails_before_it_clones_anything(
+    tmp_path: Path,
+) -> None:
+    """No interpreter of the recipe's version here, and no environment built with one:
+    the row fails at once, before any repository is read; an environment built with that
+    version (which the row may reuse) lets it go on."""
+    import asyncio
+    import json
+
+    from swegreen.core.recipes import Recipe
+    from swegreen.environments.manager import EnvManager
+
+    manager = EnvManager(tmp_path / "envs", search(tmp_path), {})
+    recipe = Recipe(python="3.6", packages=(), test_cmd="pytest")
+    with pytest.raises(InterpreterNotFound, match=r"needed by django/django 3\.0"):
+        asyncio.run(manager.check_interpreter(recipe, "django/django 3.0"))
+    built = tmp_path / "envs" / "somekey"
+    built.mkdir(parents=True)
+    (built / "env.json").write_text(json.dumps({"python": "3.6"}))
+    (built / ".complete").write_text("0")
+    asyncio.run(manager.check_interpreter(recipe, "django/django 3.0"))
 
 
 def test_bad_version_strings_are_refused(tmp_path: Path) -> None:
@@ -101,7 +141,8 @@ def test_a_given_interpreter_wins_and_a_wrong_one_is_an_error(tmp_path: Path) ->
     with pytest.raises(InterpreterNotFound, match=rf"given as .* it is Python {HOST}") as err:
         find_interpreter("3.5", wrong)
     assert err.value.permanent
-    with pytest.raises(InterpreterNotFound, match=re.escape("--python 3.5=/path/to/python3.5")):
+    hint = "--python 3.5=~/.local/share/swegreen/python3.5/bin/python3.5"
+    with pytest.raises(InterpreterNotFound, match=re.escape(hint)):
         find_interpreter("3.5", search(tmp_path))
 
 
@@ -149,3 +190,46 @@ def test_an_evaluation_builds_with_the_given_interpreter_and_records_it(
     assert row.status == Status.RESOLVED, row.detail
     assert mark.exists()  # the build asked the given interpreter
     assert row.environment["interpreter"] == {"python": HOST, "given_by_user": True}
+
+
+def test_the_engine_reports_a_missing_interpreter_without_cloning(
+    tmp_path: Path, settings, sample, host_env
+) -> None:
+    """A machine with no Python 3.6 anywhere (a clean PATH, pyenv and uv elsewhere), a row
+    whose recipe asks for it: an error row that says what works, and no clone made."""
+    from swegreen.core.recipes import Recipe, RecipeBook
+    from swegreen.evaluation.engine import build_engine
+
+    from .conftest import sample_config
+
+    book = RecipeBook(
+        {"sample/calculator": {"1.0": Recipe(python="3.6", packages=(), test_cmd="pytest -rA")}}
+    )
+    env = {**host_env, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYENV_ROOT": str(tmp_path)}
+    local = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
+    cfg = sample_config(sample, instance_ids=["sample__calculator-1"], max_attempts=1)
+    engine = build_engine(local, cfg, env, recipes=book)
+    try:
+        import asyncio
+
+        from swegreen.core.dataset import load_dataset, select_instances
+
+        dataset = load_dataset(cfg.dataset)
+        from swegreen.core.sources import source_for
+
+        outcome = asyncio.run(
+            engine.runner.run(
+                run_id="no-python",
+                dataset=dataset,
+                instances=select_instances(dataset, cfg.selection()),
+                source=source_for("gold"),
+                config=cfg,
+            )
+        )
+    finally:
+        engine.close()
+    [row] = outcome.results
+    assert (row.status.value, row.reason) == ("error", "interpreter_not_found"), row.detail
+    assert "conda create -p ~/.local/share/swegreen/python3.6 python=3.6 -y" in row.detail
+    repos = tmp_path / "cache" / "repos"
+    assert not [p for p in repos.rglob("*") if p.name.endswith(".git") or p.name == "HEAD"]

@@ -65,7 +65,7 @@ def parse_given(text: str) -> dict[str, Path]:
             raise ValueError(
                 f"{item!r} is not VERSION=PATH: give e.g. 3.5=/opt/python3.5/bin/python3.5"
             )
-        given[version.strip()] = Path(path.strip())
+        given[version.strip()] = Path(path.strip()).expanduser()  # a shell leaves ~ after =
     return given
 
 
@@ -88,7 +88,7 @@ def find_interpreter(version: str, search: InterpreterSearch, needed_by: str = "
     for candidate in _candidates(version, search):
         if _reports_version(candidate, version):
             return candidate
-    if search.allow_install and search.uv_binary:
+    if search.allow_install and search.uv_binary and _by_uv(version):
         proc = subprocess.run(
             [search.uv_binary, "python", "install", version],
             capture_output=True,
@@ -105,10 +105,34 @@ def find_interpreter(version: str, search: InterpreterSearch, needed_by: str = "
     who = f" (needed by {needed_by})" if needed_by else ""
     raise InterpreterNotFound(
         f"Python {version}{who} was not found on PATH, in {search.pyenv_root}/versions or in "
-        f"{search.uv_dir}{detail}. Install it, e.g. `uv python install {version}` or "
-        f"`pyenv install {version}`, point at one you have with --python "
-        f"{version}=/path/to/python{version} (SWEGREEN_PYTHONS), or enable interpreter "
-        "installs (--allow-python-install)."
+        f"{search.uv_dir}{detail}. {install_hint(version)}"
+    )
+
+
+UV_OLDEST = (3, 8)  # uv's own CPython builds start at 3.8
+
+
+def _by_uv(version: str) -> bool:
+    major, minor = (int(n) for n in version.split("."))
+    return (major, minor) >= UV_OLDEST
+
+
+def install_hint(version: str) -> str:
+    """What to do about a missing Python ``version``: only ways that give it."""
+    where = f"~/.local/share/swegreen/python{version}"
+    conda = (
+        f"`conda create -p {where} python={version} -y` (as SWE-bench's own images get it; "
+        f"micromamba: add `-c conda-forge`), then pass --python {version}={where}/bin/python"
+        f"{version} (or SWEGREEN_PYTHONS)"
+    )
+    if _by_uv(version):
+        return (
+            f"Install it with `uv python install {version}` (or let the run do it: "
+            f"--allow-python-install), or with conda: {conda}."
+        )
+    return (
+        f"uv has no build of Python {version}, and pyenv cannot build it against OpenSSL 3; "
+        f"install it with conda: {conda}."
     )
 
 

@@ -39,6 +39,7 @@ from swegreen.environments.environment import (
 )
 from swegreen.environments.interpreters import (
     InterpreterSearch,
+    find_interpreter,
 )
 from swegreen.environments.views import (
     Links,
@@ -81,6 +82,7 @@ class EnvManager:
         self.content_keys = content_keys
         self.dated_index = dated_index
         self.search = search
+        self._interpreters_seen: set[str] = set()  # versions found (check_interpreter)
         self.host_env = dict(host_env)
         self.max_builds = max_builds
         self.rebuild_failed = rebuild_failed
@@ -89,6 +91,21 @@ class EnvManager:
 
     def failure_path(self, key: str) -> Path:
         return self.root / f"{key}.failed.json"
+
+    async def check_interpreter(self, recipe: Recipe, label: str) -> None:
+        """Fails at once (``InterpreterNotFound``, with what to do) where the recipe's
+        Python is not on this machine and no environment here was built with it: before
+        the row clones anything, rather than after (a django clone takes minutes). An
+        environment built with that version may be the one this row reuses, so its
+        presence skips the check; the build looks again either way."""
+        version = recipe.python
+        if version == "host" or version in self._interpreters_seen:
+            return
+        if any(_built_with(info, version) for info in self.root.glob(f"*/{ENV_INFO}")):
+            self._interpreters_seen.add(version)
+            return
+        await asyncio.to_thread(find_interpreter, version, self.search, label)
+        self._interpreters_seen.add(version)
 
     def remembered_failure(self, key: str) -> EvaluationFailure | None:
         """The failure remembered for ``key``, unless a rebuild was asked for and this
@@ -315,3 +332,13 @@ class EnvManager:
         return Environment(
             env.key, env.root, dest, env.runtime_env, env.extra_bin, env.build_seconds, env.reused
         )
+
+
+def _built_with(info: Path, version: str) -> bool:
+    """Whether the complete environment whose ``env.json`` is ``info`` has Python ``version``."""
+    if not (info.parent / COMPLETE).exists():
+        return False
+    try:
+        return json.loads(info.read_text()).get("python") == version
+    except (OSError, ValueError, AttributeError):
+        return False

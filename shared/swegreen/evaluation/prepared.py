@@ -236,6 +236,8 @@ class PreparedWorkspaces(TestbedsBase):
         provenance: dict[str, object],
     ) -> Testbed:
         start = time.monotonic()
+        # a missing interpreter fails the row before the clone, not after it
+        await self.envs.check_interpreter(recipe, f"{instance.repo} {instance.version}")
         await asyncio.to_thread(shutil.rmtree, root, True)  # an interrupted earlier one
         root.mkdir(parents=True)
         try:
