@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import platform
 import shlex
 import shutil
 import signal
@@ -813,6 +814,9 @@ def test_without_a_network_namespace_an_offline_run_gets_no_ip_socket(
         "python -c 'import socket\n"
         "socket.socket(socket.AF_UNIX).close()\n"
         'socket.socket().close(); print("ip-ok")\' || echo ip-refused\n'
+        # io_uring_setup(0, NULL): EINVAL where allowed, EPERM where refused
+        "python -c 'import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        'libc.syscall(425, 0, None)\nprint("uring-errno", ctypes.get_errno())\'\n'
     )
     for network, loopback, expected in [
         (False, False, "ip-refused"),
@@ -822,3 +826,5 @@ def test_without_a_network_namespace_an_offline_run_gets_no_ip_socket(
         policy = SandboxPolicy(timeout=60, network=network, loopback=loopback)
         result = run(tmp_path, probe, policy, iso=iso)
         assert expected in result.output, (network, loopback, result.output)
+        refused = expected == "ip-refused" and platform.machine() in ("x86_64", "aarch64")
+        assert ("uring-errno 1\n" in result.output) == refused, result.output

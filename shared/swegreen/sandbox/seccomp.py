@@ -81,13 +81,18 @@ def keyring_filter() -> bytes:
 # where IP is refused it is refused whole (a 32-bit program gets no socket at all)
 SOCKET_CALLS = {AUDIT_ARCH_X86_64: 41, AUDIT_ARCH_I386: 359, AUDIT_ARCH_AARCH64: 198}
 SOCKETCALL_I386 = 102
+# io_uring_setup, _enter, _register (one number on every architecture since 5.1): its
+# socket and connect operations never pass through the socket(2) rule. Docker's default
+# profile refuses them too.
+IO_URING_CALLS = (425, 426, 427)
 AF_INET, AF_INET6 = 2, 10
 _OFF_ARG0 = 16  # args[0], its low 32 bits (little-endian)
 
 
 def no_network_filter() -> bytes:
     """The keyring filter, and IP refused: ``socket(AF_INET | AF_INET6, ...)`` fails with
-    EACCES, loopback included. For a run that has no network namespace of its own
+    EACCES, loopback included (and io_uring, which has socket operations of its own, with
+    EPERM). For a run that has no network namespace of its own
     (Landlock and process modes where namespaces are refused, as under Amber) and must
     have no network: Landlock's TCP rules go by port alone and do not cover UDP, so
     without this a test could reach any host (and the green agent's own port).
@@ -101,6 +106,7 @@ def no_network_filter() -> bytes:
         if arch == AUDIT_ARCH_X86_64:
             program.append((_JGE_K, "eperm", 0, X32_SYSCALL_BIT))
         program += [(_JEQ_K, "eperm", 0, call) for call in calls]
+        program += [(_JEQ_K, "eperm", 0, call) for call in IO_URING_CALLS]
         if arch == AUDIT_ARCH_I386:
             program.append((_JEQ_K, "eacces", 0, SOCKETCALL_I386))
         program.append((_JEQ_K, 0, "allow", SOCKET_CALLS[arch]))
