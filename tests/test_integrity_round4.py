@@ -380,3 +380,58 @@ def test_the_attacks_fail_against_an_engine_started_as_amber_starts_it(
     assert any(line.startswith(f"{MARK} build refused") for line in said), said
     for pytest_init in (tmp_path / "cache" / "envs").rglob("_pytest/__init__.py"):
         assert pytest_init.read_bytes().endswith(b"\n"), pytest_init  # not rewritten
+
+
+# -- the environment's metadata -----------------------------------------------------------
+
+CHMOD = """
+import atexit as _atexit
+import glob as _glob
+import os as _os
+import sys as _sys
+
+_said = []
+for _target in _glob.glob(_os.path.join(_sys.prefix, "lib", "python*", "site-packages",
+                                        "_pytest", "__init__.py")):
+    try:
+        _os.chmod(_target, 0o600)  # still readable: a later row's tests would run, changed
+        _said.append("SWEGREEN" + "-PLANTED chmod done")
+    except OSError as _exc:
+        _said.append("SWEGREEN" + "-PLANTED chmod refused " + str(_exc.errno))
+_atexit.register(lambda: _os.write(2, "".join(s + "\\n" for s in _said).encode()))
+"""
+
+
+def test_a_mode_changed_through_a_link_is_seen_and_the_environment_built_again(
+    isolation: Isolation,
+    run_sample: RunSample,
+    sample: SampleBenchmark,
+    settings: LocalSettings,
+    tmp_path: Path,
+) -> None:
+    """Landlock covers no metadata: code of the engine's own uid can chmod an environment
+    file through the view's link. The environment is sealed when built and checked before
+    each use there: the next row finds it changed, sets it aside, builds it again and says
+    so. (Under bubblewrap the environment is bound read-only: the chmod is refused.)"""
+
+    def plant(repo: Path) -> None:
+        init = repo / "ledger" / "__init__.py"
+        write(init, CHMOD + init.read_text())
+
+    for name in "ab":
+        (tmp_path / name).mkdir()
+    _, log = evaluate_crafted(plant, "chmod-1", run_sample, sample, settings, tmp_path / "a")
+    said = [line for line in log.splitlines() if line.startswith(MARK)]
+    again, _ = evaluate_crafted(a_readme, "chmod-2", run_sample, sample, settings, tmp_path / "b")
+    assert (again.status.value, again.reason) == ("no_op", "no_f2p_pass"), again.detail
+    in_use = [e for e in (settings.cache_dir / "envs").iterdir() if ".broken-" not in e.name]
+    found = [p for e in in_use for p in e.glob("py/lib/python*/site-packages/_pytest/__init__.py")]
+    modes = {oct(p.stat().st_mode & 0o777) for p in found}
+    assert modes == {"0o644"}, modes  # the environment in use is as built
+    if isolation.mode == "bwrap":
+        assert said == [f"{MARK} chmod refused 30"], said  # EROFS
+        assert "env_seal_broken" not in again.environment
+    else:
+        assert said == [f"{MARK} chmod done"], said
+        assert "changed since it was built" in again.environment["env_seal_broken"]
+        assert list((settings.cache_dir / "envs").glob("*.broken-*")), "kept for inspection"

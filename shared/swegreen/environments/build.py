@@ -56,6 +56,7 @@ from swegreen.environments.views import (
     INTERPRETER_EXECUTABLES,
 )
 from swegreen.processes.procs import ProcResult, run_process
+from swegreen.sandbox import seal
 
 # Upstream's images carry these; older interpreters get the last releases that support them.
 BASE_TOOLING = {
@@ -149,6 +150,7 @@ class _Build(_LockedInstalls):
                 ) from exc
             raise
         (self.path / BUILD_LOG).write_text("\n".join(self.log))
+        seal.seal_env(self.path)  # checked before use where tests share the engine's uid
         (self.path / COMPLETE).write_text(str(time.time()))
 
     async def _build(self) -> None:

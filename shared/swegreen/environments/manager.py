@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import time
 from collections.abc import Mapping
@@ -48,7 +49,10 @@ from swegreen.environments.views import (
 )
 from swegreen.processes.cache_room import DiskReserve, mark_used
 from swegreen.processes.locks import file_lock
+from swegreen.sandbox import seal
 from swegreen.sandbox.environ import INDEX_PASSTHROUGH
+
+log = logging.getLogger(__name__)
 
 INDEX = "index.jsonl"  # content-keyed environments and who uses them (EnvManager.shared)
 # Passed from the host to environment builds: what a test run's install gets, and uv's.
@@ -76,6 +80,7 @@ class EnvManager:
         dated_index: DatedIndex | None = None,
         content_keys: bool = True,
         reserve: DiskReserve | None = None,
+        check_seals: bool = False,
     ) -> None:
         self.root = root
         self.reserve = reserve
@@ -83,6 +88,10 @@ class EnvManager:
         self.dated_index = dated_index
         self.search = search
         self._interpreters_seen: set[str] = set()  # versions found (check_interpreter)
+        # where the tests run as the engine's own uid and Landlock (which covers no
+        # metadata) is what confines them: environments are checked before use (``intact``)
+        self.check_seals = check_seals
+        self.incidents: dict[str, str] = {}  # key -> why it was set aside
         self.host_env = dict(host_env)
         self.max_builds = max_builds
         self.rebuild_failed = rebuild_failed
@@ -91,6 +100,26 @@ class EnvManager:
 
     def failure_path(self, key: str) -> Path:
         return self.root / f"{key}.failed.json"
+
+    async def intact(self, path: Path) -> bool:
+        """Whether the built environment at ``path`` may be used: always, unless seals are
+        checked (``check_seals``: the tests share the engine's uid), when it must be as
+        built; one that is not is set aside (``<key>.broken-<time>``, kept for
+        inspection) and said so in the log, and the caller builds it again."""
+        if not self.check_seals:
+            return True
+        why = await asyncio.to_thread(seal.env_broken, path)
+        if why == seal.UNSEALED:  # built before environments were sealed: from now on
+            await asyncio.to_thread(seal.seal_env, path)
+            return True
+        if why is None:
+            return True
+        aside = path.with_name(f"{path.name}.broken-{int(time.time())}-{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(path, aside)
+        self.incidents[path.name] = why
+        log.warning("INCIDENT: environment %s %s; set aside as %s", path.name, why, aside.name)
+        return False
 
     async def check_interpreter(self, recipe: Recipe, label: str) -> None:
         """Fails at once (``InterpreterNotFound``, with what to do) where the recipe's
@@ -173,7 +202,7 @@ class EnvManager:
                 self._content_key, recipe.content_env_key(files), key, label, setup_commit, row
             )
         path = self.root / key
-        if (path / COMPLETE).exists():
+        if (path / COMPLETE).exists() and await self.intact(path):
             return self._load(key, path)
         if (known := self.remembered_failure(key)) is not None:
             raise known

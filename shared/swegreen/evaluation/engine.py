@@ -157,6 +157,7 @@ def build_testbeds(
             rebuild_failed=settings.rebuild_envs,
             content_keys=settings.content_keyed_envs,
             reserve=DiskReserve(cache, round(settings.disk_reserve_gb * GIB)),
+            check_seals=isolation.mode == "landlock" and isolation.sandbox_uid is None,
             dated_index=DatedIndex(
                 host_env.get("PIP_INDEX_URL") or DEFAULT_UPSTREAM, index_env(host_env)
             ),

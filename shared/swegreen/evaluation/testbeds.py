@@ -65,8 +65,16 @@ class Testbeds(PreparedWorkspaces, EvalRuns):
             if found is not None:
                 prepared = found
                 sealing = asyncio.ensure_future(asyncio.to_thread(seal.broken, prepared.workspace))
+                if not await self.envs.intact(prepared.env.root):
+                    # its environment is set aside: the checked way builds and prepares again
+                    await _broken(sealing)
+                    sealing = None
+                    await self._close_parts(workspace, host_dir, mounted)
+                    return None
             else:
                 prepared = await self.prepared(instance, recipe, notes)
+                if (why := self.envs.incidents.pop(prepared.env.key, None)) is not None:
+                    prepared.provenance["env_seal_broken"] = why  # on the row, not only the log
             # the engine's git runs over a copy of it before any sandbox does
             await asyncio.to_thread(trusted_git.check_config, prepared.repo / ".git")
             if self._copy_on_write(prepared.repo):

@@ -85,3 +85,67 @@ def broken(root: Path) -> str | None:
         f"its files changed since it was prepared ({count} entries now, "
         f"{recorded.get('entries')} then)"
     )
+
+
+# -- an environment's own seal ----------------------------------------------------------
+#
+# Where the tests run as the engine's own uid (Landlock mode under Amber), the environment's
+# files are theirs to ``chmod`` or ``utime`` through a link (Landlock covers no metadata),
+# though never to write: a module made unreadable turns a later row's test into a skip.
+# So each environment is sealed when built, and checked before it is used there: every
+# entry's mode, owner, size, mtime and inode under ``py/`` (no directory's size or mtime,
+# no bytecode cache: the engine's own use may add those).
+
+ENV_PART = "py"
+
+
+def env_digest(env_root: Path) -> tuple[str, int]:
+    h = hashlib.sha256()
+    base = env_root / ENV_PART
+    if not base.is_dir():
+        return "missing", 0
+    count = _walk_env(h, str(base), ENV_PART)
+    return h.hexdigest(), count
+
+
+def _walk_env(h: hashlib._Hash, path: str, rel: str) -> int:
+    count = 0
+    with os.scandir(path) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        if entry.name == "__pycache__":
+            continue
+        st = entry.stat(follow_symlinks=False)
+        kind = stat.S_IFMT(st.st_mode)
+        name = f"{rel}/{entry.name}"
+        line = f"{name}\0{st.st_mode}\0{st.st_uid}\0{st.st_ino}"
+        if kind != stat.S_IFDIR:
+            line += f"\0{st.st_size}\0{st.st_mtime_ns}"
+        if kind == stat.S_IFLNK:
+            line += f"\0{os.readlink(entry.path)}"
+        h.update(line.encode("utf-8", "surrogateescape") + b"\n")
+        count += 1
+        if kind == stat.S_IFDIR:
+            count += _walk_env(h, entry.path, name)
+    return count
+
+
+def seal_env(env_root: Path) -> None:
+    value, count = env_digest(env_root)
+    (env_root / SEAL).write_text(json.dumps({"digest": value, "entries": count}))
+
+
+def env_broken(env_root: Path) -> str | None:
+    """Why the environment at ``env_root`` is not as built (None: it is; ``UNSEALED``:
+    built before environments were sealed)."""
+    try:
+        recorded = json.loads((env_root / SEAL).read_text())
+    except (OSError, ValueError):
+        return UNSEALED
+    value, count = env_digest(env_root)
+    if value == recorded.get("digest"):
+        return None
+    return (
+        f"its files' modes, sizes or times changed since it was built ({count} entries "
+        f"now, {recorded.get('entries')} then)"
+    )
