@@ -15,18 +15,28 @@ function, after its module ran: the row must end ``error/log_tampering``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
-from collections.abc import Callable
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from swegreen.core.dataset import load_dataset
 from swegreen.evaluation.settings import LocalSettings
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox.isolation import Isolation
+from swegreen.sandbox import confine
+from swegreen.sandbox import seccomp as sc
+from swegreen.sandbox.isolation import Isolation, confine_argv, spec_pipe
 from tests.conftest import RunSample
-from tests.test_integrity import write
+from tests.test_integrity import crafted_patch, write
 from tests.test_integrity_tools import evaluate_crafted
 from tests.test_prepared import tree_digest
 
@@ -217,6 +227,37 @@ _atexit.register(lambda: _os.write(2, "".join(t + "\\n" for t in _tried).encode(
 """
 
 
+@contextlib.contextmanager
+def host_listener() -> Iterator[int]:
+    """A TCP and a UDP socket on one port of the host's loopback (a high port, which
+    Landlock's TCP rules allow); when the block ends, nothing may have reached either."""
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen()
+    tcp.settimeout(0.1)
+    port = tcp.getsockname()[1]
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", port))
+    udp.settimeout(0.1)
+    try:
+        yield port
+        with pytest.raises(OSError):
+            tcp.accept()
+        with pytest.raises(OSError):
+            udp.recv(100)
+    finally:
+        tcp.close()
+        udp.close()
+
+
+def reach_out(port: int) -> Callable[[Path], None]:
+    def plant(repo: Path) -> None:
+        init = repo / "ledger" / "__init__.py"
+        write(init, REACH_OUT.replace("{port}", str(port)) + init.read_text())
+
+    return plant
+
+
 def test_a_test_phase_without_a_network_namespace_reaches_no_host(
     run_sample: RunSample,
     sample: SampleBenchmark,
@@ -229,33 +270,13 @@ def test_a_test_phase_without_a_network_namespace_reaches_no_host(
     allow). Nothing may arrive, and the row is graded as its code."""
     if request.getfixturevalue("isolation").mode != "landlock":
         pytest.skip("bubblewrap always has a network namespace")
-    import socket
-
-    tcp = socket.socket()
-    tcp.bind(("127.0.0.1", 0))
-    tcp.listen()
-    tcp.settimeout(0.1)
-    port = tcp.getsockname()[1]
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    udp.bind(("127.0.0.1", port))
-    udp.settimeout(0.1)
-
-    def plant(repo: Path) -> None:
-        init = repo / "ledger" / "__init__.py"
-        write(init, REACH_OUT.replace("{port}", str(port)) + init.read_text())
-
-    try:
-        row, log = evaluate_crafted(plant, "reach-out", run_sample, sample, settings, tmp_path)
-        said = [line for line in log.splitlines() if line.startswith(MARK)]
-        assert sorted(said) == [f"{MARK} tcp refused 13", f"{MARK} udp refused 13"], said
-        with pytest.raises(OSError):
-            tcp.accept()
-        with pytest.raises(OSError):
-            udp.recv(100)
-        assert (row.status.value, row.reason) == ("no_op", "no_f2p_pass"), row.detail
-    finally:
-        tcp.close()
-        udp.close()
+    with host_listener() as port:
+        row, log = evaluate_crafted(
+            reach_out(port), "reach-out", run_sample, sample, settings, tmp_path
+        )
+    said = [line for line in log.splitlines() if line.startswith(MARK)]
+    assert sorted(said) == [f"{MARK} tcp refused 13", f"{MARK} udp refused 13"], said
+    assert (row.status.value, row.reason) == ("no_op", "no_f2p_pass"), row.detail
 
 
 # -- all of it against an engine started as Amber starts the green agent ---------------------
@@ -268,7 +289,6 @@ NAMESPACE_FLAGS = (
 
 
 def no_namespaces_filter() -> bytes:
-    from swegreen.sandbox import seccomp as sc
 
     jset = 0x45
     eperm, enosys = sc.RET_ERRNO | 1, sc.RET_ERRNO | 38
@@ -298,71 +318,11 @@ def test_the_attacks_fail_against_an_engine_started_as_amber_starts_it(
     Landlock, symbolic views, no IP), on a fresh cache: pytest rewritten in place and the
     hidden tests sent to a host listener (ledger), test code swapped at import
     (calculator). Nothing is written, nothing arrives, the swap is named."""
-    import json
-    import platform
-    import shutil
-    import socket
-    import subprocess
-    import sys
-
-    from swegreen.core.dataset import load_dataset
-    from swegreen.sandbox import confine
-    from swegreen.sandbox.isolation import confine_argv, spec_pipe
-    from tests.test_integrity import crafted_patch
-
     if platform.machine() != "x86_64" or not shutil.which("setpriv") or confine.abi() < 4:
         pytest.skip("needs x86-64, setpriv and Landlock ABI 4+")
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    listener.settimeout(0.1)
-    port = listener.getsockname()[1]
     rows = {i.instance_id: i for i in load_dataset(str(sample.dataset)).instances}
-
-    def both(repo: Path) -> None:
-        rewrite_pytest_in_place(repo)
-        init = repo / "ledger" / "__init__.py"
-        write(init, REACH_OUT.replace("{port}", str(port)) + init.read_text())
-
-    plants = {
-        "sample__ledger-1": both,
-        "sample__calculator-1": swapped_at_import("code", "calculator"),
-    }
-    lines = []
-    for iid, plant in plants.items():
-        inst = rows[iid]
-        repo = sample.repos_dir / inst.repo.replace("/", "__")
-        patch = crafted_patch(repo, inst.base_commit, tmp_path / iid, plant)
-        lines.append(
-            json.dumps({"instance_id": iid, "model_name_or_path": "x", "model_patch": patch})
-        )
-    predictions = tmp_path / "predictions.jsonl"
-    predictions.write_text("\n".join(lines) + "\n")
-    spec_fd = spec_pipe({"landlock": False, "seccomp": no_namespaces_filter().hex()})
-    try:
-        out = subprocess.run(
-            [
-                "setpriv", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
-                *confine_argv(spec_fd),
-                sys.executable, "-m", "swegreen", "run", "--dataset", "swegreen:sample",
-                "--patches", str(predictions), "--instance-ids", ",".join(plants),
-                "--isolation", "landlock", "--cache-dir", str(tmp_path / "cache"),
-                "--output-dir", str(tmp_path / "out"), "--run-id", "amber", "--no-progress",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            env={**os.environ, "HOME": str(tmp_path)},
-            cwd=tmp_path,
-            pass_fds=(spec_fd,),
-        )  # fmt: skip
-    finally:
-        os.close(spec_fd)
-    try:
-        with pytest.raises(OSError):
-            listener.accept()
-    finally:
-        listener.close()
+    with host_listener() as port:
+        out = _run_as_amber(sample, tmp_path, rows, port)
     results = tmp_path / "out" / "amber" / "instances.jsonl"
     assert results.exists(), out.stdout[-3000:] + out.stderr[-3000:]  # (an error row: exit 1)
     assert "network namespaces unavailable" in out.stdout, out.stdout[-3000:]
@@ -435,3 +395,49 @@ def test_a_mode_changed_through_a_link_is_seen_and_the_environment_built_again(
         assert said == [f"{MARK} chmod done"], said
         assert "changed since it was built" in again.environment["env_seal_broken"]
         assert list((settings.cache_dir / "envs").glob("*.broken-*")), "kept for inspection"
+
+
+def _run_as_amber(
+    sample: SampleBenchmark, tmp_path: Path, rows: dict, port: int
+) -> subprocess.CompletedProcess[str]:
+    """``swegreen run`` on the two planted rows, as Amber starts the green agent."""
+
+    def both(repo: Path) -> None:
+        rewrite_pytest_in_place(repo)
+        reach_out(port)(repo)
+
+    plants = {
+        "sample__ledger-1": both,
+        "sample__calculator-1": swapped_at_import("code", "calculator"),
+    }
+    lines = []
+    for iid, plant in plants.items():
+        inst = rows[iid]
+        repo = sample.repos_dir / inst.repo.replace("/", "__")
+        patch = crafted_patch(repo, inst.base_commit, tmp_path / iid, plant)
+        lines.append(
+            json.dumps({"instance_id": iid, "model_name_or_path": "x", "model_patch": patch})
+        )
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text("\n".join(lines) + "\n")
+    spec_fd = spec_pipe({"landlock": False, "seccomp": no_namespaces_filter().hex()})
+    try:
+        out = subprocess.run(
+            [
+                "setpriv", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
+                *confine_argv(spec_fd),
+                sys.executable, "-m", "swegreen", "run", "--dataset", "swegreen:sample",
+                "--patches", str(predictions), "--instance-ids", ",".join(plants),
+                "--isolation", "landlock", "--cache-dir", str(tmp_path / "cache"),
+                "--output-dir", str(tmp_path / "out"), "--run-id", "amber", "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env={**os.environ, "HOME": str(tmp_path)},
+            cwd=tmp_path,
+            pass_fds=(spec_fd,),
+        )  # fmt: skip
+    finally:
+        os.close(spec_fd)
+    return out

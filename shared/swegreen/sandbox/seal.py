@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 SEAL = "seal.json"
@@ -64,8 +65,7 @@ def _walk(h: hashlib._Hash, path: str, rel: str, with_ctime: bool) -> int:
 
 def seal(root: Path) -> None:
     """Record the seal of a just-completed prepared workspace."""
-    value, count = digest(root)
-    (root / SEAL).write_text(json.dumps({"digest": value, "entries": count}))
+    _record(root, digest)
 
 
 UNSEALED = "it has no seal (prepared by an earlier version)"
@@ -74,17 +74,23 @@ UNSEALED = "it has no seal (prepared by an earlier version)"
 def broken(root: Path) -> str | None:
     """Why the seal of ``root`` does not hold (None: it holds; ``UNSEALED``: there is
     none, which is no incident)."""
+    return _compare(root, digest, "its files changed since it was prepared")
+
+
+def _record(root: Path, made: Callable[[Path], tuple[str, int]]) -> None:
+    value, count = made(root)
+    (root / SEAL).write_text(json.dumps({"digest": value, "entries": count}))
+
+
+def _compare(root: Path, made: Callable[[Path], tuple[str, int]], changed: str) -> str | None:
     try:
         recorded = json.loads((root / SEAL).read_text())
     except (OSError, ValueError):
         return UNSEALED
-    value, count = digest(root)
+    value, count = made(root)
     if value == recorded.get("digest"):
         return None
-    return (
-        f"its files changed since it was prepared ({count} entries now, "
-        f"{recorded.get('entries')} then)"
-    )
+    return f"{changed} ({count} entries now, {recorded.get('entries')} then)"
 
 
 # -- an environment's own seal ----------------------------------------------------------
@@ -131,21 +137,12 @@ def _walk_env(h: hashlib._Hash, path: str, rel: str) -> int:
 
 
 def seal_env(env_root: Path) -> None:
-    value, count = env_digest(env_root)
-    (env_root / SEAL).write_text(json.dumps({"digest": value, "entries": count}))
+    _record(env_root, env_digest)
 
 
 def env_broken(env_root: Path) -> str | None:
     """Why the environment at ``env_root`` is not as built (None: it is; ``UNSEALED``:
     built before environments were sealed)."""
-    try:
-        recorded = json.loads((env_root / SEAL).read_text())
-    except (OSError, ValueError):
-        return UNSEALED
-    value, count = env_digest(env_root)
-    if value == recorded.get("digest"):
-        return None
-    return (
-        f"its files' modes, sizes or times changed since it was built ({count} entries "
-        f"now, {recorded.get('entries')} then)"
+    return _compare(
+        env_root, env_digest, "its files' modes, sizes or times changed since it was built"
     )
