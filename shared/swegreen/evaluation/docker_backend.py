@@ -68,7 +68,13 @@ DROP_BYTECODE = (
 # the backend's own git calls read no global or system configuration (programs it could
 # name: core.fsmonitor, an alias); the checkout's own is judged after the install
 OWN_GIT = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
-BUILD_DIRS = frozenset({"build", ".tox", ".eggs"})  # tamper.BUILD_EXCLUDES, as path parts
+BUILD_DIRS = frozenset({"build", ".tox", ".eggs"})
+# The recorder's option and directory added to what the image's environment has of them.
+WITH_RECORDER = (
+    'export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }$SWEGREEN_ADDOPTS" '
+    'PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$SWEGREEN_PLUGINS"; '
+    'unset SWEGREEN_ADDOPTS SWEGREEN_PLUGINS; exec /bin/bash "$1"'
+)  # tamper.BUILD_EXCLUDES, as path parts
 
 
 class DockerEvaluator(PatchEvaluator):
@@ -225,9 +231,11 @@ class DockerEvaluator(PatchEvaluator):
             await asyncio.to_thread(box.shell, DROP_BYTECODE, SETUP_TIMEOUT)
             left = max(deadline - time.monotonic(), 1.0)
             environment, record_key, mark = await self._recorder(box, recipe)
-            test = await asyncio.to_thread(
-                box.exec, ["/bin/bash", EVAL_SCRIPT], left, environment=environment
-            )
+            command = ["/bin/bash", EVAL_SCRIPT]
+            if environment is not None:
+                # after what the image sets of them, as the engine adds its own
+                command = ["/bin/bash", "-c", WITH_RECORDER, "eval", EVAL_SCRIPT]
+            test = await asyncio.to_thread(box.exec, command, left, environment=environment)
             output = test.output
             if mark is not None:
                 output, record_text = split_marked(output, mark)
@@ -267,8 +275,8 @@ class DockerEvaluator(PatchEvaluator):
         }
         await asyncio.to_thread(box.put_dir, folder, files)
         environment = {
-            "PYTEST_ADDOPTS": pytest_addopts(None, module),
-            "PYTHONPATH": folder,
+            "SWEGREEN_ADDOPTS": pytest_addopts(None, module),
+            "SWEGREEN_PLUGINS": folder,
             "SWEGREEN_RECORD": "stderr",
             MARK_VARIABLE: mark,
             "SWEGREEN_RECORD_KEY_FILE": f"{folder}/key",

@@ -192,7 +192,7 @@ class Isolation:
             notes.append(
                 "network namespaces unavailable: a run without network gets no IP socket"
                 " (loopback included), except for tests of a local service"
-                if seccomp.supported()
+                if mode == "landlock" and seccomp.supported()
                 else "network namespaces unavailable: tests run with the host's network"
             )
         mountns = (
@@ -273,7 +273,7 @@ class Isolation:
                 "keyring calls refused, as Docker's default"
                 + (
                     "; IP sockets refused where a run has no network"
-                    if self.mode != "bwrap" and self.netns_cmd is None
+                    if self.mode == "landlock" and self.netns_cmd is None
                     else ""
                 )
             )

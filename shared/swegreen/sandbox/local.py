@@ -193,12 +193,12 @@ class LocalSandbox:
         return spec, fds
 
     def _filter(self, network: bool, policy: SandboxPolicy) -> str | None:
-        """The seccomp program (hex) of a launch: IP refused too where it must have no
-        network and no namespace can take it away (seccomp.no_network_filter), unless
-        its tests need a local service on loopback."""
-        if not network and not policy.loopback and self.isolation.netns_cmd is None:
-            return self._seccomp_offline
-        return self._seccomp
+        """The seccomp program (hex) of a launch: in Landlock mode, IP refused too where it
+        must have no network and no namespace can take it away
+        (seccomp.no_network_filter), unless its tests need a local service on loopback.
+        Process mode (AWS's tasks, whose network is the task's) keeps the keyring filter."""
+        offline = not network and not policy.loopback and self.isolation.netns_cmd is None
+        return self._seccomp_offline if self.confined and offline else self._seccomp
 
     def isolates(self, policy: SandboxPolicy) -> bool:
         """Whether the test command runs in its own network namespace."""
@@ -399,10 +399,10 @@ class LocalSandbox:
                 net = policy.network if network is None else network
                 spec_fd = spec_pipe({"landlock": False, "seccomp": self._filter(net, policy)})
                 argv += [*confine_argv(spec_fd), self._bash, str(script)]
-            if spec_fd is not None:
-                confined_fds = (*confined_fds, spec_fd)
             else:
                 argv += [self._bash, str(script)]
+            if spec_fd is not None:
+                confined_fds = (*confined_fds, spec_fd)
         if cgroups:
             # Join the cgroups before exec'ing: every descendant is then counted.
             joins = " && ".join(f'echo $$ > "{c / "cgroup.procs"}"' for c in cgroups)
