@@ -61,7 +61,12 @@ HONEST = [
 ]
 
 
-def judge(changes: list, now: dict | None = None, before: dict | None = None) -> list[str]:
+def judge(
+    changes: list,
+    now: dict | None = None,
+    before: dict | None = None,
+    same: frozenset = frozenset(),
+) -> list[str]:
     env = EnvChanges.of(changes, ENV)
     now_paths, before_paths = env.wanted()
     texts = {
@@ -72,9 +77,10 @@ def judge(changes: list, now: dict | None = None, before: dict | None = None) ->
         **(now or {}),
     }
     old = {f"{SITE}/{FINDER_TEMPLATE_AT}": SETUPTOOLS, **(before or {})}
-    return env.violations(
-        {p: texts.get(p) for p in now_paths}, {p: old.get(p) for p in before_paths}, COMMANDS
+    found = env.violations(
+        {p: texts.get(p) for p in now_paths}, {p: old.get(p) for p in before_paths}, COMMANDS, same
     )
+    return [f"{path} ({why})" for path, why in found]
 
 
 def test_an_honest_editable_install_passes_and_its_bytecode_is_dropped() -> None:
@@ -143,3 +149,50 @@ def test_the_global_git_configuration_may_gain_only_safe_directories() -> None:
     assert gitconfig_added("[safe]\n\tdirectory = /testbed\n", None) == []
     hostile = honest + "[core]\n\tfsmonitor = /tmp/x\n[alias]\n\tst = !sh\n"
     assert gitconfig_added(hostile, before) == ["alias.st = !sh", "core.fsmonitor = /tmp/x"]
+
+
+def test_a_develop_reinstall_and_a_plain_reinstall_pass() -> None:
+    """``setup.py develop`` (scikit-learn's install) writes its egg-link and launchers
+    again with the same bytes; ``pip install .`` (requests') removes the old copy its
+    record lists and writes the new one."""
+    link, launcher = f"{SITE}/scikit_learn.egg-link", f"{ENV}/bin/skl-tool"
+    develop = daemon((link, 0), (f"{SITE}/easy-install.pth", 0), (launcher, 0))
+    assert (
+        judge(develop, {f"{SITE}/easy-install.pth": "/testbed\n"}, same=frozenset({launcher})) == []
+    )
+    found = judge(develop, {f"{SITE}/easy-install.pth": "/testbed\n"})
+    assert [f.split(" (")[0] for f in found] == [launcher]  # unless its bytes are the image's
+    assert EnvChanges.of(develop, ENV).changed([launcher, link]) == [launcher, link]
+
+    meta = f"{SITE}/requests-2.0.dist-info"
+    record = "requests/__init__.py,sha256=a,1\nrequests-2.0.dist-info/RECORD,,\n"
+    plain = daemon(
+        (f"{SITE}/requests/__init__.py", 0),
+        (f"{SITE}/requests/old.py", 2),
+        (f"{meta}/RECORD", 0),
+        (f"{meta}/direct_url.json", 1),
+    )
+    env = EnvChanges.of(plain, ENV)
+    assert env.reinstalled() == {meta: "C"}
+    now_paths, before_paths = env.wanted()
+    assert f"{meta}/RECORD" in now_paths and f"{meta}/RECORD" in before_paths
+    old_record = record + "requests/old.py,sha256=b,1\n"
+    found = env.violations({f"{meta}/RECORD": record}, {f"{meta}/RECORD": old_record}, COMMANDS)
+    assert found == []
+
+
+def test_a_record_may_place_data_files_but_no_code_outside_site_packages() -> None:
+    data, activate = f"{ENV}/share/ledger/x.json", f"{ENV}/etc/conda/activate.d/x.sh"
+    stdlib = f"{ENV}/lib/python3.11/os.py"
+    record = RECORD + "".join(
+        f"{p.replace(SITE + '/', '')},,\n"
+        for p in (
+            "../../../share/ledger/x.json",
+            "../../../etc/conda/activate.d/x.sh",
+            "../os.py",
+        )
+    )
+    changes = daemon(*HONEST, (data, 1), (activate, 1), (stdlib, 0))
+    found = judge(changes, {f"{META}/RECORD": record})
+    named = sorted(f.split(" (")[0] for f in found)
+    assert named == [activate, stdlib], found

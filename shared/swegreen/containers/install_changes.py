@@ -44,6 +44,8 @@ SCRATCH = ("/tmp", "/var/tmp", "/root/.cache", "/run", "/dev", "/proc", "/sys")
 # --global --add safe.directory``): the backend's own git calls read no global config.
 EXPECTED = frozenset({"/usr/sbin/docker-init", "/root/.gitconfig"})  # the latter: read
 _DIST = re.compile(r"^(?P<name>[^/]+?)-[^-/]+\.(dist-info|egg-info)$")
+# where a distribution's RECORD may put data files and headers outside site-packages
+DATA_DIRS = ("share", "include")
 # where setuptools keeps the editable finder's code (its template), read from the image
 FINDER_TEMPLATE_AT = "setuptools/command/editable_wheel.py"
 
@@ -134,12 +136,15 @@ class EnvChanges:
     env: str
     leaves: tuple[Change, ...]
     workdir: str = "/testbed"  # where an editable finder's packages may live
+    # the daemon's own kind of each directory it lists (a directory added is new)
+    dirs: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, changes: list[Change], env: str, workdir: str = "/testbed") -> EnvChanges:
         env = env.rstrip("/")
         kept = tuple(c for c in leaves(changes) if _under(c.path, env) and c.path != env)
-        return cls(env, kept, workdir)
+        dirs = tuple((c.path, c.kind) for c in changes if _under(c.path, env))
+        return cls(env, kept, workdir, dirs)
 
     def site(self, path: str) -> str | None:
         """The site-packages directory ``path`` is in (None: elsewhere)."""
@@ -149,7 +154,9 @@ class EnvChanges:
         return "/".join(parts[: parts.index("site-packages") + 1])
 
     def reinstalled(self) -> dict[str, str]:
-        """Metadata directories the install added, changed or removed (path -> kind)."""
+        """Metadata directories the install added, changed or removed (path -> kind: the
+        directory's own, ADDED only for one that is new, DELETED for one now gone)."""
+        kinds = dict(self.dirs)
         found: dict[str, str] = {}
         for c in self.leaves:
             site = self.site(c.path)
@@ -157,7 +164,8 @@ class EnvChanges:
                 continue
             top = c.path[len(site) + 1 :].split("/")[0]
             if _DIST.match(top):
-                found[f"{site}/{top}"] = c.kind
+                meta = f"{site}/{top}"
+                found[meta] = kinds.get(meta, CHANGED)
         return found
 
     def bytecode(self) -> list[str]:
@@ -191,9 +199,11 @@ class EnvChanges:
         now: Mapping[str, str | None],
         before: Mapping[str, str | None],
         commands: frozenset[str],
-    ) -> list[str]:
-        """What the install changed that an install of the project does not, each with
-        why. ``now``/``before``: the texts of ``wanted``'s files (None: absent)."""
+        unchanged: frozenset[str] = frozenset(),
+    ) -> list[tuple[str, str]]:
+        """What the install changed that an install of the project does not: (path, why).
+        ``now``/``before``: the texts of ``wanted``'s files (None: absent); ``unchanged``:
+        changed files whose bytes are the image's (see ``changed``)."""
         owned_now = _recorded(now, self.reinstalled(), ADDED)
         owned_before = _recorded(before, self.reinstalled(), DELETED)
         metas = set(self.reinstalled())
@@ -202,6 +212,8 @@ class EnvChanges:
             name = posixpath.basename(c.path)
             if c.path.endswith((".pyc", ".pyo")) or "/__pycache__" in c.path:
                 continue  # dropped
+            if c.kind == CHANGED and c.path in unchanged:
+                continue  # written again with the image's bytes (a develop reinstall)
             why = None
             site = self.site(c.path)
             in_meta = any(_under(c.path, m) for m in metas)
@@ -220,7 +232,11 @@ class EnvChanges:
                     why = "an editable finder whose code is not setuptools'"
             elif site is None:
                 bin_dir = f"{self.env}/bin/"
-                if not c.path.startswith(bin_dir):
+                data = any(_under(c.path, f"{self.env}/{d}") for d in DATA_DIRS)
+                recorded = c.path in (owned_now if c.kind != DELETED else owned_before)
+                if not c.path.startswith(bin_dir) and not (data and recorded):
+                    # the project's data files and headers aside: never the standard
+                    # library, never conda's activation scripts (etc/conda/activate.d)
                     why = "outside site-packages and bin/"
                 elif c.kind != DELETED and name in commands:
                     why = "a launcher named like a word of the test command"
@@ -230,6 +246,8 @@ class EnvChanges:
                     why = "no reinstalled distribution's record lists it"
             elif in_meta:
                 why = None  # a reinstalled distribution's metadata
+            elif name.endswith(".egg-link") and posixpath.dirname(c.path) == site:
+                why = None  # ``setup.py develop``'s link: a path, never run
             elif c.kind in (CHANGED, DELETED) and c.path not in owned_before:
                 why = (
                     "another distribution's file changed"
@@ -239,8 +257,14 @@ class EnvChanges:
             elif c.kind == ADDED and c.path not in owned_now and not _is_dir_of(c.path, owned_now):
                 why = "no reinstalled distribution's record lists it"
             if why is not None:
-                found.append(f"{c.path} ({why})")
+                found.append((c.path, why))
         return found
+
+    def changed(self, paths: Iterable[str]) -> list[str]:
+        """Those of ``paths`` that were changed (not added or removed): worth comparing
+        with the image, since a reinstall may write the same bytes again."""
+        kinds = {c.path: c.kind for c in self.leaves}
+        return [p for p in paths if kinds.get(p) == CHANGED]
 
 
 def _is_dir_of(path: str, files: set[str]) -> bool:
