@@ -196,3 +196,25 @@ def test_a_record_may_place_data_files_but_no_code_outside_site_packages() -> No
     found = judge(changes, {f"{META}/RECORD": record})
     named = sorted(f.split(" (")[0] for f in found)
     assert named == [activate, stdlib], found
+
+
+def test_a_setup_py_install_rewrites_its_own_egg_but_adds_no_other() -> None:
+    """django's eval script runs ``python setup.py install``: the image's egg gets the
+    patched code, its launcher the same bytes; a new egg of another name (which an old
+    ``easy-install.pth`` would put before pytest) is not the project's."""
+    egg = f"{SITE}/Django-3.0-py3.6.egg"
+    launcher = f"{ENV}/bin/django-admin"
+    install = [
+        ("/testbed/Django.egg-info/SOURCES.txt", 0),
+        (f"{egg}/django/db/models/query.py", 0),
+        (f"{egg}/EGG-INFO/SOURCES.txt", 0),
+        (f"{SITE}/easy-install.pth", 0),
+        (launcher, 0),
+    ]
+    pth = {f"{SITE}/easy-install.pth": "./Django-3.0-py3.6.egg\n"}
+    assert judge(daemon(*install), pth, same=frozenset({launcher})) == []
+    fake = f"{SITE}/pytest-9.0-py3.6.egg"
+    new_egg = daemon(*install, (fake, 1), (f"{fake}/pytest.py", 1))  # the daemon: A for both
+    found = judge(new_egg, pth, same=frozenset({launcher}))
+    why = "a new egg that is not the project's"
+    assert found == [f"{fake} ({why})", f"{fake}/pytest.py ({why})"], found

@@ -44,6 +44,8 @@ SCRATCH = ("/tmp", "/var/tmp", "/root/.cache", "/run", "/dev", "/proc", "/sys")
 # --global --add safe.directory``): the backend's own git calls read no global config.
 EXPECTED = frozenset({"/usr/sbin/docker-init", "/root/.gitconfig"})  # the latter: read
 _DIST = re.compile(r"^(?P<name>[^/]+?)-[^-/]+\.(dist-info|egg-info)$")
+_EGG = re.compile(r"^(?P<name>[^/-]+)-[^/]*\.egg$")
+_EGG_INFO = re.compile(r"^(?P<name>[^/-]+)(-[^/]*)?\.egg-info$")
 # where a distribution's RECORD may put data files and headers outside site-packages
 DATA_DIRS = ("share", "include")
 # where setuptools keeps the editable finder's code (its template), read from the image
@@ -138,13 +140,42 @@ class EnvChanges:
     workdir: str = "/testbed"  # where an editable finder's packages may live
     # the daemon's own kind of each directory it lists (a directory added is new)
     dirs: tuple[tuple[str, str], ...] = ()
+    # canonical names of the checkout's own ``*.egg-info`` the install wrote
+    projects: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, changes: list[Change], env: str, workdir: str = "/testbed") -> EnvChanges:
         env = env.rstrip("/")
         kept = tuple(c for c in leaves(changes) if _under(c.path, env) and c.path != env)
         dirs = tuple((c.path, c.kind) for c in changes if _under(c.path, env))
-        return cls(env, kept, workdir, dirs)
+        projects = frozenset(
+            _canonical(m["name"])
+            for c in changes
+            if _under(c.path, workdir) and c.path.count("/") - workdir.count("/") <= 3
+            for m in [_EGG_INFO.match(posixpath.basename(c.path))]
+            if m is not None
+        )
+        return cls(env, kept, workdir, dirs, projects)
+
+    def eggs(self) -> dict[str, bool]:
+        """The eggs (``setup.py install``'s ``<Name>-<version>-pyX.Y.egg``) the install
+        touched, and whether each is the project's to rewrite: one the image had, or a
+        new one of the checkout's own name (never a new egg of another name, which the
+        image's ``easy-install.pth`` could put before the test runner)."""
+        kinds = dict(self.dirs)
+        found: dict[str, bool] = {}
+        for c in self.leaves:
+            site = self.site(c.path)
+            if site is None:
+                continue
+            top = c.path[len(site) + 1 :].split("/")[0]
+            match = _EGG.match(top)
+            if match is None:
+                continue
+            egg = f"{site}/{top}"
+            new = kinds.get(egg) == ADDED or (egg == c.path and c.kind == ADDED)
+            found[egg] = not new or _canonical(match["name"]) in self.projects
+        return found
 
     def site(self, path: str) -> str | None:
         """The site-packages directory ``path`` is in (None: elsewhere)."""
@@ -207,6 +238,7 @@ class EnvChanges:
         owned_now = _recorded(now, self.reinstalled(), ADDED)
         owned_before = _recorded(before, self.reinstalled(), DELETED)
         metas = set(self.reinstalled())
+        eggs = self.eggs()
         found = []
         for c in self.leaves:
             name = posixpath.basename(c.path)
@@ -217,6 +249,7 @@ class EnvChanges:
             why = None
             site = self.site(c.path)
             in_meta = any(_under(c.path, m) for m in metas)
+            egg = next((e for e in eggs if _under(c.path, e)), None)
             if name in STARTUP_MODULES or (
                 site is not None and c.path.startswith(f"{site}/sitecustomize/")
             ):
@@ -246,6 +279,8 @@ class EnvChanges:
                     why = "no reinstalled distribution's record lists it"
             elif in_meta:
                 why = None  # a reinstalled distribution's metadata
+            elif egg is not None:
+                why = None if eggs[egg] else "a new egg that is not the project's"
             elif name.endswith(".egg-link") and posixpath.dirname(c.path) == site:
                 why = None  # ``setup.py develop``'s link: a path, never run
             elif c.kind in (CHANGED, DELETED) and c.path not in owned_before:
@@ -349,3 +384,7 @@ class _Data(dict):
 
     def __missing__(self, key: str) -> str:
         return "swegreen"
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
