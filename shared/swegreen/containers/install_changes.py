@@ -29,11 +29,17 @@ import csv
 import io
 import posixpath
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from swegreen.sandbox.env_guard import FINDER_FILE, FINDER_LINE, STARTUP_MODULES, finder_shape
+from swegreen.sandbox.env_guard import (
+    FINDER_FILE,
+    FINDER_LINE,
+    STARTUP_MODULES,
+    canonical_name,
+    finder_shape,
+)
 
 ADDED, CHANGED, DELETED = "A", "C", "D"  # the daemon's kinds 1, 0, 2
 KINDS = {0: CHANGED, 1: ADDED, 2: DELETED}
@@ -149,7 +155,7 @@ class EnvChanges:
         kept = tuple(c for c in leaves(changes) if _under(c.path, env) and c.path != env)
         dirs = tuple((c.path, c.kind) for c in changes if _under(c.path, env))
         projects = frozenset(
-            _canonical(m["name"])
+            canonical_name(m["name"])
             for c in changes
             if _under(c.path, workdir) and c.path.count("/") - workdir.count("/") <= 3
             for m in [_EGG_INFO.match(posixpath.basename(c.path))]
@@ -164,18 +170,19 @@ class EnvChanges:
         image's ``easy-install.pth`` could put before the test runner)."""
         kinds = dict(self.dirs)
         found: dict[str, bool] = {}
-        for c in self.leaves:
-            site = self.site(c.path)
-            if site is None:
-                continue
-            top = c.path[len(site) + 1 :].split("/")[0]
-            match = _EGG.match(top)
-            if match is None:
-                continue
-            egg = f"{site}/{top}"
-            new = kinds.get(egg) == ADDED or (egg == c.path and c.kind == ADDED)
-            found[egg] = not new or _canonical(match["name"]) in self.projects
+        for c, top_dir, top in self._tops():
+            if (match := _EGG.match(top)) is not None:
+                new = kinds.get(top_dir) == ADDED or (top_dir == c.path and c.kind == ADDED)
+                found[top_dir] = not new or canonical_name(match["name"]) in self.projects
         return found
+
+    def _tops(self) -> Iterator[tuple[Change, str, str]]:
+        """Each change in a site-packages directory, with the top-level entry it is in
+        (its path, its name)."""
+        for c in self.leaves:
+            if (site := self.site(c.path)) is not None:
+                top = c.path[len(site) + 1 :].split("/")[0]
+                yield c, f"{site}/{top}", top
 
     def site(self, path: str) -> str | None:
         """The site-packages directory ``path`` is in (None: elsewhere)."""
@@ -188,16 +195,11 @@ class EnvChanges:
         """Metadata directories the install added, changed or removed (path -> kind: the
         directory's own, ADDED only for one that is new, DELETED for one now gone)."""
         kinds = dict(self.dirs)
-        found: dict[str, str] = {}
-        for c in self.leaves:
-            site = self.site(c.path)
-            if site is None:
-                continue
-            top = c.path[len(site) + 1 :].split("/")[0]
-            if _DIST.match(top):
-                meta = f"{site}/{top}"
-                found[meta] = kinds.get(meta, CHANGED)
-        return found
+        return {
+            top_dir: kinds.get(top_dir, CHANGED)
+            for _, top_dir, top in self._tops()
+            if _DIST.match(top)
+        }
 
     def bytecode(self) -> list[str]:
         """Bytecode added or changed: dropped, whoever wrote it."""
@@ -235,9 +237,10 @@ class EnvChanges:
         """What the install changed that an install of the project does not: (path, why).
         ``now``/``before``: the texts of ``wanted``'s files (None: absent); ``unchanged``:
         changed files whose bytes are the image's (see ``changed``)."""
-        owned_now = _recorded(now, self.reinstalled(), ADDED)
-        owned_before = _recorded(before, self.reinstalled(), DELETED)
-        metas = set(self.reinstalled())
+        reinstalled = self.reinstalled()
+        owned_now = _recorded(now, reinstalled, ADDED)
+        owned_before = _recorded(before, reinstalled, DELETED)
+        metas = set(reinstalled)
         eggs = self.eggs()
         found = []
         for c in self.leaves:
@@ -384,7 +387,3 @@ class _Data(dict):
 
     def __missing__(self, key: str) -> str:
         return "swegreen"
-
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()

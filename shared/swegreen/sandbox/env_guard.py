@@ -78,7 +78,8 @@ def _scan(root: Path) -> dict[str, Entry]:
     return out
 
 
-def _canonical(name: str) -> str:
+def canonical_name(name: str) -> str:
+    """A distribution's name as PEP 503 compares it."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -189,7 +190,7 @@ class EnvGuard:
             for meta in site.iterdir():
                 match = _DIST_DIR.match(meta.name)
                 if match and not meta.is_symlink() and meta.is_dir():
-                    found.append((_canonical(match["name"]), meta))
+                    found.append((canonical_name(match["name"]), meta))
         return found
 
     def dependencies(self, metas: list[tuple[str, Path]] | None = None) -> frozenset[str]:
@@ -209,7 +210,7 @@ class EnvGuard:
                 wanted |= _requirements(meta)
         for root in self.roots:  # ``setup.py develop``: the egg-info lives in the checkout
             for meta in [*root.glob("*.egg-info"), *root.glob("*/*.egg-info")]:
-                name = _canonical(meta.name.removesuffix(".egg-info"))
+                name = canonical_name(meta.name.removesuffix(".egg-info"))
                 if name in self.projects and meta.is_dir() and not meta.is_symlink():
                     wanted |= _requirements(meta)
         found: set[str] = set()
@@ -322,7 +323,7 @@ class EnvGuard:
         return (
             "/site-packages/" in f"/{rel}"
             and name.endswith(".egg-link")
-            and _canonical(name.removesuffix(".egg-link")) in self.projects
+            and canonical_name(name.removesuffix(".egg-link")) in self.projects
         )
 
     # -- putting back -----------------------------------------------------------------
@@ -480,10 +481,10 @@ def _requirements(meta: Path) -> set[str]:
     metadata = meta / ("PKG-INFO" if meta.name.endswith(".egg-info") else "METADATA")
     for line in _read(metadata).splitlines():
         if line.startswith("Requires-Dist:") and (m := _REQ_NAME.match(line[14:])):
-            names.add(_canonical(m[1]))
+            names.add(canonical_name(m[1]))
     for line in _read(meta / "requires.txt").splitlines():  # egg-info's own list
         if not line.startswith("[") and (m := _REQ_NAME.match(line)):
-            names.add(_canonical(m[1]))
+            names.add(canonical_name(m[1]))
     return names
 
 
@@ -520,9 +521,9 @@ def project_names(view: Path, env_prefix: Path) -> frozenset[str]:
             for meta in site.iterdir():
                 match = _DIST_DIR.match(meta.name)
                 if match:
-                    found.add((_canonical(match["name"]), meta.name))
+                    found.add((canonical_name(match["name"]), meta.name))
                 elif meta.name.endswith(".egg-link"):
-                    found.add((_canonical(meta.name.removesuffix(".egg-link")), meta.name))
+                    found.add((canonical_name(meta.name.removesuffix(".egg-link")), meta.name))
         return found
 
     added = names(view) - names(env_prefix)
