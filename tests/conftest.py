@@ -32,6 +32,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """A temp root of this session's own, outside pytest-of-<user>: pytest keeps that one
     at mode 0700 (and every concurrent session resets it), while the sandbox's uid must
     pass through to the caches and workspaces the tests make (Isolation.check_reachable)."""
+    # No test reaches conda's channels (only PyPI and Debian's mirror are reachable here):
+    # the commands tests start install no interpreter unless the test serves a channel.
+    os.environ.setdefault("SWEGREEN_PYTHON_DOWNLOADS", "0")
     if not config.option.basetemp:
         root = Path(tempfile.mkdtemp(prefix="swegreen-tests-", dir=_temp_parent()))
         config.option.basetemp = str(root / "t")
@@ -153,7 +156,11 @@ def host_env() -> dict[str, str]:
 
 @pytest.fixture
 def settings(session_cache: Path, tmp_path: Path) -> LocalSettings:
-    return LocalSettings(output_dir=tmp_path / "results", cache_dir=session_cache)
+    # conda's channels are out of this machine's reach: tests that install interpreters
+    # serve a channel of their own (tests/conda_channel.py)
+    return LocalSettings(
+        output_dir=tmp_path / "results", cache_dir=session_cache, python_downloads=False
+    )
 
 
 def sample_config(sample: SampleBenchmark, **overrides: Any) -> EvalConfig:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -63,19 +64,33 @@ def test_pyenv_shims_and_liars_are_skipped(tmp_path: Path) -> None:
 
 
 def test_missing_interpreter_error_names_the_version_and_how_to_get_it(tmp_path: Path) -> None:
+    from swegreen.environments.conda_pythons import CondaPythons
+
     with pytest.raises(InterpreterNotFound) as info:
         find_interpreter("3.5", search(tmp_path), needed_by="django/django 1.11")
     message = str(info.value)
     assert "Python 3.5 (needed by django/django 1.11) was not found on PATH" in message
     # only ways that give 3.5: uv has no build of it, pyenv cannot build it on OpenSSL 3
-    assert "uv has no build of Python 3.5" in message
-    assert "uv python install" not in message and "--allow-python-install" not in message
+    assert "uv python install" not in message and "pyenv install" not in message
     assert "conda create -p ~/.local/share/swegreen/python3.5 python=3.5 -y" in message
     assert "--python 3.5=~/.local/share/swegreen/python3.5/bin/python3.5" in message
     assert info.value.reason == "interpreter_not_found"
+    # downloads off: the way to turn them on, and to get it ahead of a run
+    conda = CondaPythons(tmp_path / "pythons", ("http://127.0.0.1:9/channel",))
+    off = dataclasses.replace(search(tmp_path), conda=conda, downloads=False)
     with pytest.raises(InterpreterNotFound) as info:
-        find_interpreter("3.9", search(tmp_path))
-    assert "uv python install 3.9" in str(info.value) and "conda create" in str(info.value)
+        find_interpreter("3.6", off)
+    assert "--no-python-downloads" in str(info.value)
+    assert "swegreen pythons install 3.6" in str(info.value)
+    # on, with the channel out of reach: why, and what to do about it
+    on = dataclasses.replace(off, downloads=True)
+    with pytest.raises(InterpreterNotFound) as info:
+        find_interpreter("3.6", on)
+    message = str(info.value)
+    assert "could not be installed from conda packages" in message
+    assert "http://127.0.0.1:9/channel" in message and "Connection refused" in message
+    assert "SWEGREEN_PYTHON_CHANNELS" in message and "conda create" in message
+    assert not (tmp_path / "pythons" / conda.subdir / "3.6").exists()
 
 
 def test_a_given_path_may_start_with_a_tilde_as_the_hint_prints_it(
@@ -189,7 +204,11 @@ def test_an_evaluation_builds_with_the_given_interpreter_and_records_it(
         engine.close()
     assert row.status == Status.RESOLVED, row.detail
     assert mark.exists()  # the build asked the given interpreter
-    assert row.environment["interpreter"] == {"python": HOST, "given_by_user": True}
+    assert row.environment["interpreter"] == {
+        "python": HOST,
+        "given_by_user": True,
+        "path": str(wrapper),
+    }
 
 
 def test_the_engine_reports_a_missing_interpreter_without_cloning(

@@ -66,7 +66,7 @@ def lambda_asset(assembly: Path) -> Path:
 @pytest.fixture(scope="session")
 def lambda_python() -> Path:
     """Python 3.12, the Lambda runtime the functions are built for."""
-    return find_interpreter("3.12", InterpreterSearch.from_environ(os.environ, allow_install=True))
+    return find_interpreter("3.12", InterpreterSearch.from_environ(os.environ))
 
 
 @pytest.fixture

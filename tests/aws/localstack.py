@@ -60,7 +60,7 @@ def localstack_python() -> Path:
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
     if uv is None:
         raise FileNotFoundError("uv is needed to build the LocalStack virtualenv (make setup)")
-    base = find_interpreter("3.13", InterpreterSearch.from_environ(os.environ, allow_install=True))
+    base = find_interpreter("3.13", InterpreterSearch.from_environ(os.environ))
     subprocess.run([uv, "venv", "--clear", "--quiet", "--python", str(base), str(VENV)], check=True)
     # built from a copy: an in-tree build/ would appear under tests/ while other workers
     # copy the repository (the CDK assets)

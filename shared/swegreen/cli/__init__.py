@@ -34,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from swegreen.cli.demo import demo, sample_command
     from swegreen.cli.participant import participant_command
     from swegreen.cli.plan import plan_command
+    from swegreen.cli.pythons import pythons_command
     from swegreen.cli.regrade import regrade
     from swegreen.cli.report import report
     from swegreen.cli.run import run_command
@@ -75,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return participant_command(args, settings)
         if args.command == "sample":
             return sample_command(settings, console)
+        if args.command == "pythons":
+            return pythons_command(args, settings, env, console)
         if args.command == "cache":
             return cache_command(args, settings, console)
         if args.command == "compare":

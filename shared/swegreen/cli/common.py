@@ -27,6 +27,9 @@ LOCAL_ENV_KEYS = frozenset(
         "max_processes",
         "offline_sources",
         "pythons",
+        "python_downloads",
+        "python_channels",
+        "pythons_dir",
         "disk_reserve_gb",
     }
 )
@@ -67,7 +70,7 @@ def local_settings(args: argparse.Namespace, env: dict[str, str]) -> LocalSettin
         output_dir=output,
         cache_dir=cache,
         keep_workspaces=getattr(args, "keep_workspaces", False),
-        allow_python_install=getattr(args, "allow_python_install", False),
+        **python_sources(args, env),
         rebuild_envs=getattr(args, "rebuild_envs", False),
         pythons=pythons(getattr(args, "pythons", None), env),
         offline_sources=getattr(args, "offline_sources", None)
@@ -96,6 +99,27 @@ def disk_reserve(flag: float | None, env: dict[str, str]) -> dict[str, float]:
             f"SWEGREEN_DISK_RESERVE_GB={raw!r} is not a size: give GiB of free disk a new "
             "build must leave (a number, 0 for no check)"
         ) from None
+
+
+def python_sources(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    """Where interpreters come from: conda downloads on unless the flag or
+    SWEGREEN_PYTHON_DOWNLOADS says no; channels and the install dir from the environment."""
+    raw = env.get("SWEGREEN_PYTHON_DOWNLOADS", "").strip().lower()
+    if raw not in ("", "0", "1", "false", "true", "no", "yes", "off", "on"):
+        raise ConfigError(
+            f"SWEGREEN_PYTHON_DOWNLOADS={raw!r}: give 0 (rows whose Python this machine "
+            "lacks fail) or 1 (it is installed once from conda packages, the default)"
+        )
+    out: dict[str, Any] = {
+        "python_downloads": raw not in ("0", "false", "no", "off")
+        and not getattr(args, "no_python_downloads", False)
+    }
+    channels = tuple(c.strip() for c in env.get("SWEGREEN_PYTHON_CHANNELS", "").split(","))
+    if any(channels):
+        out["python_channels"] = tuple(c for c in channels if c)
+    if raw_dir := env.get("SWEGREEN_PYTHONS_DIR", "").strip():
+        out["pythons_dir"] = Path(raw_dir).expanduser()
+    return out
 
 
 def pythons(flags: list[str] | None, env: dict[str, str]) -> dict[str, Path]:

@@ -104,8 +104,13 @@ def local_flags(p: argparse.ArgumentParser, evaluates: bool = True) -> None:
         return
     g.add_argument("--keep-workspaces", action="store_true", help="keep each instance's checkout")
     g.add_argument(
-        "--allow-python-install", action="store_true", help="install missing interpreters with uv"
+        "--no-python-downloads",
+        action="store_true",
+        help="fail rows whose Python this machine lacks, instead of installing it once from "
+        "conda packages (also SWEGREEN_PYTHON_DOWNLOADS=0)",
     )
+    # before conda packages, the opt-in to uv's installs; downloads are the default now
+    g.add_argument("--allow-python-install", action="store_true", help=argparse.SUPPRESS)
     g.add_argument(
         "--python",
         action="append",
@@ -245,6 +250,17 @@ def parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="prune: list what would go, remove nothing"
     )
     local_flags(cache, evaluates=False)
+
+    pythons = sub.add_parser(
+        "pythons",
+        help="the interpreters recipes ask for: where each comes from; `pythons install "
+        "[X.Y ...]` gets them from conda packages ahead of a run",
+    )
+    pythons.add_argument("action", nargs="?", choices=["install"], help="omit to list")
+    pythons.add_argument(
+        "versions", nargs="*", metavar="X.Y", help="install: default every version Verified needs"
+    )
+    local_flags(pythons, evaluates=False)
 
     sample = sub.add_parser("sample", help="build the sample benchmark and print where it is")
     local_flags(sample, evaluates=False)

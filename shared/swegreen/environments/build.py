@@ -160,7 +160,12 @@ class _Build(_LockedInstalls):
             find_interpreter, recipe.python, self.mgr.search, self.label
         )
         interp = await asyncio.to_thread(describe_interpreter, found)
-        self.log.append(f"# interpreter {interp.path} (Python {interp.version}, {interp.prefix})")
+        source = self.mgr.search.source_of(found, recipe.python)
+        self.log.append(
+            f"# interpreter {interp.path} (Python {interp.version}, {interp.prefix}; "
+            + ", ".join(f"{k} {v}" for k, v in source.items() if k != "python")
+            + ")"
+        )
         await self._make_prefix(interp, prefix)
         python = str(prefix / "bin" / "python")
         pip = [python, "-m", "pip", "install", "--no-input"]
@@ -212,6 +217,7 @@ class _Build(_LockedInstalls):
                     "for": self.label,
                     "setup_commit": self.setup_commit,
                     "interpreter": str(interp.path),
+                    "interpreter_source": source,
                     "python": interp.version,
                     "layout": "interpreter copy" if interp.relocatable else "virtualenv",
                     "frozen_as_of": recipe.exclude_newer if frozen or dated else None,
@@ -330,6 +336,7 @@ def _copy_interpreter(interp: Interpreter, dest: Path) -> None:
     suite only what conda keeps, scripts re-pointed."""
     site = f"python{interp.version}/site-packages"
     regression = f"python{interp.version}/test"
+    from_conda = (interp.prefix / "conda-meta").is_dir()
 
     def ignore(directory: str, names: list[str]) -> list[str]:
         if directory.endswith(site):
@@ -338,7 +345,9 @@ def _copy_interpreter(interp: Interpreter, dest: Path) -> None:
             interp.prefix / "lib"
         ):
             return [n for n in names if n not in KEPT_OF_TEST]
-        if Path(directory) == interp.prefix / "bin":  # scripts of host-installed packages
+        if Path(directory) == interp.prefix / "bin" and not from_conda:
+            # scripts of host-installed packages; a conda install's bin holds only its
+            # packages' programs (openssl, sqlite3, xz...), on PATH in an official env too
             return [n for n in names if not n.startswith(INTERPRETER_EXECUTABLES)]
         return []
 

@@ -3,6 +3,7 @@ directories, and the files a build leaves in its folder."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,16 @@ class Environment:
     @property
     def bin_dirs(self) -> list[Path]:
         return [self.prefix / "bin", *self.extra_bin]
+
+
+def interpreter_source(root: Path) -> dict[str, object] | None:
+    """Where the environment at ``root`` got its interpreter (InterpreterSearch.source_of),
+    as its build recorded it; None for one built before builds recorded it."""
+    try:
+        source = json.loads((root / ENV_INFO).read_text()).get("interpreter_source")
+    except (OSError, ValueError):
+        return None
+    return source if isinstance(source, dict) else None
 
 
 # What a build is given to read the repository's files and to check it out

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -12,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swegreen.core.errors import InterpreterNotFound
+from swegreen.environments.conda_pythons import CondaPythons, CondaUnavailable
+
+log = logging.getLogger(__name__)
 
 _VERSION = re.compile(r"^(\d+)\.(\d+)$")
 
@@ -23,18 +27,21 @@ class InterpreterSearch:
     path: str
     pyenv_root: Path | None
     uv_dir: Path | None
-    uv_binary: str | None = None
-    allow_install: bool = False
     # Interpreters the user pointed at ("3.5" -> a python3.5 of theirs): used first, and
     # only these for their versions (a wrong one is an error, not a silent fallback).
     given: tuple[tuple[str, Path], ...] = ()
+    # Conda packages of CPython, as SWE-bench's images have them (conda_pythons.py): one
+    # installed there is used before the machine's own; ``downloads`` gets a missing one.
+    conda: CondaPythons | None = None
+    downloads: bool = False
 
     @classmethod
     def from_environ(
         cls,
         env: Mapping[str, str],
-        allow_install: bool = False,
         given: Mapping[str, Path] | None = None,
+        conda: CondaPythons | None = None,
+        downloads: bool = False,
     ) -> InterpreterSearch:
         home = Path(env.get("HOME", str(Path.home())))
         pyenv = env.get("PYENV_ROOT") or str(home / ".pyenv")
@@ -45,13 +52,26 @@ class InterpreterSearch:
             path=env.get("PATH", ""),
             pyenv_root=Path(pyenv),
             uv_dir=Path(uv_dir),
-            uv_binary=shutil.which("uv", path=env.get("PATH", "")),
-            allow_install=allow_install,
             given=tuple(sorted((given or {}).items())),
+            conda=conda,
+            downloads=downloads and conda is not None,
         )
 
     def given_for(self, version: str) -> Path | None:
         return dict(self.given).get(version)
+
+    def source_of(self, python: Path, version: str) -> dict[str, object]:
+        """Where ``python`` came from, for a row's provenance: the user, a conda package
+        (channel, package, sha256), or this machine."""
+        if version == "host":
+            return {"python": version, "source": "the engine's own", "path": str(python)}
+        if self.given_for(version) == python:
+            return {"python": version, "given_by_user": True, "path": str(python)}
+        if self.conda is not None and self.conda.installed(version) == python:
+            mark = self.conda.provenance(version) or {}
+            kept = ("version", "source", "channel", "package", "sha256", "subdir")
+            return {"python": version, **{k: mark[k] for k in kept if k in mark}}
+        return {"python": version, "source": "this machine", "path": str(python)}
 
 
 def parse_given(text: str) -> dict[str, Path]:
@@ -70,7 +90,9 @@ def parse_given(text: str) -> dict[str, Path]:
 
 
 def find_interpreter(version: str, search: InterpreterSearch, needed_by: str = "") -> Path:
-    """The path of a working ``pythonX.Y`` (or the engine's own for ``host``)."""
+    """The path of a working ``pythonX.Y`` (or the engine's own for ``host``): the user's,
+    else a conda package's installed here, else this machine's, else a conda package's
+    downloaded now (``search.downloads``). Blocking: run it in a worker thread."""
     if version == "host":
         return Path(sys.executable)
     m = _VERSION.match(version)
@@ -85,55 +107,53 @@ def find_interpreter(version: str, search: InterpreterSearch, needed_by: str = "
             f"python{version}.",
             permanent=True,
         )
+    conda = search.conda
+    found = conda.installed(version) if conda is not None else None
+    if found is not None and _reports_version(found, version):
+        return found
     for candidate in _candidates(version, search):
         if _reports_version(candidate, version):
             return candidate
-    if search.allow_install and search.uv_binary and _by_uv(version):
-        proc = subprocess.run(
-            [search.uv_binary, "python", "install", version],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
-        for candidate in _candidates(version, search):
-            if _reports_version(candidate, version):
-                return candidate
-        detail = f" (`uv python install {version}` failed: {proc.stderr.strip()[-300:]})"
-    else:
-        detail = ""
+    detail = ""
+    if conda is not None and search.downloads:
+        try:
+            return _download(version, conda)
+        except CondaUnavailable as exc:
+            detail = f" It could not be installed from conda packages: {exc}."
     who = f" (needed by {needed_by})" if needed_by else ""
     raise InterpreterNotFound(
         f"Python {version}{who} was not found on PATH, in {search.pyenv_root}/versions or in "
-        f"{search.uv_dir}{detail}. {install_hint(version)}"
+        f"{search.uv_dir}, and no conda package of it is installed"
+        f"{f' in {conda.root}' if conda else ''}.{detail} {install_hint(version, search)}"
     )
 
 
-UV_OLDEST = (3, 8)  # uv's own CPython builds start at 3.8
+def _download(version: str, conda: CondaPythons) -> Path:
+    found = asyncio.run(conda.install(version, announce=log.warning))
+    if not _reports_version(found, version):
+        raise CondaUnavailable(f"{found} does not run as Python {version}: {_what_it_is(found)}")
+    return found
 
 
-def _by_uv(version: str) -> bool:
-    major, minor = (int(n) for n in version.split("."))
-    return (major, minor) >= UV_OLDEST
-
-
-def install_hint(version: str) -> str:
+def install_hint(version: str, search: InterpreterSearch | None = None) -> str:
     """What to do about a missing Python ``version``: only ways that give it."""
     where = f"~/.local/share/swegreen/python{version}"
     conda = (
-        f"`conda create -p {where} python={version} -y` (as SWE-bench's own images get it; "
-        f"micromamba: add `-c conda-forge`), then pass --python {version}={where}/bin/python"
-        f"{version} (or SWEGREEN_PYTHONS)"
+        f"`conda create -p {where} python={version} -y` (as SWE-bench's own images get it), "
+        f"then pass --python {version}={where}/bin/python{version} (or SWEGREEN_PYTHONS)"
     )
-    if _by_uv(version):
+    if search is not None and search.conda is not None and not search.downloads:
         return (
-            f"Install it with `uv python install {version}` (or let the run do it: "
-            f"--allow-python-install), or with conda: {conda}."
+            f"Let swegreen install it from conda packages: run without --no-python-downloads "
+            f"(or SWEGREEN_PYTHON_DOWNLOADS=0), or ahead of time `swegreen pythons install "
+            f"{version}`; or install it yourself with conda: {conda}."
         )
-    return (
-        f"uv has no build of Python {version}, and pyenv cannot build it against OpenSSL 3; "
-        f"install it with conda: {conda}."
-    )
+    if search is not None and search.downloads:
+        return (
+            "Give this machine access to the channels, point SWEGREEN_PYTHON_CHANNELS at a "
+            f"mirror of them, or install it yourself with conda: {conda}."
+        )
+    return f"Install it with conda: {conda}."
 
 
 def _candidates(version: str, search: InterpreterSearch) -> list[Path]:

@@ -16,6 +16,7 @@ from swegreen.core.scrub import Scrubber
 from swegreen.environments.build_sources import OfflineSources
 from swegreen.environments.catalog import builtin_recipes
 from swegreen.environments.compile_cache import CompileCache
+from swegreen.environments.conda_pythons import CondaPythons
 from swegreen.environments.dated_index import DEFAULT_UPSTREAM, DatedIndex, index_env
 from swegreen.environments.interpreters import InterpreterSearch
 from swegreen.environments.manager import EnvManager
@@ -151,7 +152,10 @@ def build_testbeds(
         envs=EnvManager(
             cache / "envs",
             InterpreterSearch.from_environ(
-                host_env, allow_install=settings.allow_python_install, given=settings.pythons
+                host_env,
+                given=settings.pythons,
+                conda=CondaPythons(settings.conda_pythons_dir, settings.python_channels),
+                downloads=settings.python_downloads,
             ),
             host_env,
             rebuild_failed=settings.rebuild_envs,

@@ -21,7 +21,7 @@ from swegreen.core.errors import EnvSetupFailed, EvaluationFailure, RepoUnavaila
 from swegreen.core.recipes import Recipe, prepared_name
 from swegreen.environments.dated_index import NO_CUTOFF
 from swegreen.environments.environment import COMPLETE as ENV_COMPLETE
-from swegreen.environments.environment import transient_failure
+from swegreen.environments.environment import interpreter_source, transient_failure
 from swegreen.environments.views import own_tree
 from swegreen.evaluation.testbed import (
     HOST_INDEX,
@@ -249,8 +249,6 @@ class PreparedWorkspaces(TestbedsBase):
                     f"the base commit {setup_commit}: {provenance['why']} "
                     f"({instance.environment_setup_commit})"
                 )
-            if self.envs.search.given_for(recipe.python) is not None:
-                provenance["interpreter"] = {"python": recipe.python, "given_by_user": True}
             read = functools.partial(self.repos.read_file, instance.repo, setup_commit)
             checkout = functools.partial(self.repos.checkout, instance.repo, setup_commit)
             built = await self.envs.ensure(
@@ -261,6 +259,10 @@ class PreparedWorkspaces(TestbedsBase):
                 checkout,
                 row=instance.instance_id,
             )
+            if (source := await asyncio.to_thread(interpreter_source, built.root)) is not None:
+                provenance["interpreter"] = source
+            elif self.envs.search.given_for(recipe.python) is not None:  # built before sources
+                provenance["interpreter"] = {"python": recipe.python, "given_by_user": True}
             how = "reused" if built.reused else f"built in {built.build_seconds:.1f}s"
             notes.append(f"environment {built.key} ({how})")
             env = await self.envs.view(built, root / "env")

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from swegreen.environments.conda_pythons import OFFICIAL_CHANNELS
+
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:
     """~/.cache/swegreen; for root /var/cache/swegreen, which the sandbox's uid can reach
@@ -30,7 +32,23 @@ class LocalSettings(BaseModel):
     )
     cache_dir: Path = Field(description="Repository, environment and sample caches.")
     keep_workspaces: bool = False
-    allow_python_install: bool = Field(False, description="Install missing interpreters with uv.")
+    python_downloads: bool = Field(
+        True,
+        description="Install an interpreter a recipe asks for and this machine lacks from "
+        "conda packages, once (conda_pythons.py); off: --no-python-downloads, "
+        "SWEGREEN_PYTHON_DOWNLOADS=0.",
+    )
+    python_channels: tuple[str, ...] = Field(
+        OFFICIAL_CHANNELS,
+        min_length=1,
+        description="The conda channels interpreters come from, first match wins "
+        "(SWEGREEN_PYTHON_CHANNELS, comma-separated); default: SWE-bench's images' own.",
+    )
+    pythons_dir: Path | None = Field(
+        None,
+        description="Where conda interpreters are installed (SWEGREEN_PYTHONS_DIR; an "
+        "image's are in /opt/swegreen/pythons); default: <cache_dir>/pythons.",
+    )
     rebuild_envs: bool = Field(
         False, description="Build again environments whose earlier build failed (remembered)."
     )
@@ -85,6 +103,10 @@ class LocalSettings(BaseModel):
         description="Compile an instance's extensions once, where the host has ccache "
         "(compile_cache.py); off: every evaluation's install compiles them again.",
     )
+
+    @property
+    def conda_pythons_dir(self) -> Path:
+        return self.pythons_dir or self.cache_dir / "pythons"
 
     @property
     def store_path(self) -> Path:
