@@ -9,8 +9,9 @@ What it does (docs/agentbeats.md, "Checked as the platform runs it"):
 1. builds the image from a clean clone of HEAD (uncommitted changes are not in it), by the
    image workflow's recipe (.github/workflows/green-image.yml): `green-docker`
    (container/green-docker.Dockerfile; the dataset from ../shared/data, as the hub is out
-   of reach here) or `green-agent` (container/Dockerfile; interpreters from this
-   machine's pyenv: scripts/container_pythons.sh); this machine's extra CA certificates in;
+   of reach here) or `green-agent` (container/Dockerfile; its Python 3.11 from conda
+   packages of a channel on 127.0.0.1 that stands in for conda's: this machine's CPython
+   packaged as conda packages it, tests/conda_channel.py); this machine's CA certificates in;
 2. starts it as Amber's Compose backend does: `--cap-drop ALL`, `no-new-privileges`, the
    image's own (non-root) user, Docker's default seccomp profile, and a cleared
    environment: the manifest's `program.env` plus PATH, HOME and TMPDIR, then its
@@ -103,6 +104,7 @@ def build(image: str, target: str) -> dict[str, Any]:
     if run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True).stdout.strip():
         say("note: uncommitted changes are not in the image (it is built from HEAD)")
     clone = Path(tempfile.mkdtemp(prefix="swegreen-clone-"))
+    stack = contextlib.ExitStack()
     try:
         run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)])
         for crt in HOST_CAS.glob("*.crt"):
@@ -114,15 +116,38 @@ def build(image: str, target: str) -> dict[str, Any]:
             argv += ["-f", "container/green-docker.Dockerfile"]
             argv += ["--build-arg", "DATASET_SOURCE=context"]
         else:
-            run(["bash", "scripts/container_pythons.sh", "3.11"], cwd=clone)
             argv += ["-f", "container/Dockerfile", "--target", target]
+            # conda's channels are out of reach here: a channel of this machine's CPython
+            # 3.11 packaged as conda packages it (tests/conda_channel.py) stands in
+            channel = stack.enter_context(local_conda_channel(clone.parent / f"{clone.name}-ch"))
+            argv += ["--build-arg", f"PYTHON_CHANNELS={channel}"]
+            argv += ["--build-arg", "PYTHON_VERSIONS=3.11"]
         say(f"building {image} ({target}) from a clean clone (classic builder, host network)")
         t0 = time.monotonic()
         run([*argv, "."], cwd=clone, env={**os.environ, "DOCKER_BUILDKIT": "0"})
     finally:
+        stack.close()
         shutil.rmtree(clone, ignore_errors=True)
     size = run(["docker", "image", "inspect", "-f", "{{.Size}}", image], capture_output=True)
     return {"build_seconds": round(time.monotonic() - t0), "image_mb": int(size.stdout) >> 20}
+
+
+@contextlib.contextmanager
+def local_conda_channel(root: Path) -> Any:
+    """A conda channel of this machine's CPython 3.11 on 127.0.0.1 (the build's network is
+    the host's); yields its URL."""
+    from tests.conda_channel import index, package_python, pyenv_tree, served
+
+    tree = pyenv_tree("3.11")
+    if tree is None:
+        raise SystemExit("no CPython 3.11 in pyenv here to stand in for conda's channel")
+    try:
+        package_python(tree, root)
+        index(root)
+        with served(root) as url:
+            yield url
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def amber_command(
@@ -331,7 +356,13 @@ def main() -> int:
         port = free_port()
         overrides = {}
         if not args.docker:  # the green-agent image's own way: environments built here
-            overrides = {"SWEGREEN_ENVIRONMENTS": "engine", "SWEGREEN_ISOLATION": "landlock"}
+            overrides = {
+                "SWEGREEN_ENVIRONMENTS": "engine",
+                "SWEGREEN_ISOLATION": "landlock",
+                # the image's interpreters (Amber clears the image's ENV: declared again)
+                "SWEGREEN_PYTHONS_DIR": "/opt/swegreen/pythons",
+                "SWEGREEN_PYTHON_DOWNLOADS": "0",
+            }
         image = args.image
         manifest = json5.loads((ROOT / "agentbeats" / "amber-manifest.json5").read_text())
         if args.publish:

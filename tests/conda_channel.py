@@ -20,10 +20,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-# What conda-forge's python leaves out too (site-packages is its own package; the
-# regression suite is deleted by its feedstock); IDLE and tkinter keep the package small.
 PUBLISHED_MS = 1_704_067_200_000  # 2024-01-01
-SKIPPED = ("site-packages", "test", "idlelib", "tkinter", "turtledemo", "lib2to3/tests")
+# Left out to keep the package small (site-packages is a package of its own in conda).
+SKIPPED = ("site-packages", "idlelib", "tkinter", "turtledemo", "lib2to3/tests", "unittest/test")
+# Of CPython's regression suite (lib/pythonX.Y/test), what stands for it: its package, the
+# test.support helpers projects import, and one test module.
+KEPT_OF_TEST = ("__init__.py", "support", "test_os.py")
+
+
+def _skipped(rel: str) -> bool:
+    parts = rel.split("/")
+    if len(parts) < 3 or parts[0] != "lib" or not parts[1].startswith("python"):
+        return False
+    inner = "/".join(parts[2:]) + "/"
+    if any(inner.startswith(f"{s}/") for s in SKIPPED):
+        return True
+    return parts[2] == "test" and len(parts) > 3 and parts[3] not in KEPT_OF_TEST
 
 
 def pyenv_tree(version: str) -> Path | None:
@@ -58,10 +70,7 @@ def package_python(tree: Path, channel: Path, build: str = "swegreen_test_0") ->
     with tarfile.open(out, "w:bz2", compresslevel=1) as tar:
         for path in sorted(tree.rglob("*")):
             rel = path.relative_to(tree).as_posix()
-            parts = rel.split("/")
-            if "__pycache__" in parts or any(
-                f"/{s}/" in f"/{rel}/" and rel.startswith("lib/python") for s in SKIPPED
-            ):
+            if "__pycache__" in rel.split("/") or _skipped(rel):
                 continue
             if path.is_dir() and not path.is_symlink():
                 continue
