@@ -216,3 +216,39 @@ def test_a_fresh_machine_grades_rows_on_3_6_and_3_7_from_conda_packages(
         assert source["source"] == "conda" and source["channel"] == channel
         assert source["sha256"] == conda.provenance(version)["sha256"]
         assert str(source["version"]).startswith(f"{version}.")
+
+
+def test_swegreen_pythons_installs_ahead_of_a_run_and_lists_where_each_comes_from(
+    channel: str, tmp_path: Path
+) -> None:
+    swegreen = Path(sys.executable).with_name("swegreen")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PYENV_ROOT": str(tmp_path / "no-pyenv"),
+        "SWEGREEN_CACHE_DIR": str(tmp_path / "cache"),
+        "SWEGREEN_PYTHON_CHANNELS": channel,
+        "SWEGREEN_PYTHONS_DIR": str(tmp_path / "pythons"),
+    }
+    done = subprocess.run(
+        [str(swegreen), "pythons", "install", "3.7"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"from {channel}, sha256 " in done.stdout
+    listed = subprocess.run(
+        [str(swegreen), "pythons"],
+        env={**env, "SWEGREEN_PYTHON_DOWNLOADS": "0"},
+        capture_output=True,
+        text=True,
+    )
+    lines = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
+    assert str(tmp_path / "pythons" / "linux-64" / "3.7" / "bin" / "python3.7") in lines["3.7"]
+    assert channel in lines["3.7"]
+    assert "missing (`swegreen pythons install 3.5`)" in lines["3.5"]
+    bad = subprocess.run(
+        [str(swegreen), "pythons"],
+        env={**env, "SWEGREEN_PYTHON_DOWNLOADS": "maybe"},
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "SWEGREEN_PYTHON_DOWNLOADS='maybe'" in bad.stdout

@@ -64,6 +64,7 @@ from swegreen.core.scrub import Scrubber
 from swegreen.evaluation.base_validation import BaseValidator
 from swegreen.evaluation.engine import LocalSettings, build_evaluator, build_testbeds
 from swegreen.evaluation.runner import evaluate_with_retries
+from swegreen.evaluation.settings import interpreter_settings
 from swegreen.sandbox.isolation import DEFAULT_SANDBOX_UID
 from swegreen.stores import artifacts as art
 from swegreen.stores.artifacts import ScrubbedArtifacts
@@ -97,7 +98,12 @@ def build_phase(phase: str, env: Mapping[str, str], s3: Any) -> int:
     raw = json.loads(listing)[int(env["SWEGREEN_ITEM_INDEX"])]
     config = sandbox_config(env)
     cache = Path(env.get("SWEGREEN_CACHE_DIR", DEFAULT_CACHE))
-    settings = LocalSettings(output_dir=cache / "unused", cache_dir=cache, content_keyed_envs=False)
+    settings = LocalSettings(
+        output_dir=cache / "unused",
+        cache_dir=cache,
+        content_keyed_envs=False,
+        **interpreter_settings(env),  # the image's interpreters (container/Dockerfile)
+    )
     testbeds = build_testbeds(settings, config, env)
     try:
         if phase == "build":
@@ -210,7 +216,12 @@ def evaluate_row(
             archive = Path(tmp) / f"{name}.tar.zst"
             download(http, url, archive)
             prebuilt.unpack(archive, local)
-    settings = LocalSettings(output_dir=local / "unused", cache_dir=local, content_keyed_envs=False)
+    settings = LocalSettings(
+        output_dir=local / "unused",
+        cache_dir=local,
+        content_keyed_envs=False,
+        **interpreter_settings(host_env),
+    )
     evaluator = build_evaluator(settings, config, host_env, artifacts, scrubber=scrubber)
     result = asyncio.run(
         evaluate_with_retries(

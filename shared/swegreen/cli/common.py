@@ -102,24 +102,14 @@ def disk_reserve(flag: float | None, env: dict[str, str]) -> dict[str, float]:
 
 
 def python_sources(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
-    """Where interpreters come from: conda downloads on unless the flag or
-    SWEGREEN_PYTHON_DOWNLOADS says no; channels and the install dir from the environment."""
-    raw = env.get("SWEGREEN_PYTHON_DOWNLOADS", "").strip().lower()
-    if raw not in ("", "0", "1", "false", "true", "no", "yes", "off", "on"):
-        raise ConfigError(
-            f"SWEGREEN_PYTHON_DOWNLOADS={raw!r}: give 0 (rows whose Python this machine "
-            "lacks fail) or 1 (it is installed once from conda packages, the default)"
-        )
-    out: dict[str, Any] = {
-        "python_downloads": raw not in ("0", "false", "no", "off")
-        and not getattr(args, "no_python_downloads", False)
-    }
-    channels = tuple(c.strip() for c in env.get("SWEGREEN_PYTHON_CHANNELS", "").split(","))
-    if any(channels):
-        out["python_channels"] = tuple(c for c in channels if c)
-    if raw_dir := env.get("SWEGREEN_PYTHONS_DIR", "").strip():
-        out["pythons_dir"] = Path(raw_dir).expanduser()
-    return out
+    """Where interpreters come from (settings.interpreter_settings), and the flag that
+    turns downloads off."""
+    from swegreen.evaluation.settings import interpreter_settings
+
+    given = interpreter_settings(env)
+    if getattr(args, "no_python_downloads", False):
+        given["python_downloads"] = False
+    return given
 
 
 def pythons(flags: list[str] | None, env: dict[str, str]) -> dict[str, Path]:

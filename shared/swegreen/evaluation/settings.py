@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from swegreen.core.errors import ConfigError
 from swegreen.environments.conda_pythons import OFFICIAL_CHANNELS
 
 
@@ -116,6 +118,27 @@ class LocalSettings(BaseModel):
     def parsed_datasets(self) -> Path:
         """Local dataset files' validated rows, kept by their bytes' hash (core/dataset.py)."""
         return self.cache_dir / "datasets"
+
+
+def interpreter_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """LocalSettings' interpreter fields the environment sets: SWEGREEN_PYTHON_DOWNLOADS,
+    SWEGREEN_PYTHON_CHANNELS (comma-separated) and SWEGREEN_PYTHONS_DIR (an image sets
+    them where its interpreters are)."""
+    out: dict[str, Any] = {}
+    raw = env.get("SWEGREEN_PYTHON_DOWNLOADS", "").strip().lower()
+    if raw:
+        if raw not in ("0", "1", "false", "true", "no", "yes", "off", "on"):
+            raise ConfigError(
+                f"SWEGREEN_PYTHON_DOWNLOADS={raw!r}: give 0 (rows whose Python this machine "
+                "lacks fail) or 1 (it is installed once from conda packages, the default)"
+            )
+        out["python_downloads"] = raw in ("1", "true", "yes", "on")
+    channels = tuple(c.strip() for c in env.get("SWEGREEN_PYTHON_CHANNELS", "").split(","))
+    if any(channels):
+        out["python_channels"] = tuple(c for c in channels if c)
+    if raw_dir := env.get("SWEGREEN_PYTHONS_DIR", "").strip():
+        out["pythons_dir"] = Path(raw_dir).expanduser()
+    return out
 
 
 def host_environment() -> dict[str, str]:
