@@ -221,12 +221,17 @@ def test_the_engine_reports_a_missing_interpreter_without_cloning(
 
     from .conftest import sample_config
 
-    book = RecipeBook(
-        {"sample/calculator": {"1.0": Recipe(python="3.6", packages=(), test_cmd="pytest -rA")}}
+    # it reads requirements at the environment_setup_commit (calculator-2's is not its base
+    # commit), which the row must first find in the repository (a clone): the interpreter
+    # is checked before that too
+    recipe = Recipe(
+        python="3.6", packages=(), requirements=("requirements.txt",), test_cmd="pytest -rA"
     )
+    assert recipe.reads_setup_commit
+    book = RecipeBook({"sample/calculator": {"1.0": recipe}})
     env = {**host_env, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYENV_ROOT": str(tmp_path)}
     local = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
-    cfg = sample_config(sample, instance_ids=["sample__calculator-1"], max_attempts=1)
+    cfg = sample_config(sample, instance_ids=["sample__calculator-2"], max_attempts=1)
     engine = build_engine(local, cfg, env, recipes=book)
     try:
         import asyncio

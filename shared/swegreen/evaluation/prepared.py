@@ -75,6 +75,9 @@ class PreparedWorkspaces(TestbedsBase):
         self, instance: Instance, recipe: Recipe, notes: list[str], root: Path | None
     ) -> Testbed:
         if root is None:
+            # a missing interpreter fails the row (or is installed) before anything is
+            # cloned: finding the environment_setup_commit may clone the repository
+            await self.envs.check_interpreter(recipe, f"{instance.repo} {instance.version}")
             setup_commit, provenance = await self.setup_source(instance, recipe)
             elsewhere = setup_commit != instance.environment_setup_commit
             root = self.options.prepared_root / prepared_name(
@@ -236,8 +239,6 @@ class PreparedWorkspaces(TestbedsBase):
         provenance: dict[str, object],
     ) -> Testbed:
         start = time.monotonic()
-        # a missing interpreter fails the row before the clone, not after it
-        await self.envs.check_interpreter(recipe, f"{instance.repo} {instance.version}")
         await asyncio.to_thread(shutil.rmtree, root, True)  # an interrupted earlier one
         root.mkdir(parents=True)
         try:
