@@ -144,9 +144,9 @@ def install_hint(version: str, search: InterpreterSearch | None = None) -> str:
     )
     if search is not None and search.conda is not None and not search.downloads:
         return (
-            f"Let swegreen install it from conda packages: run without --no-python-downloads "
-            f"(or SWEGREEN_PYTHON_DOWNLOADS=0), or ahead of time `swegreen pythons install "
-            f"{version}`; or install it yourself with conda: {conda}."
+            "Downloads are off here (--no-python-downloads or SWEGREEN_PYTHON_DOWNLOADS=0): "
+            "run without that to have it installed once from conda packages, or install it "
+            f"ahead with `swegreen pythons install {version}`, or yourself with conda: {conda}."
         )
     if search is not None and search.downloads:
         return (
