@@ -118,7 +118,7 @@ def find_interpreter(version: str, search: InterpreterSearch, needed_by: str = "
     if conda is not None and search.downloads:
         try:
             return _download(version, conda)
-        except CondaUnavailable as exc:
+        except (CondaUnavailable, OSError) as exc:  # OSError: the directory (an image's)
             detail = f" It could not be installed from conda packages: {exc}."
     who = f" (needed by {needed_by})" if needed_by else ""
     raise InterpreterNotFound(
