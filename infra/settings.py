@@ -95,7 +95,11 @@ class StackSettings(BaseModel):
     )
     prepare_batch: int = Field(4, ge=1, le=50, description="instances prepared per task")
     api_quota_per_day: int = Field(
-        1000, ge=1, description="api_key mode: requests a key may make per day"
+        20000,
+        ge=1,
+        description="api_key mode: requests a key may make per day. The green agent follows "
+        "a run with a GET every 15 s (240 an hour, 5,760 a day): 20,000 follows three runs "
+        "all day with room for retries, result pages and stops.",
     )
     alarm_email: str = Field("", description="where alarms are sent (empty: the topic only)")
     log_retention_days: int = 30

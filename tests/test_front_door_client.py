@@ -31,3 +31,150 @@ def test_a_lambda_error_document_becomes_one_line() -> None:
     assert failure_message(json.dumps(doc)) == "DatasetError: no such file"
     assert failure_message("States.Timeout after 3600 s") == "States.Timeout after 3600 s"
     assert failure_message("[1, 2]") == "[1, 2]"
+
+
+class ScriptedApi:
+    """An HTTP server on 127.0.0.1 standing for the API: answers each request with the
+    next of ``script`` (status, or "drop": the connection closed without an answer), then
+    200 with ``{"state": "running"}``; records (method, path) of every request."""
+
+    def __init__(self, script: list[int | str], body: dict | None = None) -> None:
+        import http.server
+        import threading
+
+        self.script = list(script)
+        self.seen: list[tuple[str, str]] = []
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                api.seen.append((self.command, self.path))
+                step = api.script.pop(0) if api.script else 200
+                if step == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                blob = json.dumps(body or {"state": "running", "run_id": "r1"}).encode()
+                self.send_response(int(step))
+                if step == 429:
+                    self.send_header("Retry-After", "0")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(blob)))
+                self.end_headers()
+                self.wfile.write(blob)
+
+            do_GET = do_POST = do_DELETE = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def client_for(url: str, **settings: object):
+    import httpx
+
+    from swegreen.aws.front_door_client import FrontDoorClient
+
+    fast = {"retry_first": 0.01, "retry_cap": 0.05, "auth": "api_key", "api_key": "k"}
+    return FrontDoorClient(
+        FrontDoorSettings(url=url, **{**fast, **settings}), httpx.AsyncClient(timeout=5)
+    )
+
+
+def test_a_read_outlives_throttling_and_service_errors() -> None:
+    import asyncio
+
+    api = ScriptedApi([429, 503, 502, 504, 500])
+    try:
+        state = asyncio.run(client_for(api.url).run("r1"))
+    finally:
+        api.close()
+    assert state == {"state": "running", "run_id": "r1"}
+    assert api.seen == [("GET", "/v1/runs/r1")] * 6
+
+
+def test_a_read_gives_up_after_its_tries_with_the_api_s_answer() -> None:
+    import asyncio
+
+    api = ScriptedApi([503] * 10)
+    try:
+        with pytest.raises(FrontDoorError, match="503"):
+            asyncio.run(client_for(api.url, retry_attempts=3).run("r1"))
+    finally:
+        api.close()
+    assert len(api.seen) == 3
+
+
+def test_a_start_is_tried_again_only_where_it_surely_did_not_start_a_run() -> None:
+    """Throttled (429: API Gateway refused it): tried again. A 502 or a lost answer may
+    come after the execution started: not tried again (that would start a second run)."""
+    import asyncio
+
+    import httpx
+
+    throttled = ScriptedApi([429, 429, 202], body={"run_id": "r1"})
+    failed = ScriptedApi([502])
+    dropped = ScriptedApi(["drop"])
+    try:
+        assert asyncio.run(client_for(throttled.url).start({"patches": "gold"})) == "r1"
+        with pytest.raises(FrontDoorError, match="502"):
+            asyncio.run(client_for(failed.url).start({"patches": "gold"}))
+        with pytest.raises(httpx.HTTPError):
+            asyncio.run(client_for(dropped.url).start({"patches": "gold"}))
+    finally:
+        for api in (throttled, failed, dropped):
+            api.close()
+    assert throttled.seen == [("POST", "/v1/runs")] * 3
+    assert failed.seen == dropped.seen == [("POST", "/v1/runs")]
+
+
+def test_a_connection_that_cannot_be_made_is_tried_again_then_raised() -> None:
+    import asyncio
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(httpx.ConnectError):
+        asyncio.run(client_for(f"http://127.0.0.1:{port}/v1/", retry_attempts=2).run("r1"))
+
+
+def test_an_assessment_whose_api_fails_stops_the_runs_it_started(tmp_path) -> None:
+    """Two participants: the first run starts, the second start is refused (the API's
+    400): the assessment fails, and the first run is stopped rather than left billing."""
+    import asyncio
+
+    from swegreen.agent.assessment import AgentSettings, AssessmentFailed
+    from swegreen.agent.remote import RemoteAssessment
+    from swegreen.agent.request import AssessmentRequest
+    from swegreen.evaluation.settings import LocalSettings
+
+    api = ScriptedApi([202, 400, 202], body={"run_id": "r1", "state": "cancelled"})
+    settings = AgentSettings(
+        local=LocalSettings(output_dir=tmp_path, cache_dir=tmp_path),
+        front_door=FrontDoorSettings(
+            url=api.url, auth="api_key", api_key="k", retry_first=0.01, retry_cap=0.05
+        ),
+    )
+    request = AssessmentRequest(participants={"a": "http://127.0.0.1:9/", "b": "http://b/"})
+
+    async def notify(message: str) -> None:
+        pass
+
+    try:
+        with pytest.raises(AssessmentFailed, match="400"):
+            asyncio.run(RemoteAssessment(settings, request, notify).run())
+    finally:
+        api.close()
+    assert api.seen[:3] == [("POST", "/v1/runs"), ("POST", "/v1/runs"), ("DELETE", "/v1/runs/r1")]

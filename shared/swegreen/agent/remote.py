@@ -84,9 +84,12 @@ class RemoteAssessment:
                     for follow in follows:
                         follow.cancel()
             except (FrontDoorError, httpx.HTTPError) as exc:
+                # the API failed past its retries: the runs it started would go on billing
+                await self._stop(runs)
                 raise AssessmentFailed(f"the AWS pipeline's API: {exc}") from None
-            except AssessmentFailed:
-                # nothing is published: the other runs would spend for nothing
+            except Exception:
+                # a failed run, the stop rule, or a bug: nothing is published, and the other
+                # runs would spend for nothing
                 await self._stop(runs)
                 raise
             except asyncio.CancelledError:

@@ -4,7 +4,9 @@ usual AWS chain) or carry an API key."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import re
 from typing import Any, Literal
 
@@ -32,6 +34,11 @@ class FrontDoorSettings(BaseModel):
     start_timeout: float = Field(
         600.0, gt=0, description="how long a run may take to appear before it counts as lost"
     )
+    retry_attempts: int = Field(
+        8, ge=1, description="tries of a request the API or the network fails for the moment"
+    )
+    retry_first: float = Field(1.0, ge=0, description="seconds before the first retry")
+    retry_cap: float = Field(60.0, ge=0, description="longest wait between two tries")
 
     @field_validator("url")
     @classmethod
@@ -106,6 +113,37 @@ class FrontDoorClient:
         return answer.json()
 
     async def _send(self, method: str, path: str, body: str | None = None) -> httpx.Response:
+        """The request, tried again while the API or the network fails for the moment
+        (throttled, 5xx, a timeout, a dropped connection), with exponential backoff and
+        jitter or the wait the API asks for (Retry-After), up to ``retry_attempts``. A
+        start (POST) is tried again only where it surely did not reach the service (429,
+        or no connection made): a second start after a lost answer would be a second run.
+        The last answer is returned (its caller words the error); a network error that
+        outlived the tries is raised."""
+        safe = method != "POST"
+        attempts = self.settings.retry_attempts
+        for attempt in range(1, attempts + 1):
+            wait: float | None = None
+            try:
+                answer = await self._send_once(method, path, body)
+            except (httpx.ConnectError, httpx.ConnectTimeout):
+                if attempt == attempts:
+                    raise
+            except (httpx.TimeoutException, httpx.TransportError):
+                if not safe or attempt == attempts:
+                    raise
+            else:
+                retried = answer.status_code == 429 or (
+                    safe and answer.status_code in RETRIED_STATUS
+                )
+                if not retried or attempt == attempts:
+                    return answer
+                wait = retry_after(answer)
+            backoff = min(self.settings.retry_cap, self.settings.retry_first * 2 ** (attempt - 1))
+            await asyncio.sleep(wait if wait is not None else backoff * random.uniform(0.5, 1.0))
+        raise AssertionError("unreachable")
+
+    async def _send_once(self, method: str, path: str, body: str | None = None) -> httpx.Response:
         url = self.settings.url + path
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.settings.auth == "api_key":
@@ -114,6 +152,21 @@ class FrontDoorClient:
         else:
             headers = _sigv4(method, url, body, headers, self.settings.signing_region())
         return await self.http.request(method, url, content=body, headers=headers)
+
+
+# Answers that say "not now" rather than "no": API Gateway's throttling and quota (429),
+# a failed integration (500, 502), Step Functions or DynamoDB throttled behind it (503), a
+# Lambda that timed out (504).
+RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+def retry_after(answer: httpx.Response) -> float | None:
+    """The seconds a Retry-After header asks for (at most 5 minutes), if it names some."""
+    raw = answer.headers.get("Retry-After", "").strip()
+    try:
+        return min(max(float(raw), 0.0), 300.0) if raw else None
+    except ValueError:
+        return None
 
 
 def _sigv4(
