@@ -118,6 +118,7 @@ class MonitoringParts:
             self.retry,
             self.aggregate,
             self.stopped,
+            *([self.endpoints] if self.endpoints is not None else []),  # closed rows' VPC
         ]
         rows = row_metrics(five_minutes)
         errors = rows["error"]
@@ -177,7 +178,11 @@ class MonitoringParts:
         # named after the stack: dashboard names are unique per account and region, so a
         # second stack in the account (another region's, a test deployment) must not clash
         dashboard = cloudwatch.Dashboard(
-            self, "Dashboard", dashboard_name=f"{Stack.of(self).stack_name}-swegreen"
+            self,
+            "Dashboard",
+            # dashboard names are the account's, in every region: the region makes a second
+            # region's stack of the same name its own
+            dashboard_name=f"{Stack.of(self).stack_name}-swegreen-{Stack.of(self).region}",
         )
         dashboard.add_widgets(
             cloudwatch.GraphWidget(

@@ -732,11 +732,12 @@ def test_a_run_of_error_rows_and_failing_or_throttled_functions_raise_alarms(
     for name, metric in (("LambdaErrors", "Errors"), ("LambdaThrottles", "Throttles")):
         alarm = _math_alarm(template, name)
         stats = [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
-        assert {m["MetricName"] for m in stats} == {metric} and len(stats) == 8
+        # the pipeline's eight, and Endpoints (the closed rows' VPC endpoints)
+        assert {m["MetricName"] for m in stats} == {metric} and len(stats) == 9
         assert alarm["Threshold"] == 1
     (dashboard,) = resources(template, "AWS::CloudWatch::Dashboard").values()
-    # unique per account and region: named after the stack, never a fixed name
-    assert dashboard["Properties"]["DashboardName"] == f"{STACK}-swegreen"
+    # dashboards are the account's, in every region: named after the stack and its region
+    assert _refs(dashboard["Properties"]["DashboardName"]) == f"{STACK}-swegreen-AWS::Region"
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
     for title in ("Rows written, by status", "Error rows", "Fargate task retries",
                   "Running tasks", "Lambda errors and throttles"):  # fmt: skip
