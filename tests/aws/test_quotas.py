@@ -43,3 +43,16 @@ def test_unreadable_quotas_leave_the_run_as_asked(service_quotas: Any) -> None:
     capacity = fit(100, 50, quotas, 2, 4)
     assert (capacity.rows, capacity.builds) == (100, 50)
     assert capacity.note.startswith("not capped (Service Quotas")
+
+
+def test_a_run_that_names_no_concurrency_gets_what_the_quotas_fit() -> None:
+    """On AWS a forgotten max_concurrent_rows would make a 500-row run take 500 row-times:
+    unset, a run gets as many rows at once as the account's quotas fit (at most the
+    deployment's ceiling), and one only where the quotas are unknown, saying so."""
+    quotas = FargateQuotas(on_demand_vcpu=100, spot_vcpu=100)
+    capacity = fit(None, 50, quotas, row_vcpu=2, build_vcpu=4, ceiling=200)
+    assert capacity.rows == 100 and capacity.note.startswith("no max_concurrent_rows asked: 100")
+    assert fit(None, 50, quotas, 2, 4, ceiling=30).rows == 30
+    unknown = fit(None, 50, "Service Quotas L-3032A538 unreadable: denied", 2, 4, ceiling=200)
+    assert unknown.rows == 1 and "give max_concurrent_rows" in unknown.note
+    assert fit(5, 50, quotas, 2, 4, ceiling=200).rows == 5  # asked: as asked, within quotas

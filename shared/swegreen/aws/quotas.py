@@ -54,9 +54,30 @@ class Capacity(BaseModel):
 
 
 def fit(
-    rows: int, builds: int, quotas: FargateQuotas | str, row_vcpu: float, build_vcpu: float
+    rows: int | None,
+    builds: int,
+    quotas: FargateQuotas | str,
+    row_vcpu: float,
+    build_vcpu: float,
+    ceiling: int = 1,
 ) -> Capacity:
-    """``rows`` and ``builds`` tasks at once, capped to what ``quotas`` fit."""
+    """``rows`` and ``builds`` tasks at once, capped to what ``quotas`` fit. ``rows`` None
+    (the request named no max_concurrent_rows): as many as the quotas fit, up to
+    ``ceiling`` (the deployment's guardrail); one where the quotas are unknown (a run
+    that forgot the setting would otherwise take 500 row-times)."""
+    if rows is None:
+        if isinstance(quotas, str):
+            return Capacity(
+                rows=1,
+                builds=builds,
+                note=f"1 row at a time: no max_concurrent_rows asked and no quota to fit "
+                f"({quotas}); give max_concurrent_rows",
+            )
+        fitted = max(1, min(ceiling, quotas.tasks(row_vcpu)))
+        capacity = fit(fitted, builds, quotas, row_vcpu, build_vcpu)
+        return capacity.model_copy(
+            update={"note": f"no max_concurrent_rows asked: {fitted}, " + capacity.note}
+        )
     if isinstance(quotas, str):
         return Capacity(rows=rows, builds=builds, note=f"not capped ({quotas})")
     fit_rows = max(1, min(rows, quotas.tasks(row_vcpu)))

@@ -82,15 +82,21 @@ class ResolveStep(PipelineBase):
             rows=len(instances),
             participant=source == "a2a",
         )
+        # unset: as many rows at once as the account's quotas fit (on AWS the run pays
+        # per task, not per hour waited: a 500-row run at 1 at a time takes hours)
+        asked = "max_concurrent_rows" in {**self.settings.default_config, **event.config}
         capacity = quotas.fit(
-            config.max_concurrent_rows,
+            config.max_concurrent_rows if asked else None,
             self.settings.build_concurrency,
             quotas.read_quotas(self.service_quotas)
             if self.service_quotas is not None
             else "no Service Quotas client",
             self.settings.sandbox_vcpu,
             self.settings.build_vcpu,
+            ceiling=self.settings.guardrails.max_concurrent_rows,
         )
+        if not asked:
+            config = config.model_copy(update={"max_concurrent_rows": capacity.rows})
         record = RunRecord(
             run_id=event.run_id,
             dataset=dataset.name,
