@@ -619,3 +619,29 @@ def test_the_progress_bar_keeps_count_rate_and_time_at_80_columns_and_pipes_get_
     assert "\x1b[" not in piped.stdout and "━" not in piped.stdout.split("Leaderboard")[0]
     (line,) = [ln for ln in piped.stdout.splitlines() if ln.startswith("results: ")]
     assert Path(line.removeprefix("results: ")).is_file(), line  # whole, however long
+
+
+def test_a_predictions_file_is_evaluated_whole_and_a_default_limit_says_so(
+    tmp_path: Path, session_cache: Path, sample: SampleBenchmark
+) -> None:
+    """A predictions file's rows are all evaluated unless the run names a limit (as the
+    official harness evaluates one); where the default of 3 rows does cut a selection,
+    the run line says how many of how many, and how to take them all."""
+    lines = sample.crafted.read_text().splitlines()[:4]
+    preds = tmp_path / "four.jsonl"
+    preds.write_text("\n".join(lines) + "\n")
+    ids = sorted(json.loads(line)["instance_id"] for line in lines)
+    out = cli(
+        "run", "--sample", "--patches", str(preds), "--run-id", "whole", "--no-progress",
+        cwd=tmp_path, cache=session_cache,
+    )  # fmt: skip
+    assert out.returncode in (0, 3), out.stdout + out.stderr
+    assert "Run whole: 4 instance(s)" in out.stdout and "--max-rows -1" not in out.stdout
+    rows = read_jsonl(tmp_path / "results" / "whole" / "instances.jsonl")
+    assert sorted(r["instance_id"] for r in rows) == ids
+    gold = cli(
+        "run", "--sample", "--patches", "gold", "--run-id", "cut", "--no-progress",
+        cwd=tmp_path, cache=session_cache,
+    )  # fmt: skip
+    assert gold.returncode == 0, gold.stdout + gold.stderr
+    assert "(3 of 8 rows: --max-rows -1 for all)" in " ".join(gold.stdout.split())

@@ -100,10 +100,16 @@ def evaluate(
         parsed_cache=settings.parsed_datasets,
         snapshots=settings.dataset_snapshots,
     )
-    instances = select_instances(dataset, config.selection())
     source = source_for(patches)
     if isinstance(source, PredictionsSource):
         source.check_against(i.instance_id for i in dataset.instances)
+        if config.row_limit()[1] == "max_rows default":
+            # a predictions file asks for its own rows, all of them (as the official
+            # harness evaluates one), unless the run names a limit or other rows
+            config = config.model_copy(update={"instance_ids": tuple(sorted(source.predictions))})
+    instances = select_instances(dataset, config.selection())
+    chosen_by = config.row_limit()[1]
+    whole = len(select_instances(dataset, config.selection().model_copy(update={"max_rows": -1})))
     if not instances:
         raise ConfigError(
             "the selection is empty: check instance_ids, repos, max_rows and sharding"
@@ -115,7 +121,12 @@ def evaluate(
             f"Run {run_id}:",
             "bold",
             f"{len(instances)} instance(s) of {dataset.name} with {source.name} patches, "
-            f"{config.max_concurrent_rows} at a time",
+            f"{config.max_concurrent_rows} at a time"
+            + (
+                f" ({len(instances)} of {whole} rows: --max-rows -1 for all)"
+                if chosen_by == "max_rows default" and len(instances) < whole
+                else ""
+            ),
         )
     )
     view = ProgressView(console, len(instances), run_id, live)
