@@ -16,6 +16,7 @@ import pytest
 
 from swegreen.sample import SampleBenchmark
 
+from .conftest import wait_until
 from .helpers import read_jsonl
 
 SHARED_DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "swebench_verified.jsonl"
@@ -287,7 +288,7 @@ def test_a_run_killed_mid_way_resumes_without_losing_or_duplicating_rows(
     # the report shows it unfinished, with the command that resumes it
     listing = " ".join(cli("report", cwd=tmp_path, cache=session_cache).stdout.split())
     assert f"killed not finished gold {len(before)} of 8 rows stored" in listing, listing
-    assert "resume: swegreen run --run-id killed --patches gold" in listing
+    assert "resume: swegreen run --run-id killed" in listing
     # a regrade of it says how many rows it graded, and that the rest have no result yet
     regrade = " ".join(
         cli("regrade", "--run-id", "killed", cwd=tmp_path, cache=session_cache).stdout.split()
@@ -304,19 +305,8 @@ def test_a_run_killed_mid_way_resumes_without_losing_or_duplicating_rows(
         time.sleep(0.1)
     assert processes_under(work) == []
 
-    out = cli(
-        "run",
-        "--sample",
-        "--patches",
-        "gold",
-        "--run-id",
-        "killed",
-        "--max-rows",
-        "-1",
-        "--no-progress",
-        cwd=tmp_path,
-        cache=session_cache,
-    )
+    # the run knows its patches, dataset and selection: its id alone resumes it
+    out = cli("run", "--run-id", "killed", "--no-progress", cwd=tmp_path, cache=session_cache)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"resumed: {len(before)} row(s) were already stored" in " ".join(out.stdout.split())
     after = stored(db, "killed")
@@ -515,7 +505,7 @@ def test_the_resume_hint_of_a_predictions_run_runs_as_printed(
     tmp_path: Path, session_cache: Path, sample: SampleBenchmark
 ) -> None:
     """A run left unfinished (here: its record marked so) lists the command that resumes
-    it, with the predictions file's path; that command, run as printed, finishes it."""
+    it; that command, run as printed, finishes it with the same predictions file and rows."""
     preds = tmp_path / "my preds.jsonl"
     preds.write_text(sample.crafted.read_text())
     first = cli(
@@ -533,12 +523,38 @@ def test_the_resume_hint_of_a_predictions_run_runs_as_printed(
     line = " ".join(listing.split())
     hint = line.split("resume: ", 1)[1].split(" (with", 1)[0]
     argv = shlex.split(hint)
-    assert argv[:2] == ["swegreen", "run"] and str(preds) in argv
-    again = cli(
-        *argv[1:], "--sample", "--max-rows", "2", "--no-progress", cwd=tmp_path, cache=session_cache
-    )
+    assert argv == ["swegreen", "run", "--run-id", "hint"]
+    again = cli(*argv[1:], "--no-progress", cwd=tmp_path, cache=session_cache)
     assert again.returncode in (0, 3), again.stdout + again.stderr
-    assert "Run hint" in again.stdout
+    said = " ".join(again.stdout.split())
+    assert "Run hint: 2 instance(s) of " in said and f"with predictions:{preds.name}" in said
+    nothing = cli("run", "--run-id", "nosuch", cwd=tmp_path, cache=session_cache)
+    assert nothing.returncode == 2 and "no run 'nosuch'" in nothing.stdout
+    assert "start it with --patches" in " ".join(nothing.stdout.split())
+
+
+def test_an_interrupt_before_the_run_begins_prints_no_traceback(tmp_path: Path) -> None:
+    """Ctrl-C while the command still imports and loads: a line and exit 130, no trace."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swegreen", "run", "--sample", "--patches", "gold",
+         "--output-dir", str(tmp_path / "r"), "--cache-dir", str(tmp_path / "c")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    maps = Path(f"/proc/{proc.pid}/maps")
+
+    def importing() -> bool:  # Python is up and loading the project's dependencies
+        try:
+            return "pydantic_core" in maps.read_text()
+        except OSError:
+            return False
+
+    assert wait_until(importing, 60)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err and "interrupted" in err + out
 
 
 def test_run_help_describes_the_predictions_format_and_the_exit_codes() -> None:

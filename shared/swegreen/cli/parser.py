@@ -197,8 +197,8 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--patches",
-        required=True,
-        help="gold, empty, or a SWE-bench predictions file (.jsonl/.json)",
+        help="gold, empty, or a SWE-bench predictions file (.jsonl/.json); needed to start a "
+        "run, not to resume one (--run-id alone)",
     )
     run.add_argument(
         "--sample", action="store_true", help="use the bundled sample benchmark as the dataset"

@@ -76,6 +76,8 @@ def resume_hint(record: RunRecord) -> str:
     """How to finish a run that did not (a kill leaves it so; its rows are kept)."""
     if record.patch_source.startswith("a2a:"):
         return "resume: send the same assessment to the green agent again"
+    if record.local_config is not None:  # the run knows its patches and selection
+        return f"resume: swegreen run --run-id {record.run_id}"
     patches = record.patch_source
     if patches.startswith("predictions:"):  # --patches takes the file's path
         patches = record.patches_path or f"<the path of {patches.split(':', 1)[1]}>"

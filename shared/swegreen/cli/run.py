@@ -41,16 +41,26 @@ def run_command(
     from swegreen.core.config import load_config
     from swegreen.sample import build_sample
 
-    run_id = checked_run_id(args.run_id) if args.run_id else new_run_id(args.patches)
     given = overrides(args)
-    if args.sample:
-        sample = build_sample(settings.cache_dir / "sample")
-        given.setdefault("dataset", str(sample.dataset))
-        given.setdefault("repo_url_template", sample.url_template)
-    config = load_config(scenario_path(args), env, given, env_extra=LOCAL_ENV_KEYS)
+    if args.patches is None:  # --run-id alone: the run's own patches, dataset and selection
+        if not args.run_id:
+            raise ConfigError(
+                "--patches is needed to start a run (gold, empty, or a predictions file); "
+                "--run-id alone resumes a run"
+            )
+        run_id = checked_run_id(args.run_id)
+        patches, config = resumed(run_id, settings, env, given)
+    else:
+        run_id = checked_run_id(args.run_id) if args.run_id else new_run_id(args.patches)
+        if args.sample:
+            sample = build_sample(settings.cache_dir / "sample")
+            given.setdefault("dataset", str(sample.dataset))
+            given.setdefault("repo_url_template", sample.url_template)
+        config = load_config(scenario_path(args), env, given, env_extra=LOCAL_ENV_KEYS)
+        patches = args.patches
     outcome = evaluate(
         config,
-        args.patches,
+        patches,
         run_id,
         settings,
         env,
@@ -72,6 +82,42 @@ def run_command(
         )
         return EXIT_ROWS_ERRORED
     return EXIT_OK
+
+
+def resumed(
+    run_id: str, settings: LocalSettings, env: dict[str, str], given: dict[str, Any]
+) -> tuple[str, EvalConfig]:
+    """A stored run's patches and config, as it was started (flags given now on top)."""
+    from swegreen.core.config import build_config, config_from_env
+    from swegreen.stores.sqlite import SqliteStore
+
+    store = SqliteStore(settings.store_path)
+    try:
+        record = store.get_run(run_id)
+    finally:
+        store.close()
+    if record is None:
+        raise ConfigError(
+            f"no run {run_id!r} in {settings.store_path}: start it with --patches (gold, "
+            "empty, or a predictions file)"
+        )
+    if record.patch_source.startswith("a2a:"):
+        raise ConfigError(
+            f"run {run_id!r} is an assessment of the green agent: send the same assessment "
+            "to it again to resume it"
+        )
+    if record.local_config is None:
+        raise ConfigError(
+            f"run {run_id!r} was started before runs kept their config: resume it with "
+            "--patches and the dataset and selection flags it was started with"
+        )
+    patches = record.patches_path or record.patch_source
+    config = build_config(
+        ("environment", config_from_env(env, LOCAL_ENV_KEYS)),
+        (f"run {run_id}", record.local_config),
+        ("command line", given),
+    )
+    return patches, config
 
 
 def evaluate(
@@ -149,9 +195,12 @@ def evaluate(
     finally:
         engine.close()
     if outcome is None:
+        console.print()  # off the progress line the interrupt left
         console.print(
             said(
-                "interrupted.", "yellow", f"Finished rows are stored; resume with --run-id {run_id}"
+                "interrupted.",
+                "yellow",
+                f"Finished rows are stored; resume with: swegreen run --run-id {run_id}",
             )
         )
         return None

@@ -35,6 +35,9 @@ class RunRecord(BaseModel):
     # where a local run's predictions file is (this host's store only: never published),
     # so that the command that resumes it can be printed as it runs
     patches_path: str | None = None
+    # the run's whole config as this host ran it, its paths included (this host's store
+    # only: never published), so that `swegreen run --run-id X` alone resumes it
+    local_config: dict[str, Any] | None = None
     summary: dict[str, Any] | None = None
     created_at: str = Field(default_factory=utcnow)
     updated_at: str = Field(default_factory=utcnow)
@@ -49,6 +52,7 @@ class RunRecord(BaseModel):
                 "config": new.config,
                 "provenance": new.provenance,
                 "patches_path": new.patches_path,
+                "local_config": new.local_config,
                 "state": "running",
                 "summary": None,
                 "updated_at": utcnow(),

@@ -88,6 +88,7 @@ class Runner:
             patch_source=source.name,
             patches_path=str(path.resolve()) if (path := getattr(source, "path", None)) else None,
             config=config.public(),
+            local_config=config.model_dump(mode="json"),
             instance_ids=[i.instance_id for i in instances],
             provenance=provenance,
         )
