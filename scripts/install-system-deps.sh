@@ -41,5 +41,29 @@ if ! command -v apt-get >/dev/null 2>&1; then
   echo "  install them with your distribution's package manager, then run make setup again" >&2
   exit 1
 fi
-"${sudo[@]}" apt-get update -qq
-DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}"
+# Another apt (unattended-upgrades on a fresh machine, a second `make`) may hold apt's
+# locks: wait for it, up to 10 minutes, rather than fail at once with apt's raw error.
+# (DPkg::Lock::Timeout covers install's dpkg lock; update's lists lock is retried here.)
+apt_waiting() {
+  local deadline=$((SECONDS + 600)) out said=""
+  while :; do
+    if out=$("${sudo[@]}" "$@" 2>&1); then
+      [ -z "$out" ] || printf '%s\n' "$out"
+      return 0
+    fi
+    if [[ $out != *"Could not get lock"* ]] || [ $SECONDS -ge $deadline ]; then
+      printf '%s\n' "$out" >&2
+      return 1
+    fi
+    [ -n "$said" ] || echo "another apt holds its lock: waiting for it (up to 10 minutes)" >&2
+    said=1
+    sleep 5
+  done
+}
+if ! apt_waiting apt-get -o DPkg::Lock::Timeout=600 update -qq; then
+  echo "apt-get update failed (above): check the machine's package sources and network," \
+       "then run make again" >&2
+  exit 1
+fi
+apt_waiting env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 \
+  install -y -qq --no-install-recommends "${need[@]}"
