@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from swegreen.core.classify import Reason, Status
-from swegreen.core.intervals import Z95, clustered, headline, wilson
+from swegreen.core.intervals import MIN_CLUSTERS, Z95, clustered, headline, headline_method, wilson
 from swegreen.core.metrics import RunMetrics
 from swegreen.core.results import InstanceResult
 
@@ -28,11 +28,24 @@ def test_the_clustered_interval_widens_with_the_spread_between_repositories() ->
     # one repository all resolved, the other none: se = sqrt(2 * 50) / 20 = 0.5
     assert clustered({"a": (10, 10), "b": (0, 10)}) == (0.0, 1.0)
     assert clustered({"a": (3, 10)}) == (0.0, 1.0)  # nothing to estimate the spread from
-    # the headline is the wider of Wilson's and the clustered one
-    low, high = headline({"a": (10, 10), "b": (0, 10)})
-    assert (low, high) == (0.0, 1.0)
-    even = {"a": (5, 10), "b": (5, 10)}  # no spread between them: Wilson's remains
-    assert headline(even) == pytest.approx(wilson(10, 20))
+    # the headline is the wider of Wilson's and the clustered one, over enough repositories
+    split = {f"r{n}": ((10, 10) if n % 2 else (0, 10)) for n in range(MIN_CLUSTERS)}
+    assert headline(split) == pytest.approx(clustered(split))
+    assert clustered(split)[1] - clustered(split)[0] > wilson(50, 100)[1] - wilson(50, 100)[0]
+    even = {f"r{n}": (5, 10) for n in range(MIN_CLUSTERS)}  # no spread: Wilson's remains
+    assert headline(even) == pytest.approx(wilson(50, 100))
+    assert headline_method(even).startswith("the wider of Wilson's score interval")
+
+
+def test_too_few_repositories_to_cluster_by_leave_wilson_s_interval_unclipped() -> None:
+    """1 resolved of 8 rows over 3 repositories: the clustered normal interval would run
+    below 0 and be clipped there ([0.0-47.1]); with so few clusters the headline is
+    Wilson's, and says so."""
+    few = {"a": (1, 3), "b": (0, 3), "c": (0, 2)}
+    assert clustered(few)[0] == 0.0  # clipped
+    assert headline(few) == pytest.approx(wilson(1, 8))
+    assert headline(few)[0] > 0.0
+    assert "too few to cluster by" in headline_method(few)
 
 
 def row(iid: str, repo: str, status: Status) -> InstanceResult:
@@ -55,9 +68,23 @@ def test_every_rate_of_a_result_row_carries_its_interval_and_shards_add_up() -> 
     assert r["resolved_pct_ci"] == pytest.approx(
         list(headline({"o/a": (2, 2), "o/b": (1, 2)})), abs=1e-6
     )
+    assert r["intervals"] == {
+        "level": 0.95,
+        "resolved_pct_ci": headline_method({"o/a": (2, 2), "o/b": (1, 2)}),
+        "others": "Wilson's score interval",
+    }
     assert r["no_op_pct_ci"] == pytest.approx(list(wilson(1, 4)), abs=1e-6)
     for status in Status:
         low, high = r[f"{status.value}_pct_ci"]
         assert low <= r[f"{status.value}_pct"] <= high
     # a published row rebuilds the same totals (a shard's, read back)
     assert RunMetrics.from_result_row(r).by_repo == whole.by_repo
+
+
+def test_rates_over_rows_whose_tests_never_ran_have_no_interval() -> None:
+    no_test = InstanceResult(
+        instance_id="x1", repo="o/x", status=Status.ERROR, reason=Reason.ALL_TESTS_PASS,
+        detail="", f2p_total=3, p2p_total=19,
+    )  # fmt: skip
+    r = RunMetrics.from_results([no_test]).result_row("m")
+    assert r["fail_to_pass_passed_pct_ci"] is None and r["pass_to_pass_passed_pct_ci"] is None

@@ -43,15 +43,39 @@ def clustered(clusters: Mapping[str, tuple[int, int]], z: float = Z95) -> tuple[
     return max(0.0, p - z * se), min(1.0, p + z * se)
 
 
+# Fewer repositories than this, and a clustered standard error says little: it is biased
+# low with few clusters (Cameron & Miller 2015, "A Practitioner's Guide to Cluster-Robust
+# Inference"), and its normal interval runs past 0 or 1, to be clipped. The headline is
+# then Wilson's alone. SWE-bench Verified has 12 repositories; a run of a few has not.
+MIN_CLUSTERS = 10
+
+
 def headline(clusters: Mapping[str, tuple[int, int]]) -> tuple[float, float]:
-    """The resolved rate's interval: the wider of Wilson's and the clustered one."""
+    """The resolved rate's interval: the wider of Wilson's and the clustered one, where
+    the rows span at least MIN_CLUSTERS repositories; else Wilson's."""
     k = sum(hits for hits, _ in clusters.values())
     n = sum(rows for _, rows in clusters.values())
     low, high = wilson(k, n)
-    if len(clusters) >= 2:
+    if len(clusters) >= MIN_CLUSTERS:
         c_low, c_high = clustered(clusters)
         low, high = min(low, c_low), max(high, c_high)
     return low, high
+
+
+def headline_method(clusters: Mapping[str, tuple[int, int]]) -> str:
+    """What ``headline`` computed for these clusters, in words (shown beside it)."""
+    if len(clusters) >= MIN_CLUSTERS:
+        return (
+            "the wider of Wilson's score interval and the normal interval clustered by "
+            f"repository ({len(clusters)} repositories)"
+        )
+    return (
+        f"Wilson's score interval (rows of {len(clusters)} repositories: too few to "
+        f"cluster by; {MIN_CLUSTERS} at least)"
+    )
+
+
+WILSON = "Wilson's score interval"
 
 
 def as_text(interval: Sequence[float]) -> str:

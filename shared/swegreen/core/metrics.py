@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from swegreen.core import gold_stability
 from swegreen.core.classify import Status
-from swegreen.core.intervals import headline, wilson
+from swegreen.core.intervals import WILSON, headline, headline_method, wilson
 from swegreen.core.results import InstanceResult
 
 STATUS_ORDER: tuple[Status, ...] = tuple(Status)
@@ -139,8 +139,19 @@ class RunMetrics(BaseModel):
         """95% interval of a status's share: Wilson's; resolved's also clustered by
         repository (core/intervals.py)."""
         if status is Status.RESOLVED and self.by_repo:
-            return headline({r: (hits, rows) for r, (rows, hits) in self.by_repo.items()})
+            return headline(self._clusters())
         return wilson(self.counts.get(status.value, 0), self.total_instances)
+
+    def interval_methods(self) -> dict[str, Any]:
+        """What each ``*_ci`` is, as results.json, the console and the report say it."""
+        return {
+            "level": 0.95,
+            "resolved_pct_ci": headline_method(self._clusters()),
+            "others": WILSON,
+        }
+
+    def _clusters(self) -> dict[str, tuple[int, int]]:
+        return {r: (hits, rows) for r, (rows, hits) in self.by_repo.items()}
 
     @property
     def resolved_validated_rate(self) -> float | None:
@@ -195,11 +206,14 @@ class RunMetrics(BaseModel):
         # 95% intervals of every rate (core/intervals.py), after the seed's fields
         for status in STATUS_ORDER:
             row[f"{status.value}_pct_ci"] = _rounded(self.interval(status))
-        row["fail_to_pass_passed_pct_ci"] = _rounded(self.f2p_interval)
-        row["pass_to_pass_passed_pct_ci"] = _rounded(self.p2p_interval)
+        # no interval of a rate over rows whose tests never ran (there is no rate)
+        ran = self.tests_ran_instances > 0
+        row["fail_to_pass_passed_pct_ci"] = _rounded(self.f2p_interval) if ran else None
+        row["pass_to_pass_passed_pct_ci"] = _rounded(self.p2p_interval) if ran else None
         # the same over the rows whose gold patch resolves here every time (gold_stability)
         row["resolved_pct_validated"] = self.resolved_validated_rate
         row["resolved_pct_validated_ci"] = _rounded(self.resolved_validated_interval)
+        row["intervals"] = self.interval_methods()
         row.update(
             counts=dict(self.counts),
             reasons=dict(self.reasons),

@@ -19,7 +19,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from swegreen.core.classify import REASON_WORDS, Status
-from swegreen.core.intervals import as_text
+from swegreen.core.intervals import WILSON, as_text
 from swegreen.core.metrics import RunMetrics
 from swegreen.core.ports import ProgressEvent
 
@@ -110,7 +110,7 @@ def leaderboard_table(metrics: RunMetrics, title: str) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("status")
     table.add_column("rows", justify="right")
-    table.add_column("share", justify="right")
+    table.add_column("share [95% interval]", justify="right")
     for status in Status:
         n = metrics.counts.get(status.value, 0)
         share = f"{metrics.share(status):.1%} {as_text(metrics.interval(status))}"
@@ -142,6 +142,9 @@ def leaderboard_table(metrics: RunMetrics, title: str) -> Table:
             f"{metrics.resolved_with_regressions} of {metrics.regression_checked} checked",
             "",
         )
+    methods = metrics.interval_methods()
+    table.caption = f"intervals: resolved, {methods['resolved_pct_ci']}; the others, {WILSON}"
+    table.caption_justify = "left"
     return table
 
 

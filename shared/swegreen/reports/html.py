@@ -52,6 +52,7 @@ th,td{border-bottom:1px solid #d0d7de;padding:.3rem .5rem;text-align:left;
 vertical-align:top}th{background:#f6f8fa}td.n,th.n{text-align:right}
 .status{font-weight:600;white-space:nowrap}.cards{display:flex;flex-wrap:wrap;gap:.6rem}
 .card{border:1px solid #d0d7de;border-radius:6px;padding:.5rem .8rem;min-width:8rem}
+.note{color:#57606a;font-size:.85rem;margin:.3rem 0}
 .card b{display:block;font-size:1.3rem}.bar{display:flex;height:1.1rem;border-radius:4px;
 overflow:hidden;margin:.6rem 0}.bar span{display:block}a{color:#0969da}
 td:first-child,td.n{white-space:nowrap}.detail{color:#656d76;font-size:.9em;max-width:28rem;overflow-wrap:anywhere}
@@ -158,10 +159,15 @@ def _leaderboard(metrics: RunMetrics) -> str:
         f"<td class=n>{counts[s]}</td><td class=n>{_pct(counts[s] / total)}</td></tr>"
         for s in STATUS_ORDER
     )
+    methods = row["intervals"]
+    said = (
+        f"Bracketed: 95% intervals. Resolved: {methods['resolved_pct_ci']}; the other rates: "
+        f"{methods['others']}."
+    )
     return (
         '<h2 id="leaderboard">Leaderboard</h2><div class=cards>'
         + "".join(f"<div class=card>{escape(k)}<b>{escape(v)}</b></div>" for k, v in cards)
-        + f"</div><div class=bar>{bar}</div>"
+        + f"</div><p class=note>{escape(said)}</p><div class=bar>{bar}</div>"
         + "<table><tr><th>status</th><th class=n>rows</th><th class=n>share</th></tr>"
         + lines
         + "</table>"
