@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -87,6 +88,9 @@ def resume_hint(record: RunRecord) -> str:
     )
 
 
+COMPARISON = "comparison.json"  # `compare --html`'s section, kept with run B
+
+
 def write_html_report(
     record: RunRecord,
     results: list[InstanceResult],
@@ -97,6 +101,7 @@ def write_html_report(
 ) -> None:
     """A stored run's report.html (``html``: a path, or "" for the run's directory),
     with a section against another run when ``comparison`` is given; prints where."""
+    from swegreen.core.compare import Comparison
     from swegreen.core.metrics import RunMetrics
     from swegreen.reports.html import render_html
     from swegreen.stores.artifacts import REPORT_HTML, atomic_write
@@ -104,6 +109,13 @@ def write_html_report(
     run_dir = settings.output_dir / record.run_id
     target = Path(html) if html else run_dir / REPORT_HTML
     target.parent.mkdir(parents=True, exist_ok=True)
+    # the section against another run is kept beside the run, and rendered again with it
+    kept = run_dir / COMPARISON
+    if comparison is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(kept, json.dumps(comparison.to_json(), indent=1).encode())
+    elif kept.is_file():
+        comparison = Comparison.from_json(json.loads(kept.read_text()))
     page = render_html(
         record,
         results,

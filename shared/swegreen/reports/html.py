@@ -181,7 +181,7 @@ def _comparison(c: Comparison) -> str:
         f"<h2>Against run {escape(c.a)}</h2>",
         f"<p>On the {c.rows} rows both ran: resolved {c.b_resolved} here, {c.a_resolved} "
         f"in {escape(c.a)}; difference <b>{c.difference:+.1%}</b>, 95% interval "
-        f"[{low:+.1%}, {high:+.1%}] (paired bootstrap); McNemar exact p = "
+        f"[{low:+.1%}, {high:+.1%}] ({escape(c.method)}); McNemar exact p = "
         f"{c.mcnemar_p:.3g}.</p>",
         "<table><tr><th>repository</th><th>rows</th><th>resolved here only</th>"
         "<th>resolved in the other only</th></tr>",
