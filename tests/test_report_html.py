@@ -73,9 +73,21 @@ def test_every_run_writes_a_report_a_browser_shows(
             linked = f'href="instances/{row.instance_id}/{name}"' in text
             assert linked == (page.parent / "instances" / row.instance_id / name).exists()
         assert f'href="instances/{row.instance_id}/result.json"' in text
-    # per repository, and a timing plot with a bar per instance
+    # per repository: its resolved rate with Wilson's interval; a timing plot, a bar a row
+    from swegreen.core.intervals import as_text, wilson
+
     for repo in {r.repo for r in outcome.results}:
-        assert f"<td>{repo}</td>" in text
+        mine = [r for r in outcome.results if r.repo == repo]
+        hits = sum(r.status is Status.RESOLVED for r in mine)
+        assert f'<td>{repo}</td><td class="n">{len(mine)}</td>' in text
+        assert f"{hits / len(mine):.1%} {as_text(wilson(hits, len(mine)))}" in text
+    # which tests a row broke, where its verdict rests on them
+    for row in outcome.results:
+        if row.status in (Status.BREAKING_RESOLVED, Status.REGRESSION) and row.p2p_failing:
+            assert f"P2P broken ({len(row.p2p_failing)}): {row.p2p_failing[0]}" in text
+    assert any(r.status is Status.BREAKING_RESOLVED and r.p2p_failing for r in outcome.results)
+    # what each interval is, and what "P2P kept without running" means, said on the page
+    assert "Bracketed: 95% intervals." in text and "P2P kept without running: P2P" in text
     assert text.count("<rect") >= 2 * len(outcome.results)
 
     shot = tmp_path / "report.png"

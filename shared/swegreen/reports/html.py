@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from swegreen.core.classify import Status
 from swegreen.core.dataset import public_dataset_name
-from swegreen.core.intervals import as_text
+from swegreen.core.intervals import as_text, wilson
 from swegreen.core.metrics import RunMetrics
 from swegreen.core.ports import RunRecord
 from swegreen.core.results import InstanceResult
@@ -162,7 +162,10 @@ def _leaderboard(metrics: RunMetrics) -> str:
     methods = row["intervals"]
     said = (
         f"Bracketed: 95% intervals. Resolved: {methods['resolved_pct_ci']}; the other rates: "
-        f"{methods['others']}."
+        f"{methods['others']}. P2P kept without running: P2P tests of rows whose patch was "
+        "empty, did not apply or was refused, counted as passing because the code they test "
+        "stayed at the base commit, where they pass by definition (they are shown apart "
+        "from the P2P tests that ran)."
     )
     return (
         '<h2 id="leaderboard">Leaderboard</h2><div class=cards>'
@@ -203,11 +206,17 @@ def _by_repository(results: Sequence[InstanceResult]) -> str:
     for repo in repos:
         mine = [r for r in results if r.repo == repo]
         counts = Counter(r.status for r in mine)
+        resolved = counts[Status.RESOLVED]
+        rate = _pct(resolved / len(mine)) + _ci(list(wilson(resolved, len(mine))))
         cells = "".join(f"<td class=n>{counts[s] or ''}</td>" for s in STATUS_ORDER)
-        body.append(f"<tr><td>{escape(repo)}</td><td class=n>{len(mine)}</td>{cells}</tr>")
+        body.append(
+            f"<tr><td>{escape(repo)}</td><td class=n>{len(mine)}</td>"
+            f"<td class=n>{rate}</td>{cells}</tr>"
+        )
     return (
         '<h2 id="repositories">By repository</h2><table><tr><th>repository</th>'
-        f"<th class=n>rows</th>{head}</tr>{''.join(body)}</table>"
+        f"<th class=n>rows</th><th class=n>resolved [95% interval]</th>{head}</tr>"
+        f"{''.join(body)}</table><p class=note>Per repository: Wilson's score interval.</p>"
     )
 
 
@@ -268,6 +277,32 @@ def _regressions(r: InstanceResult) -> str:
     )
 
 
+SHOWN_FAILING = 5  # failing tests named per list (all are in the row's report.json)
+
+
+def _failing(r: InstanceResult) -> str:
+    """Which listed tests failed, where the verdict rests on them: the P2P tests a patch
+    broke, the F2P tests it left failing."""
+    parts = []
+    for label, tests, shown in (
+        ("P2P broken", r.p2p_failing, r.status in BROKE_P2P),
+        ("F2P still failing", r.f2p_failing, r.status in PARTIAL_F2P),
+    ):
+        if shown and tests:
+            more = len(tests) - SHOWN_FAILING
+            parts.append(
+                f"<div class=detail>{label} ({len(tests)}): "
+                + escape(", ".join(tests[:SHOWN_FAILING]))
+                + (f" and {more} more" if more > 0 else "")
+                + "</div>"
+            )
+    return "".join(parts)
+
+
+BROKE_P2P = frozenset({Status.BREAKING_RESOLVED, Status.WORK_IN_PROGRESS, Status.REGRESSION})
+PARTIAL_F2P = frozenset({Status.PARTIALLY_RESOLVED, Status.WORK_IN_PROGRESS})
+
+
 def _instances(results: Sequence[InstanceResult], exists: Callable[[str, str], bool]) -> str:
     body = []
     for r in sorted(results, key=lambda r: r.instance_id):
@@ -294,6 +329,7 @@ def _instances(results: Sequence[InstanceResult], exists: Callable[[str, str], b
                 if r.interaction
                 else ""
             )
+            + _failing(r)
             + _regressions(r)
             + f"</td><td class=n>{r.f2p_passed}/{r.f2p_total}</td>"
             f"<td class=n>{r.p2p_passed}/{r.p2p_total}</td>"
