@@ -1,11 +1,11 @@
 """Write the rows whose gold patch does not resolve stably here, with the evidence
 (swegreen/data/gold_stability.json): the validated denominator's complement.
 
-    python scripts/gold_stability.py RESULTS_DIR --table NAME=docs/validation.md \\
+    python scripts/gold_stability.py RESULTS_DIR --table NAME=docs/validation-log.md \\
         --runs NAME=RUN[,RUN...] [--runs ...]
 
 Each ``--table`` or ``--runs`` is one evidence run: a per-row table of an earlier
-validation (the ``| instance | gold | ...`` rows of docs/validation.md after its
+validation (the ``| instance | gold | ...`` rows of docs/validation-log.md after its
 "What validation found" heading), or stored runs in RESULTS_DIR (within one group a later
 run overrides an earlier one for the same row: a re-run after a fix). A row is validated
 when its gold patch was graded (its tests ran) at least once and was ``resolved`` every
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "about": "Rows of SWE-bench Verified whose gold patch is not validated here: "
                 "not resolved in every run that graded it, or never graded. Written by "
-                "scripts/gold_stability.py from the evidence runs below (docs/validation.md).",
+                "scripts/gold_stability.py from the evidence runs (docs/validation-log.md).",
                 "evidence": described,
                 "rows": dict(sorted(listed.items())),
             },

@@ -29,7 +29,7 @@ STARTUP_MINUTES = 5.0
 # docker: pulling its instance image (an instance layer of tens of MB over a shard's
 # shared base; a first environment layer 1-2 GB at a runner's 50-100 MB/s: under 1 min;
 # 5 allows a slow registry). engine: cloning (django's full clone 5.5 min) and building
-# its environment (matplotlib's 9-10 min, the longest measured: docs/validation.md).
+# its environment (matplotlib's 9-10 min, the longest measured: docs/validation-log.md).
 # aws: the pipeline builds and prepares every row's environment before its rows start.
 SETUP_MINUTES = {"docker": 5.0, "engine": 20.0, "aws": 20.0}
 # When no eval_timeout is set, the recipe's own limit, else the official harness's 1800 s.
