@@ -4,7 +4,7 @@ and the artifact store change.
 
 Used twice: by Resolve, for the estimate a run records before its rows start (and the
 whole answer of a ``dry_run``), and by ``benchmarks/aws_cost.py`` for docs/aws.md's
-tables. Measured inputs (docs/benchmarks.md): a warm evaluation per repository
+tables. Measured inputs (docs/benchmarks-log.md): a warm evaluation per repository
 (data/row_seconds.json), what a row downloads and its unpack (benchmarks/artifacts.py), the
 build phase's cold build per instance. Assumed, in two labelled sets (``ASSUMPTIONS``):
 what cannot be measured without an AWS account (a task's start, S3 throughput into a
@@ -75,7 +75,7 @@ ENDPOINT_AZS = 3 * 2
 # Rows whose tests need the internet run with a public IP (swegreen/data/network_instances.json).
 OPEN_SHARE = len(known_network_instances()) / 500
 
-# Measured (docs/benchmarks.md): a warm evaluation per repository, seconds, on 2 cores.
+# Measured (docs/benchmarks-log.md): a warm evaluation per repository, seconds, on 2 cores.
 WARM_EVAL = expected_seconds()
 # The build phase's cold build of one instance (environment + prepared workspace), s.
 COLD_BUILD = {

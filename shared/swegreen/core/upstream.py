@@ -2,7 +2,7 @@
 
 Importing any part of ``swebench.harness`` runs the package's ``__init__``, which imports
 the whole harness: datasets, pandas, pyarrow, docker, modal; about 1 s in every process
-(``swegreen run`` on one warm row took 6 s, its test command 2: docs/benchmarks.md). The
+(``swegreen run`` on one warm row took 6 s, its test command 2: docs/benchmarks-log.md). The
 engine uses the harness's constants, grader and log parsers, and three small helpers.
 ``register`` (run by ``swegreen/__init__``) makes ``swebench.harness`` a package whose
 ``__init__`` is not run: its submodules import as usual, each with only its own imports.
