@@ -138,7 +138,10 @@ def test_a_run_whose_rows_end_in_error_exits_3_and_says_how_to_retry(
     assert out.returncode == 3, out.stdout + out.stderr
     said = " ".join(out.stdout.split())
     assert "2 of 2 row(s) ended in error (exit code 3)" in said
-    assert "--run-id unreachable --retry-errors" in said
+    # each reason's fix once, under the table; a clone that failed may pass: a retry
+    assert said.count("to fix: repo_unavailable (2: sample__calculator-1") == 1
+    assert "cannot clone" in said.split("to fix: repo_unavailable", 1)[1]
+    assert "`swegreen run --run-id unreachable --retry-errors` evaluates them again" in said
     rows = read_jsonl(tmp_path / "results" / "unreachable" / "instances.jsonl")
     assert {(r["status"], r["reason"]) for r in rows} == {("error", "repo_unavailable")}
     report = json.loads((tmp_path / "results" / "unreachable" / "run_report.json").read_text())
@@ -346,6 +349,24 @@ def test_regrade_and_report_read_a_finished_run(tmp_path: Path, session_cache: P
 @pytest.mark.skipif(
     not SHARED_DATASET.exists(), reason="the team's offline Verified copy is absent"
 )
+def has_python_for(instance_id: str) -> bool:
+    """Whether this machine has the Python the row's recipe asks for."""
+    from swegreen.core.dataset import load_dataset
+    from swegreen.core.errors import InterpreterNotFound
+    from swegreen.environments.catalog import builtin_recipes
+    from swegreen.environments.interpreters import InterpreterSearch, find_interpreter
+
+    (instance,) = [
+        i for i in load_dataset(str(SHARED_DATASET)).instances if i.instance_id == instance_id
+    ]
+    version = builtin_recipes().for_instance(instance).python
+    try:
+        find_interpreter(version, InterpreterSearch.from_environ(os.environ))
+    except InterpreterNotFound:
+        return False
+    return True
+
+
 def test_real_verified_rows_with_an_unreachable_source_fail_cleanly(
     tmp_path: Path, session_cache: Path
 ) -> None:
@@ -372,13 +393,21 @@ def test_real_verified_rows_with_an_unreachable_source_fail_cleanly(
     assert out.returncode == 3, out.stdout + out.stderr  # finished, with error rows
     rows = read_jsonl(tmp_path / "results" / "offline" / "instances.jsonl")
     assert len(rows) == 6
+    # a row whose Python this machine lacks (these commands download none) says so before
+    # any clone; every other row's clone fails
     for row in rows:
+        if not has_python_for(row["instance_id"]):
+            assert (row["status"], row["reason"]) == ("error", "interpreter_not_found")
+            continue
         assert (row["status"], row["reason"], row["error_kind"]) == (
             "error",
             "repo_unavailable",
             "infrastructure",
         )
         assert "cannot clone" in row["detail"] and "github.invalid" in row["detail"]
+    assert any(r["reason"] == "repo_unavailable" for r in rows) or not any(
+        has_python_for(r["instance_id"]) for r in rows
+    )
 
 
 def test_the_demo_checks_every_sample_verdict(tmp_path: Path, session_cache: Path, sample) -> None:
@@ -531,6 +560,25 @@ def test_the_resume_hint_of_a_predictions_run_runs_as_printed(
     nothing = cli("run", "--run-id", "nosuch", cwd=tmp_path, cache=session_cache)
     assert nothing.returncode == 2 and "no run 'nosuch'" in nothing.stdout
     assert "start it with --patches" in " ".join(nothing.stdout.split())
+
+
+def test_a_retry_is_advised_only_for_failures_a_retry_can_cure() -> None:
+    from swegreen.cli.run import retry_advice
+    from swegreen.core.classify import Status
+    from swegreen.core.results import InstanceResult
+
+    def row(iid: str, reason: str, may: bool | None) -> InstanceResult:
+        return InstanceResult(
+            instance_id=iid, repo="o/r", status=Status.ERROR, reason=reason, retry_may_help=may
+        )
+
+    missing = row("a", "repo_unavailable", False)  # a commit the source lacks
+    crashed = row("b", "sandbox_crashed", True)
+    old = row("c", "env_setup_failed", None)  # stored before rows said
+    assert retry_advice([missing], "r").startswith("each fails the same way until")
+    mixed = retry_advice([missing, crashed, old], "r")
+    assert mixed.startswith("2 of them failed for a reason of the moment")
+    assert "the other 1 fail the same way" in mixed
 
 
 def test_an_interrupt_before_the_run_begins_prints_no_traceback(tmp_path: Path) -> None:

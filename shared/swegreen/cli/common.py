@@ -168,11 +168,13 @@ def scenario_path(args: argparse.Namespace) -> Path | None:
 
 
 def print_outcome(console: Console, outcome: RunOutcome, settings: LocalSettings) -> None:
-    from swegreen.reports.console import leaderboard_table, reasons_line
+    from swegreen.reports.console import error_fixes, leaderboard_table, reasons_line
 
     run_id = outcome.record.run_id
     console.print(leaderboard_table(outcome.metrics, f"Leaderboard: {run_id}"))
     console.print(f"reasons: {reasons_line(outcome.metrics)}", markup=False)
+    for line in error_fixes(outcome.results):
+        console.print(said("to fix:", "yellow", line))
     if outcome.resumed:
         console.print(
             f"resumed: {outcome.resumed} row(s) were already stored, "

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from swegreen.core.config import EvalConfig
+    from swegreen.core.results import InstanceResult
     from swegreen.core.scrub import Scrubber
     from swegreen.evaluation.engine import LocalSettings
     from swegreen.evaluation.runner import RunOutcome
@@ -71,17 +72,36 @@ def run_command(
     )
     if outcome is None:
         return EXIT_INTERRUPTED
-    errored = sum(r.status is Status.ERROR for r in outcome.results)
-    if errored:
+    errors = [r for r in outcome.results if r.status is Status.ERROR]
+    if errors:
+        advice = retry_advice(errors, run_id)
         console.print(
-            f"{errored} of {len(outcome.results)} row(s) ended in error "
-            f"(exit code {EXIT_ROWS_ERRORED}); their reasons are above, their logs under "
-            f"{settings.output_dir / run_id}. Re-run with --run-id {run_id} --retry-errors "
-            "to evaluate them again.",
+            f"{len(errors)} of {len(outcome.results)} row(s) ended in error "
+            f"(exit code {EXIT_ROWS_ERRORED}); their logs are under "
+            f"{settings.output_dir / run_id}. {advice}.",
             markup=False,
         )
         return EXIT_ROWS_ERRORED
     return EXIT_OK
+
+
+def retry_advice(errors: list[InstanceResult], run_id: str) -> str:
+    """Whether a retry may help: it does for a failure of the moment; the others fail the
+    same way until what their "to fix" line says is done (rows from before this was
+    recorded: it may)."""
+    again = [r for r in errors if r.retry_may_help is not False]
+    retry = f"swegreen run --run-id {run_id} --retry-errors"
+    if not again:
+        return f"each fails the same way until what its line above says is done, then `{retry}`"
+    advice = (
+        f"{len(again)} of them failed for a reason of the moment: `{retry}` evaluates them again"
+    )
+    if len(again) < len(errors):
+        advice += (
+            f"; the other {len(errors) - len(again)} fail the same way until what their "
+            "line above says is done"
+        )
+    return advice
 
 
 def resumed(

@@ -64,6 +64,9 @@ class InstanceResult(BaseModel):
     isolation: str | None = None  # the sandbox the participant's code ran in (sandbox/local.py)
     test_exit_code: int | None = None  # the test command's, as the engine saw it
     attempts: int = 1
+    # error rows: whether evaluating it again may end otherwise (a failure of the moment),
+    # or fails the same way until something is fixed (a missing commit, a build's error)
+    retry_may_help: bool | None = None
     durations: Durations = Field(default_factory=Durations)
     test_command_seconds: float = 0.0  # inside the eval script (the benchmark's denominator)
     base_validation: dict[str, Any] | None = None
@@ -71,9 +74,9 @@ class InstanceResult(BaseModel):
     # the gold patch passes and this patch does not, over the touched modules' test files.
     # A flag: the verdict stays the official one.
     regression_check: dict[str, Any] | None = None
-    # How the environment was made where it differs from upstream's way (testbed.py):
-    # files read at another commit, build sources from an offline directory, an
-    # interpreter the user pointed at. Empty: upstream's way.
+    # Where its interpreter came from (conda package, the user's, this machine's), and how
+    # the environment was made where it differs from upstream's way (testbed.py): files
+    # read at another commit, build sources from an offline directory.
     environment: dict[str, Any] = Field(default_factory=dict)
     participant_usage: dict[str, Any] | None = None
     # Interactive mode only: steps, command_seconds, output_bytes, setup_seconds, ended.

@@ -154,4 +154,10 @@ def error_row(
         tests_ran=False,
     )
     kind = "infrastructure" if failure.infrastructure else "evaluation"
-    return result.model_copy(update={"error_kind": kind, "attempts": attempts})
+    return result.model_copy(
+        update={
+            "error_kind": kind,
+            "attempts": attempts,
+            "retry_may_help": not failure.permanent,
+        }
+    )

@@ -4,6 +4,7 @@ leaderboard table at the end. Not used by the servers or the Lambdas."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
@@ -22,6 +23,7 @@ from swegreen.core.classify import REASON_WORDS, Status
 from swegreen.core.intervals import WILSON, as_text
 from swegreen.core.metrics import RunMetrics
 from swegreen.core.ports import ProgressEvent
+from swegreen.core.results import InstanceResult
 
 STATUS_STYLE = {
     Status.RESOLVED: "green",
@@ -146,6 +148,31 @@ def leaderboard_table(metrics: RunMetrics, title: str) -> Table:
     table.caption = f"intervals: resolved, {methods['resolved_pct_ci']}; the others, {WILSON}"
     table.caption_justify = "left"
     return table
+
+
+def error_fixes(results: Sequence[InstanceResult]) -> list[str]:
+    """For each reason of the run's error rows, once: which rows, and what to do (the
+    first row's own words: its detail names the missing commit, file or interpreter and
+    the fix)."""
+    by_reason: dict[str, list[InstanceResult]] = {}
+    for row in sorted(results, key=lambda r: r.instance_id):
+        if row.status is Status.ERROR:
+            by_reason.setdefault(row.reason, []).append(row)
+    lines = []
+    for reason, rows in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        ids = ", ".join(r.instance_id for r in rows[:SHOWN_IDS])
+        if len(rows) > SHOWN_IDS:
+            ids += f" and {len(rows) - SHOWN_IDS} more"
+        said = " ".join(rows[0].detail.split(LOG_TAIL)[0].split())
+        if len(said) > FIX_CHARS:
+            said = said[: FIX_CHARS - 3] + "..."
+        lines.append(f"{reason} ({len(rows)}: {ids}): {said}")
+    return lines
+
+
+SHOWN_IDS = 3
+FIX_CHARS = 700
+LOG_TAIL = "\n--- log tail ---"
 
 
 def reasons_line(metrics: RunMetrics) -> str:
