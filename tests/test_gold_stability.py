@@ -53,3 +53,23 @@ def test_a_row_is_validated_only_when_every_graded_run_resolved_it(tmp_path: Pat
         "first": "error",
         "second": "error/env_setup_failed",
     }
+
+
+def test_a_runs_validated_rate_is_its_own_rows_over_the_packaged_list() -> None:
+    """The same rows give the same figures whatever else was run: the validated rate
+    counts this run's rows against the packaged list alone, and says so."""
+    from swegreen.core import gold_stability
+    from swegreen.core.classify import Reason, Status
+    from swegreen.core.metrics import RunMetrics
+    from swegreen.core.results import InstanceResult
+
+    listed = sorted(gold_stability.not_validated())[0]
+    rows = [
+        InstanceResult(instance_id=iid, repo="o/r", status=status, reason=Reason.ALL_TESTS_PASS)
+        for iid, status in ((listed, Status.NO_OP), ("o__r-1", Status.RESOLVED))
+    ]
+    row = RunMetrics.from_results(rows).result_row("m")
+    assert (row["validated_instances"], row["validated_resolved"]) == (1, 1)
+    assert row["resolved_pct_validated"] == 1.0
+    assert row["resolved_pct_validated_by"].startswith("swegreen/data/gold_stability.json (55")
+    assert RunMetrics.from_results(rows).result_row("m") == row

@@ -18,7 +18,20 @@ STABILITY_FILE = "gold_stability.json"
 
 
 @cache
+def _packaged() -> dict:
+    return json.loads((resources.files("swegreen") / "data" / STABILITY_FILE).read_text())
+
+
 def not_validated() -> frozenset[str]:
     """The instance ids the packaged evidence does not validate."""
-    data = json.loads((resources.files("swegreen") / "data" / STABILITY_FILE).read_text())
-    return frozenset(data["rows"])
+    return frozenset(_packaged()["rows"])
+
+
+def source() -> str:
+    """Where a run's validated rate comes from, said in its results: the packaged list and
+    its evidence runs, never other runs in the same store."""
+    data = _packaged()
+    runs = ", ".join(str(e["name"]) for e in data.get("evidence", []))
+    return (
+        f"swegreen/data/{STABILITY_FILE} ({len(data['rows'])} rows not validated; evidence: {runs})"
+    )

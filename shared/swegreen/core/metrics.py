@@ -213,6 +213,7 @@ class RunMetrics(BaseModel):
         # the same over the rows whose gold patch resolves here every time (gold_stability)
         row["resolved_pct_validated"] = self.resolved_validated_rate
         row["resolved_pct_validated_ci"] = _rounded(self.resolved_validated_interval)
+        row["resolved_pct_validated_by"] = gold_stability.source()
         row["intervals"] = self.interval_methods()
         row.update(
             counts=dict(self.counts),
