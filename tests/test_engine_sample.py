@@ -16,6 +16,7 @@ from swegreen.core.dataset import Instance, load_dataset, select_instances
 from swegreen.core.eval_script import PHASE_BREAK
 from swegreen.core.ports import PatchResult, ProgressEvent
 from swegreen.core.recipes import Recipe, RecipeBook
+from swegreen.core.results import InstanceResult
 from swegreen.core.sources import GoldPatches
 from swegreen.evaluation.engine import LocalSettings, build_engine
 from swegreen.sample import SampleBenchmark
@@ -511,6 +512,12 @@ def test_participants_clone_repositories_that_end_at_the_base(sample: SampleBenc
         assert not set(later) & everything
 
 
+def unaccounted(row: InstanceResult) -> float:
+    """Seconds of a row's total in no phase (env_build is a part of setup)."""
+    d = row.durations
+    return d.total - (d.participant + d.setup + d.apply + d.tests + d.grading + d.waiting)
+
+
 def test_error_and_timeout_rows_record_the_time_they_really_spent(
     run_sample: RunSample, settings: LocalSettings, sample, isolation, tmp_path: Path, host_env
 ) -> None:
@@ -543,3 +550,45 @@ def test_error_and_timeout_rows_record_the_time_they_really_spent(
     assert timed_out.durations.tests >= 3
     assert 0 < timed_out.test_command_seconds <= timed_out.durations.tests
     assert timed_out.durations.total >= timed_out.durations.tests
+    # every second of a row is in a named phase, error rows included
+    for row in (failed, timed_out, *run_sample("gold", run_id="phases").results):
+        assert unaccounted(row) < 0.05 + 0.02 * row.durations.total, row.durations
+
+
+def test_a_retried_row_counts_its_wait_between_attempts(
+    settings: LocalSettings, sample, isolation, tmp_path: Path, host_env
+) -> None:
+    """A clone that fails, tried twice with a pause between: the pause is the row's
+    ``waiting``, and every second of its total is in a phase."""
+    import asyncio
+
+    from swegreen.core.sources import source_for
+
+    from .conftest import sample_config
+
+    cfg = sample_config(
+        sample,
+        repo_url_template=str(tmp_path / "nowhere" / "{name}.git"),
+        instance_ids=["sample__calculator-1"],
+        max_attempts=2,
+    )
+    local = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
+    engine = build_engine(local, cfg, host_env, isolation=isolation)
+    engine.runner.retry_backoff = (1.0,)
+    dataset = load_dataset(cfg.dataset)
+    try:
+        outcome = asyncio.run(
+            engine.runner.run(
+                run_id="waited",
+                dataset=dataset,
+                instances=select_instances(dataset, cfg.selection()),
+                source=source_for("gold"),
+                config=cfg,
+            )
+        )
+    finally:
+        engine.close()
+    [row] = outcome.results
+    assert (row.status, row.reason, row.attempts) == (Status.ERROR, "repo_unavailable", 2)
+    assert row.durations.waiting >= 1.0
+    assert unaccounted(row) < 0.05 + 0.02 * row.durations.total, row.durations

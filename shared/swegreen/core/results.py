@@ -18,7 +18,8 @@ def utcnow() -> str:
 
 
 class Durations(BaseModel):
-    """Seconds spent in each phase of one row (0 when the phase did not run)."""
+    """Seconds spent in each phase of one row (0 when the phase did not run). The phases
+    follow one another with no gap, so they add up to ``total``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -27,8 +28,14 @@ class Durations(BaseModel):
     # The part of setup (and of base validation) spent building the environment or the
     # prepared workspace this row was the first to need: 0 when both were reused.
     env_build: float = 0.0
+    # the patch applied and checked, the benchmark's files put back
     apply: float = 0.0
     tests: float = 0.0
+    # after the tests: the log graded, the artifacts written, the workspace let go
+    grading: float = 0.0
+    # between a failed attempt and the next (the retry's backoff)
+    waiting: float = 0.0
+    # participant + setup + apply + tests + grading + waiting (env_build is within setup)
     total: float = 0.0
 
 

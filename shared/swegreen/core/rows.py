@@ -73,6 +73,7 @@ class RowBuilder:
         f2p_failing: list[str] | None = None,
         p2p_failing: list[str] | None = None,
     ) -> InstanceResult:
+        self.end()
         self.durations.total = time.monotonic() - self.t0 + self.patch.duration
         text = self.patch.patch or ""
         return InstanceResult(

@@ -157,7 +157,6 @@ class DockerEvaluator(PatchEvaluator):
             {LABEL: f"{run_id}/{instance.instance_id}"},
         )  # fmt: skip
         try:
-            row.end()
             return await self._in_container(key, row, recipe, box, image.id, text, notes)
         finally:
             await asyncio.to_thread(box.remove)
@@ -194,7 +193,6 @@ class DockerEvaluator(PatchEvaluator):
         row.begin("apply")
         await asyncio.to_thread(box.put_file, DOCKER_PATCH, text.encode("utf-8", "surrogateescape"))
         method = await self._apply(box, notes)
-        row.end()
         if method is None:
             return self._does_not_apply(key, row, text)
         row.apply_method = method
@@ -242,7 +240,7 @@ class DockerEvaluator(PatchEvaluator):
                 recorded = Recorded.parse(record_text, record_key)
                 self.artifacts.write_text(key(art.TEST_RECORD), recorded.text)
             log += output
-        row.end()
+        row.begin("grading")
         row.test_exit_code = test.exit_code if test is not None else None
         timed_out = test is None or test.exit_code is None
         row.test_command_seconds = test_command_seconds(log) or (

@@ -87,6 +87,7 @@ class PatchEvaluator:
         row = RowBuilder(instance, patch, utcnow(), time.monotonic())
         if (oversized := oversized_patch(patch.patch, self.max_patch_bytes)) is not None:
             return self._too_large(key, row, oversized)
+        row.begin("setup")  # from here on: base validation and waits included
         self.artifacts.write_text(key(art.PATCH), patch.patch or "")
         if self.base_validator is not None:
             row.base_validation = await self.base_validator.validate(instance)
@@ -350,7 +351,6 @@ class Evaluator(PatchEvaluator):
             patch_file = testbed.workspace / art.PATCH
             patch_file.write_text(text, encoding="utf-8", errors="surrogateescape")
             applied = await apply_patch(testbed.repo, patch_file, self.testbeds.git_env(testbed))
-            row.end()
             notes.append(applied.log)
             if not applied.applied:
                 return self._does_not_apply(key, row, text)
@@ -376,7 +376,7 @@ class Evaluator(PatchEvaluator):
                 )
             row.begin("tests")
             run = await self.testbeds.run_eval(testbed, guard, skip_install=skip)
-            row.end()
+            row.begin("grading")
             row.tampered_files += run.reverted
             row.test_exit_code = run.exit_code
             # a timed-out command ran until it was stopped: that is its time

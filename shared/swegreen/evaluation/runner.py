@@ -279,9 +279,11 @@ async def evaluate_with_retries(
                     spent[phase] = spent.get(phase, 0.0) + seconds
                 if not exc.retryable or attempt == max_attempts:
                     return error_row(inst, patch, exc, attempt, started, t0, spent)
+                waited = time.monotonic()
                 if note is not None:
                     await note(f"attempt {attempt} failed ({exc.reason}); retrying")
                 await asyncio.sleep(backoff[min(attempt - 1, len(backoff) - 1)])
+                spent["waiting"] = spent.get("waiting", 0.0) + time.monotonic() - waited
     except Exception as exc:  # a bug must cost one row, never the run
         failure = EvaluationFailure(f"internal error: {exc!r}", log_tail=traceback.format_exc())
         return error_row(inst, patch, failure, max(attempt, 1), started, t0)
