@@ -179,8 +179,9 @@ def test_a_build_that_downloads_runs_offline_and_says_so(
     assert "extra-1.0.tgz" in row.detail and hashlib.sha256(blob).hexdigest() in row.detail
     assert str(sources_dir) in row.detail
     assert row.attempts == 1  # permanent: trying again cannot help
-    # the base validation's setup failed; the evaluation's was not run again
-    assert count.read_text().count("setup") == 1
+    # known to be missing before anything was spent: no setup ran, no environment was built
+    assert not count.exists()
+    assert row.durations.env_build == 0.0
 
     (sources_dir / "extra-1.0.tgz").write_bytes(blob)
     served = run_sample(  # a new run (its own engine) tries again
@@ -260,3 +261,35 @@ def test_a_failed_build_names_every_file_its_row_needs_at_once_in_a_folder_made_
     row = run("with-both")
     assert row.status == Status.RESOLVED, row.detail
     assert {s["file"] for s in row.environment["build_sources"]} == {"extra-1.0.tgz", later.file}
+
+
+def test_a_file_its_urls_cannot_give_is_fetched_from_a_byte_identical_copy(
+    downloading_engine, run_sample: RunSample, tmp_path: Path
+) -> None:
+    """The URL answers nothing (as qhull.org does here); a copy elsewhere with the same
+    sha256 (as Debian's pool keeps qhull's tarball) is fetched into the offline sources
+    before the row builds, and the row resolves. A copy with other bytes is refused."""
+    from tests.conda_channel import served
+
+    make, sources_dir, blob, count = downloading_engine
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / "same.tgz").write_bytes(blob)
+    (mirror / "other.tgz").write_bytes(archive() + b"\0")
+    ids = ["sample__calculator-1"]
+    with served(mirror) as url:
+        forged = make()
+        forged.testbeds.sources = OfflineSources(
+            sources_dir, (download(blob, mirrors=(f"{url}/other.tgz",)),)
+        )
+        (row,) = run_sample("gold", run_id="forged-copy", engine=forged, instance_ids=ids).results
+        assert (row.status, row.reason) == (Status.ERROR, "env_setup_failed")
+        assert not (sources_dir / "extra-1.0.tgz").exists() and not count.exists()
+        engine = make()
+        engine.testbeds.sources = OfflineSources(
+            sources_dir, (download(blob, mirrors=(f"{url}/same.tgz",)),)
+        )
+        (row,) = run_sample("gold", run_id="from-copy", engine=engine, instance_ids=ids).results
+    assert row.status == Status.RESOLVED, row.detail
+    assert (sources_dir / "extra-1.0.tgz").read_bytes() == blob
+    assert row.environment["build_sources"][0]["file"] == "extra-1.0.tgz"

@@ -20,14 +20,16 @@ import hashlib
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 SHIM_LOG = "served.jsonl"  # in the shim directory: one line per file served
+MAX_DOWNLOAD_BYTES = 200 << 20  # a source archive; more is not the file asked for
 TABLE = "downloads.json"  # in the shim directory: the downloads it knows
 
 
@@ -38,6 +40,9 @@ class Download:
     urls: tuple[str, ...]
     matplotlib_cache: bool = False
     where_else: str = ""
+    # byte-identical copies elsewhere (same sha256): tried after ``urls`` (Debian's pool
+    # keeps qhull's tarball, and a machine that reaches only Debian's mirror reaches it)
+    mirrors: tuple[str, ...] = ()
     # rows whose build asks for it without their recipe naming its URL: (repo, versions)
     needed_by: tuple[tuple[str, str], ...] = ()
 
@@ -54,6 +59,7 @@ def known_downloads(table: str | None = None) -> tuple[Download, ...]:
             urls=tuple(d["urls"]),
             matplotlib_cache=d.get("matplotlib_cache", False),
             where_else=d.get("where_else", ""),
+            mirrors=tuple(d.get("mirrors", ())),
             needed_by=tuple((n["repo"], n["versions"]) for n in d.get("needed_by", [])),
         )
         for d in data["downloads"]
@@ -172,6 +178,62 @@ class OfflineSources:
             return []
         also = [d for d in self.needed_for(repo, version, steps) if self.available(d) is None]
         return [d for d in self.downloads if d in asked or d in also]
+
+    def fetch_missing(
+        self, needed: Sequence[Download], env: Mapping[str, str] | None = None
+    ) -> list[Download]:
+        """Before a row spends anything on its build: each file it will ask for that the
+        directory lacks, fetched into the directory from its URLs, then from the copies
+        known to be byte-identical (``mirrors``), each checked against upstream's sha256.
+        Returns those that could not be had (the row then fails at once, naming them)."""
+        if self.directory is None:
+            return [d for d in needed if self.available(d) is None]
+        missing = []
+        for download in needed:
+            if self.available(download) is None and not self._fetch(download, env):
+                missing.append(download)
+        return missing
+
+    def _fetch(self, download: Download, env: Mapping[str, str] | None) -> bool:
+        import httpx
+
+        assert self.directory is not None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        target = self.directory / download.file
+        partial = target.with_name(f".{download.file}.{os.getpid()}.part")
+        cafile = (env or os.environ).get("SSL_CERT_FILE")  # a proxy's CA, as pip's
+        verify: ssl.SSLContext | bool = (
+            ssl.create_default_context(cafile=cafile) if cafile else True
+        )
+        for url in (*download.urls, *download.mirrors):
+            try:
+                with (
+                    httpx.stream(
+                        "GET",
+                        url,
+                        follow_redirects=True,
+                        timeout=httpx.Timeout(30.0, connect=10.0),
+                        verify=verify,
+                    ) as answer,
+                    partial.open("wb") as out,
+                ):
+                    if answer.status_code != 200:
+                        continue
+                    digest, size = hashlib.sha256(), 0
+                    for block in answer.iter_bytes(1 << 20):
+                        size += len(block)
+                        if size > MAX_DOWNLOAD_BYTES:
+                            break
+                        digest.update(block)
+                        out.write(block)
+                if size <= MAX_DOWNLOAD_BYTES and digest.hexdigest() == download.sha256:
+                    os.replace(partial, target)
+                    return True
+            except (httpx.HTTPError, OSError):
+                continue
+            finally:
+                partial.unlink(missing_ok=True)
+        return False
 
     def advice(self, missing: list[Download]) -> str:
         """What to fetch and where to put it; the directory is made, ready for them."""

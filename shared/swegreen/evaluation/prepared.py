@@ -78,6 +78,7 @@ class PreparedWorkspaces(TestbedsBase):
             # a missing interpreter fails the row (or is installed) before anything is
             # cloned: finding the environment_setup_commit may clone the repository
             await self.envs.check_interpreter(recipe, f"{instance.repo} {instance.version}")
+            await self._needed_downloads(instance, recipe)
             setup_commit, provenance = await self.setup_source(instance, recipe)
             elsewhere = setup_commit != instance.environment_setup_commit
             root = self.options.prepared_root / prepared_name(
@@ -363,6 +364,21 @@ class PreparedWorkspaces(TestbedsBase):
         )
         # the sandbox's, as the whole checkout is: lending a copy of it copies nothing up
         await asyncio.to_thread(self.sandbox.lend, [host_index])
+
+    async def _needed_downloads(self, instance: Instance, recipe: Recipe) -> None:
+        """The files the row's setup will download (matplotlib's qhull, FreeType), had
+        before anything is spent on it: fetched into the offline sources directory (their
+        URLs, then byte-identical copies elsewhere, each hash-checked), or the row fails
+        now, naming them all, rather than after building its environment."""
+        steps = [*recipe.pre_install, *([recipe.install] if recipe.install else [])]
+        needed = self.sources.needed_for(instance.repo, instance.version, steps)
+        if not needed:
+            return
+        missing = await asyncio.to_thread(self.sources.fetch_missing, needed, self.envs.host_env)
+        if missing:
+            raise EnvSetupFailed(
+                f"repository setup: {self.sources.advice(missing)}", permanent=True
+            )
 
     async def _setup_repo(self, testbed: Testbed) -> None:
         """What the official instance image does after cloning: pre-install, install, and
