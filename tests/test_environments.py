@@ -522,3 +522,37 @@ def test_the_engine_loads_the_build_machinery_only_when_it_builds() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_commits_whose_requirements_lock_the_same_share_one_environment(
+    tmp_path: Path, host_env_module: dict[str, str]
+) -> None:
+    """Keyed by commit (as the AWS pipeline keys them, or a recipe that locks the
+    project's dependencies): a second commit whose requirements resolve to the same lock
+    stops its build at the lock and uses the first one's environment; the index says so."""
+    recipe = Recipe(
+        python="host",
+        requirements=("requirements.txt",),
+        exclude_newer="2024-01-01",
+        test_cmd="true",
+    )
+    tree = {"a" * 40: {"requirements.txt": "iniconfig==2.0.0\n"}}
+    tree["b" * 40] = dict(tree["a" * 40])
+    root = tmp_path / "envs"
+    mgr = EnvManager(
+        root, InterpreterSearch.from_environ(host_env_module), host_env_module, content_keys=False
+    )
+
+    async def main() -> list[Any]:
+        return [
+            await mgr.ensure(recipe, "o/r 1.0", c, tree[c].get, row=f"o__r-{c[0]}")
+            for c in ("a" * 40, "b" * 40)
+        ]
+
+    a, b = asyncio.run(main())
+    assert not a.reused and a.key == recipe.env_key("a" * 40)
+    assert b.key == a.key and b.root.resolve() == a.root.resolve()
+    assert (root / recipe.env_key("b" * 40)).resolve() == a.root.resolve()  # named by both
+    assert b.build_seconds < a.build_seconds  # stopped at the lock
+    [entry] = [e for e in mgr.shared()[a.key] if e.get("same_lock")]
+    assert (entry["commit_key"], entry["row"]) == (recipe.env_key("b" * 40), "o__r-b")

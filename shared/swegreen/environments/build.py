@@ -5,6 +5,7 @@ failure says about retrying it."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import shutil
 import time
@@ -80,6 +81,29 @@ class BuildHost(Protocol):
 
     async def index_url(self, recipe: Recipe) -> str | None: ...
 
+    async def same_lock(self, lock_key: str) -> str | None: ...
+
+    def record_lock(self, lock_key: str, key: str) -> None: ...
+
+
+LOCK_KEY_SCHEMA = 1
+
+
+def lock_key(recipe: Recipe, python: str, requirements: list[str], locked: str) -> str:
+    """What an environment is made of: its recipe, its Python, its requirements and the
+    lock they resolved to (the commit they were read at left out)."""
+    data = [LOCK_KEY_SCHEMA, recipe.model_dump(mode="json"), python, requirements, locked]
+    blob = json.dumps(data, sort_keys=True, default=list)
+    return "lock-" + hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class SameAsBuilt(Exception):
+    """The build found a complete environment made of the same: ``key`` is used instead."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
 
 class _Build(_LockedInstalls):
     """One environment build, step by step, with everything it ran kept in its log."""
@@ -98,6 +122,7 @@ class _Build(_LockedInstalls):
         self.label, self.setup_commit, self.read_file = label, setup_commit, read_file
         self.checkout: Checkout | None = None
         self.conda_system: list[str] = []
+        self.lock_key: str | None = None
         self.source_build_system: list[str] = []  # for pins built from source here
         self.dated_index_url: str | None = None
         self.log: list[str] = [
@@ -137,6 +162,10 @@ class _Build(_LockedInstalls):
         failed_log.unlink(missing_ok=True)
         try:
             await self._build()
+        except SameAsBuilt as same:
+            self.log.append(f"# the same lock as environment {same.key}: that one is used")
+            shutil.rmtree(self.path, ignore_errors=True)
+            raise
         except BaseException as exc:
             self.log.append(f"# FAILED: {exc}")
             failed_log.write_text("\n".join(self.log))
@@ -152,6 +181,8 @@ class _Build(_LockedInstalls):
         (self.path / BUILD_LOG).write_text("\n".join(self.log))
         seal.seal_env(self.path)  # checked before use where tests share the engine's uid
         (self.path / COMPLETE).write_text(str(time.time()))
+        if self.lock_key is not None:
+            self.mgr.record_lock(self.lock_key, self.key)
 
     async def _build(self) -> None:
         recipe, prefix = self.recipe, self.path / "py"
@@ -195,6 +226,12 @@ class _Build(_LockedInstalls):
             req_in = self.path / "requirements.in"
             req_in.write_text("\n".join(requirements) + "\n")
             locked = await self._freeze(requirements, project, interp)
+            if locked is not None:
+                # what the environment is made of is now known: an environment made of the
+                # same (another commit's, whose requirement files read the same) is used
+                self.lock_key = lock_key(recipe, interp.version, requirements, locked.read_text())
+                if (same := await self.mgr.same_lock(self.lock_key)) is not None:
+                    raise SameAsBuilt(same)
             source_builds, more = await self._build_source_only(locked, requirements)
             if more is not None:
                 runtime = merge_path_vars(runtime, more[0])

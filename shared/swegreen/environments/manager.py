@@ -55,6 +55,7 @@ from swegreen.sandbox.environ import INDEX_PASSTHROUGH
 log = logging.getLogger(__name__)
 
 INDEX = "index.jsonl"  # content-keyed environments and who uses them (EnvManager.shared)
+BY_LOCK = "by-lock"  # lock key -> the environment first built from that lock
 # Passed from the host to environment builds: what a test run's install gets, and uv's.
 BUILD_PASSTHROUGH = (*INDEX_PASSTHROUGH, "UV_INDEX_URL")
 
@@ -225,7 +226,7 @@ class EnvManager:
             self._rebuilt.add(key)
             self.failure_path(key).unlink(missing_ok=True)
             start = time.monotonic()
-            from swegreen.environments.build import _Build
+            from swegreen.environments.build import SameAsBuilt, _Build
 
             try:
                 build = _Build(
@@ -233,6 +234,10 @@ class EnvManager:
                 )
                 build.checkout = checkout
                 await build.run()
+            except SameAsBuilt as same:
+                await asyncio.to_thread(self._alias, key, same.key, label, setup_commit, row)
+                env = self._load(key, path)
+                return dataclasses.replace(env, build_seconds=time.monotonic() - start)
             except (EnvSetupFailed, RepoUnavailable) as exc:
                 # A permanent failure (the recipe's own, or an object the source lacks at
                 # the setup commit) fails every later build of this key the same way: kept
@@ -251,6 +256,39 @@ class EnvManager:
                 build_seconds=time.monotonic() - start,
                 reused=False,
             )
+
+    async def same_lock(self, lock_key: str) -> str | None:
+        """The complete, intact environment made of the same as ``lock_key`` says, if any."""
+        link = self.root / BY_LOCK / lock_key
+        if not link.is_symlink():
+            return None
+        target = self.root / Path(os.readlink(link)).name  # ../<key>, beside this directory
+        if (target / COMPLETE).exists() and await self.intact(target):
+            return target.name
+        return None
+
+    def record_lock(self, lock_key: str, key: str) -> None:
+        """``key`` is made of what ``lock_key`` says (the first build of it keeps it)."""
+        link = self.root / BY_LOCK / lock_key
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() and (link.parent / os.readlink(link) / COMPLETE).exists():
+            return
+        fresh = link.with_name(f".{lock_key}.{os.getpid()}")
+        fresh.unlink(missing_ok=True)
+        fresh.symlink_to(f"../{key}")
+        os.replace(fresh, link)  # over one whose environment was pruned
+
+    def _alias(self, key: str, target: str, label: str, setup_commit: str, row: str) -> None:
+        """``key`` names the environment ``target`` (made of the same), and the index says
+        who shares it."""
+        link = self.root / f".{key}.{os.getpid()}.link"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+        os.replace(link, self.root / key)
+        entry = {"env": target, "commit_key": key, "label": label, "same_lock": True}
+        entry.update(files_read_at=setup_commit, row=row)
+        with (self.root / INDEX).open("a") as fh:
+            fh.write(json.dumps(entry) + "\n")
 
     def _content_key(
         self, content: str, address: str, label: str, setup_commit: str, row: str

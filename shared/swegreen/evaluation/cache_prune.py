@@ -98,14 +98,14 @@ def usage(cache_dir: Path) -> dict[str, int]:
 
 def build_dirs(folder: Path) -> list[Path]:
     """The builds in ``envs/`` or ``prepared/`` (not content-keyed links, locks, stamps,
-    the shared pip caches or the index of addresses)."""
+    the shared pip caches, the index of addresses or the builds by lock)."""
     if not folder.is_dir():
         return []
     return [
         path
         for path in folder.iterdir()
         if not path.name.startswith(".")
-        and path.name != "addresses"
+        and path.name not in ("addresses", "by-lock")
         and not path.is_symlink()
         and path.is_dir()
     ]
