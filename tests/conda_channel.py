@@ -9,16 +9,16 @@ rattler's solve, download, hash check and link, into the cache, found by a row's
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import json
 import os
 import tarfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests.helpers import serve_directory
 
 PUBLISHED_MS = 1_704_067_200_000  # 2024-01-01
 # Left out to keep the package small (site-packages is a package of its own in conda).
@@ -140,19 +140,5 @@ def index(channel: Path) -> None:
 @contextmanager
 def served(channel: Path) -> Iterator[str]:
     """The channel over HTTP on 127.0.0.1; yields its URL."""
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            super().__init__(*args, directory=str(channel), **kwargs)  # type: ignore[arg-type]
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_directory(channel) as url:
+        yield url

@@ -202,14 +202,38 @@ def json_index(projects: dict[str, list[tuple[str, str, bytes]]]) -> Iterator[st
             self.end_headers()
             self.wfile.write(body)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with http_server(Handler) as url:
+        yield f"{url}/simple"
+
+
+@contextlib.contextmanager
+def http_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` served on 127.0.0.1 (bound before this yields: ready to accept); yields
+    its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+        thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def serve_directory(root: Path) -> Iterator[str]:
+    """The files under ``root`` over HTTP on 127.0.0.1 (a conda channel, a mirror)."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http_server(Quiet) as url:
+        yield url
 
 
 @contextlib.asynccontextmanager

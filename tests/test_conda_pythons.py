@@ -134,7 +134,7 @@ def test_an_image_s_stage_installs_for_its_platform_from_any_host(
         text=True,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "Python 3.7." in out.stdout and "sha256" in out.stdout
+    assert "Python 3.7." in out.stdout and "sha256" in out.stdout, out.stdout + out.stderr
     assert (tmp_path / "opt" / "linux-64" / "3.7" / MARK).is_file()
     wrong = subprocess.run(
         [sys.executable, "-I", str(alone), "install", "--dir", str(tmp_path / "opt"),
@@ -142,8 +142,8 @@ def test_an_image_s_stage_installs_for_its_platform_from_any_host(
         capture_output=True,
         text=True,
     )  # fmt: skip
-    assert wrong.returncode == 1
-    assert "has no Python 3.7 for linux-aarch64" in wrong.stderr
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    assert "has no Python 3.7 for linux-aarch64" in wrong.stderr, wrong.stderr
 
 
 def test_a_fresh_machine_grades_rows_on_3_6_and_3_7_from_conda_packages(

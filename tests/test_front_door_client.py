@@ -39,8 +39,10 @@ class ScriptedApi:
     200 with ``{"state": "running"}``; records (method, path) of every request."""
 
     def __init__(self, script: list[int | str], body: dict | None = None) -> None:
+        import contextlib
         import http.server
-        import threading
+
+        from tests.helpers import http_server
 
         self.script = list(script)
         self.seen: list[tuple[str, str]] = []
@@ -70,13 +72,11 @@ class ScriptedApi:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/"
+        self.stack = contextlib.ExitStack()
+        self.url = self.stack.enter_context(http_server(Handler)) + "/v1/"
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.stack.close()
 
 
 def client_for(url: str, **settings: object):

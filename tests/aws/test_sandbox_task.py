@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 import os
 import random
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import ClassVar
 
@@ -30,6 +29,7 @@ from swegreen.aws.presigned import PresignedUrlError, UploadArtifacts, download
 from swegreen.aws.sandbox_task import main, sandbox_config
 from swegreen.core.config import EvalConfig
 from swegreen.stores import artifacts as art
+from tests.helpers import http_server
 
 ROW = art.instance_key("run", "o__r-1", "")
 
@@ -76,14 +76,8 @@ class Bucket(BaseHTTPRequestHandler):
 @pytest.fixture
 def bucket() -> Iterator[str]:
     Bucket.objects, Bucket.answers = {}, {}
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Bucket)  # bound: ready to accept
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
+    with http_server(Bucket) as url:
+        yield url
 
 
 def uploads(base: str) -> dict[str, str]:
