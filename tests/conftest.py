@@ -177,6 +177,25 @@ def sample_config(sample: SampleBenchmark, **overrides: Any) -> EvalConfig:
 RunSample = Callable[..., RunOutcome]
 
 
+def run_rows(engine: Engine, cfg: EvalConfig, run_id: str, patches: str = "gold") -> RunOutcome:
+    """``engine`` over ``cfg``'s selection with ``patches``, as a command runs it (the
+    engine's own retry pauses kept)."""
+    import asyncio
+
+    from swegreen.core.sources import source_for
+
+    dataset = load_dataset(cfg.dataset)
+    return asyncio.run(
+        engine.runner.run(
+            run_id=run_id,
+            dataset=dataset,
+            instances=select_instances(dataset, cfg.selection()),
+            source=source_for(patches),
+            config=cfg,
+        )
+    )
+
+
 @pytest.fixture
 def run_sample(
     sample: SampleBenchmark, settings: LocalSettings, isolation: Isolation, host_env: dict[str, str]

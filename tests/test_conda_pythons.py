@@ -153,13 +153,11 @@ def test_a_fresh_machine_grades_rows_on_3_6_and_3_7_from_conda_packages(
     before the row clones anything (said once), the row's environment is built from it,
     the sample row resolves, and its result says where its interpreter came from."""
     from swegreen.core.classify import Status
-    from swegreen.core.dataset import load_dataset, select_instances
     from swegreen.core.recipes import Recipe, RecipeBook
-    from swegreen.core.sources import source_for
     from swegreen.evaluation.engine import build_engine
     from swegreen.evaluation.settings import host_environment
 
-    from .conftest import sample_config
+    from .conftest import run_rows, sample_config
 
     hidden = {
         **host_environment(),
@@ -195,16 +193,7 @@ def test_a_fresh_machine_grades_rows_on_3_6_and_3_7_from_conda_packages(
         caplog.clear()
         try:
             with caplog.at_level(logging.WARNING, "swegreen.environments.interpreters"):
-                dataset = load_dataset(cfg.dataset)
-                outcome = asyncio.run(
-                    engine.runner.run(
-                        run_id=f"conda-{version}",
-                        dataset=dataset,
-                        instances=select_instances(dataset, cfg.selection()),
-                        source=source_for("gold"),
-                        config=cfg,
-                    )
-                )
+                outcome = run_rows(engine, cfg, f"conda-{version}")
         finally:
             engine.close()
         [row] = outcome.results

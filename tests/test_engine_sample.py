@@ -560,11 +560,7 @@ def test_a_retried_row_counts_its_wait_between_attempts(
 ) -> None:
     """A clone that fails, tried twice with a pause between: the pause is the row's
     ``waiting``, and every second of its total is in a phase."""
-    import asyncio
-
-    from swegreen.core.sources import source_for
-
-    from .conftest import sample_config
+    from .conftest import run_rows, sample_config
 
     cfg = sample_config(
         sample,
@@ -575,17 +571,8 @@ def test_a_retried_row_counts_its_wait_between_attempts(
     local = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
     engine = build_engine(local, cfg, host_env, isolation=isolation)
     engine.runner.retry_backoff = (1.0,)
-    dataset = load_dataset(cfg.dataset)
     try:
-        outcome = asyncio.run(
-            engine.runner.run(
-                run_id="waited",
-                dataset=dataset,
-                instances=select_instances(dataset, cfg.selection()),
-                source=source_for("gold"),
-                config=cfg,
-            )
-        )
+        outcome = run_rows(engine, cfg, "waited")
     finally:
         engine.close()
     [row] = outcome.results

@@ -219,7 +219,7 @@ def test_the_engine_reports_a_missing_interpreter_without_cloning(
     from swegreen.core.recipes import Recipe, RecipeBook
     from swegreen.evaluation.engine import build_engine
 
-    from .conftest import sample_config
+    from .conftest import run_rows, sample_config
 
     # it reads requirements at the environment_setup_commit (calculator-2's is not its base
     # commit), which the row must first find in the repository (a clone): the interpreter
@@ -234,22 +234,7 @@ def test_the_engine_reports_a_missing_interpreter_without_cloning(
     cfg = sample_config(sample, instance_ids=["sample__calculator-2"], max_attempts=1)
     engine = build_engine(local, cfg, env, recipes=book)
     try:
-        import asyncio
-
-        from swegreen.core.dataset import load_dataset, select_instances
-
-        dataset = load_dataset(cfg.dataset)
-        from swegreen.core.sources import source_for
-
-        outcome = asyncio.run(
-            engine.runner.run(
-                run_id="no-python",
-                dataset=dataset,
-                instances=select_instances(dataset, cfg.selection()),
-                source=source_for("gold"),
-                config=cfg,
-            )
-        )
+        outcome = run_rows(engine, cfg, "no-python")
     finally:
         engine.close()
     [row] = outcome.results
