@@ -589,6 +589,8 @@ def test_an_interrupt_before_the_run_begins_prints_no_traceback(tmp_path: Path) 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as from a terminal: pytest-xdist's workers ignore SIGINT, and children inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     maps = Path(f"/proc/{proc.pid}/maps")
 

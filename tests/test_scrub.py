@@ -217,3 +217,38 @@ def test_scrubbed_artifacts_are_what_the_engine_writes_through(
         )
     finally:
         engine.close()
+
+
+def test_a_run_started_with_a_secret_resumes_only_with_it_given_again(
+    tmp_path: Path, session_cache: Path, sample: SampleBenchmark
+) -> None:
+    """The store keeps a run's config without the host's secrets: `swegreen run --run-id X`
+    alone then says which flag to give again, and resumes with it."""
+    import os
+    import subprocess
+    import sys
+
+    secret_source = str(tmp_path / CANARY / "{name}.git")  # a clone URL holding a token
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "swegreen", *args, "--no-progress",
+             "--cache-dir", str(tmp_path / "cache"), "--output-dir", str(tmp_path / "results")],
+            env={**os.environ, **CANARY_ENV},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )  # fmt: skip
+
+    first = cli("run", "--sample", "--patches", "gold", "--max-rows", "1", "--max-attempts",
+                "1", "--repo-url-template", secret_source, "--run-id", "tokened")  # fmt: skip
+    assert first.returncode == 3, first.stdout + first.stderr
+    stored = (tmp_path / "results" / "swegreen.sqlite").read_bytes()
+    assert CANARY.encode() not in stored
+    alone = cli("run", "--run-id", "tokened")
+    said = " ".join(alone.stdout.split())
+    assert alone.returncode == 2 and "a secret in repo_url_template" in said, said
+    assert "--run-id tokened and --repo-url-template again" in said
+    again = cli("run", "--run-id", "tokened", "--retry-errors",
+                "--repo-url-template", sample.url_template)  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +105,9 @@ def retry_advice(errors: list[InstanceResult], run_id: str) -> str:
     return advice
 
 
+REDACTED = "[redacted:"  # how the store keeps a secret of the host (core/scrub.py)
+
+
 def resumed(
     run_id: str, settings: LocalSettings, env: dict[str, str], given: dict[str, Any]
 ) -> tuple[str, EvalConfig]:
@@ -132,6 +136,14 @@ def resumed(
             "--patches and the dataset and selection flags it was started with"
         )
     patches = record.patches_path or record.patch_source
+    if held := sorted(
+        k for k, v in record.local_config.items() if k not in given and REDACTED in json.dumps(v)
+    ):
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in held)
+        raise ConfigError(
+            f"run {run_id!r} was started with a secret in {', '.join(held)}, which the store "
+            f"does not keep: resume it with --run-id {run_id} and {flags} again"
+        )
     config = build_config(
         ("environment", config_from_env(env, LOCAL_ENV_KEYS)),
         (f"run {run_id}", record.local_config),

@@ -255,5 +255,7 @@ def build_engine(
             settings, config, host_env, artifacts, recipes, isolation, scrubber
         )
         testbeds = evaluator.testbeds
-    runner = Runner(evaluator=evaluator, store=store, artifacts=artifacts, progress=progress)
+    runner = Runner(
+        evaluator=evaluator, store=store, artifacts=artifacts, progress=progress, scrub=scrubber
+    )
     return Engine(runner, evaluator, testbeds, store, artifacts, isolation, scrubber, remarks)

@@ -59,6 +59,8 @@ class Runner:
     artifacts: ArtifactStore
     progress: ProgressCallback | None = None
     retry_backoff: Sequence[float] = RETRY_BACKOFF
+    # the host's secrets out of what the store keeps (the run's own config included)
+    scrub: Callable[[str], str] = str
     _counts: Counter[str] = field(default_factory=Counter)
 
     async def run(
@@ -88,7 +90,7 @@ class Runner:
             patch_source=source.name,
             patches_path=str(path.resolve()) if (path := getattr(source, "path", None)) else None,
             config=config.public(),
-            local_config=config.model_dump(mode="json"),
+            local_config=json.loads(self.scrub(json.dumps(config.model_dump(mode="json")))),
             instance_ids=[i.instance_id for i in instances],
             provenance=provenance,
         )
