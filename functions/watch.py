@@ -20,15 +20,25 @@ from swegreen.aws import endpoints
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
-    counts = asyncio.run(pipeline().watch(stepfunctions()))
-    metrics.add_metric(name="RowsWaiting", unit=MetricUnit.Count, value=counts["waiting"])
-    # The closed rows' endpoints go once no run is running (they cost by the hour).
-    spec, machine = endpoint_spec(), os.environ.get("SWEGREEN_PIPELINE_ARN")
-    if spec is not None and machine:
-        try:
-            running = endpoints.any_running(stepfunctions(), machine)
-            counts["endpoints_deleted"] = len(endpoints.reap(ec2(), spec, running))
-        except (BotoCoreError, ClientError):  # the next minute tries again
-            logger.exception("endpoints not reaped")
+    try:
+        counts = asyncio.run(pipeline().watch(stepfunctions()))
+        metrics.add_metric(name="RowsWaiting", unit=MetricUnit.Count, value=counts["waiting"])
+    finally:
+        # whatever became of the polling: endpoints cost by the hour
+        reaped = reap_endpoints()
+    counts["endpoints_deleted"] = reaped
     logger.info("watched", extra=counts)
     return counts
+
+
+def reap_endpoints() -> int:
+    """The closed rows' endpoints go once no run is running and their lease ran out."""
+    spec, machine = endpoint_spec(), os.environ.get("SWEGREEN_PIPELINE_ARN")
+    if spec is None or not machine:
+        return 0
+    try:
+        running = endpoints.any_running(stepfunctions(), machine)
+        return len(endpoints.reap(ec2(), spec, running))
+    except (BotoCoreError, ClientError):  # the next minute tries again
+        logger.exception("endpoints not reaped")
+        return 0

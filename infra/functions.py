@@ -17,7 +17,7 @@ from infra.bundling import LambdaBundler, sources_hash
 from infra.sandbox import ISOLATION, Sandbox
 from infra.settings import StackSettings, retention
 from infra.states import MAP_RESULTS
-from swegreen.aws.endpoints import TAG
+from swegreen.aws.endpoints import LEASE_TAG, TAG
 from swegreen.aws.pipeline import INSTANCE, SANDBOX_INPUT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,6 +151,17 @@ class FunctionParts:
                 actions=["ec2:CreateTags"],
                 resources=[ec2_arn("vpc-endpoint")],
                 conditions={"StringEquals": {"ec2:CreateAction": "CreateVpcEndpoint"}},
+            )
+        )
+        # a run's lease on the stack's own endpoints (swegreen.aws.endpoints: LEASE_TAG)
+        fn.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["ec2:CreateTags"],
+                resources=[ec2_arn("vpc-endpoint")],
+                conditions={
+                    **mine,
+                    "ForAllValues:StringEquals": {"aws:TagKeys": [LEASE_TAG]},
+                },
             )
         )
         # private DNS: the endpoint's hosted zone is associated with the VPC

@@ -403,6 +403,8 @@ class Sandbox(Construct):
                 "security_group_id": endpoints.security_group_id,
                 "owner": stack.stack_name,
                 "region": stack.region,
+                "lease_seconds": settings.endpoint_lease_minutes * 60,
+                "settle_seconds": settings.endpoint_settle_seconds,
             }
         return {
             "Subnets": subnet_ids,

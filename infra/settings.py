@@ -74,6 +74,18 @@ class StackSettings(BaseModel):
         "account's ECR; empty: cdk deploy builds container/Dockerfile (Docker and the "
         "internet needed)",
     )
+    endpoint_lease_minutes: float = Field(
+        10.0,
+        ge=0,
+        description="how long a run's taking of the closed rows' endpoints keeps them from "
+        "Watch's reaping: a run starting within it finds them up (making them takes 2 min)",
+    )
+    endpoint_settle_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="how long a run's Endpoints step sees its endpoints standing before the "
+        "rows start (longer than Watch takes from listing them to deleting them)",
+    )
     standing_endpoints: bool = Field(
         False,
         description="keep the closed rows' interface endpoints (ECR, Logs) standing, about "

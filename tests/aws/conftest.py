@@ -19,7 +19,13 @@ from tests.aws.local_services import FAKE_CREDENTIALS
 ROOT = Path(__file__).resolve().parents[2]
 STACK = "SweGreen"
 # The e2e test polls participants every 5 s instead of the default 30 s.
-TEST_CONTEXT = {"swegreen:poll_seconds": "5"}
+TEST_CONTEXT = {
+    "swegreen:poll_seconds": "5",
+    # the emulated runs follow one another within minutes: endpoints go between them as
+    # on an account whose runs are hours apart, and a run waits a second, not 30
+    "swegreen:endpoint_lease_minutes": "0",
+    "swegreen:endpoint_settle_seconds": "1",
+}
 
 
 def cdk_env() -> dict[str, str]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,7 +46,7 @@ def _live(ec2: Any) -> dict[str, str]:
 
 def test_a_run_makes_the_three_endpoints_once_and_waits_for_them(ec2: Any) -> None:
     spec = _spec(ec2)
-    out = endpoints.ensure(ec2, spec, sleep=lambda s: None)
+    out = endpoints.ensure(ec2, spec, sleep=lambda s: None, settle_seconds=0)
     assert out["ready"] is True
     assert sorted(out["made"]) == sorted(spec.service_names())
     made = _live(ec2)
@@ -58,7 +59,7 @@ def test_a_run_makes_the_three_endpoints_once_and_waits_for_them(ec2: Any) -> No
     assert endpoint["PrivateDnsEnabled"] is True
     assert endpoint["Groups"][0]["GroupId"] == spec.security_group_id
     # a second run (or a retried step) makes nothing more
-    again = endpoints.ensure(ec2, spec, sleep=lambda s: None)
+    again = endpoints.ensure(ec2, spec, sleep=lambda s: None, settle_seconds=0)
     assert again == {"ready": True, "made": []}
     assert _live(ec2) == made
 
@@ -76,13 +77,72 @@ def test_endpoints_that_never_come_up_are_reported_not_raised(ec2: Any) -> None:
 def test_they_go_when_no_run_runs_and_only_this_stacks(ec2: Any) -> None:
     spec = _spec(ec2)
     other = _spec(ec2, owner="OtherStack")
-    endpoints.ensure(ec2, spec, sleep=lambda s: None)
-    endpoints.ensure(ec2, other, sleep=lambda s: None)
+    endpoints.ensure(ec2, spec, sleep=lambda s: None, settle_seconds=0)
+    endpoints.ensure(ec2, other, sleep=lambda s: None, settle_seconds=0)
     assert len(_live(ec2)) == 6
-    assert endpoints.reap(ec2, spec, running=True) == []
+    later = time.time() + spec.lease_seconds  # the last run's lease has run out
+    assert endpoints.reap(ec2, spec, running=True, now=later) == []
     assert len(_live(ec2)) == 6
-    deleted = endpoints.reap(ec2, spec, running=False)
+    deleted = endpoints.reap(ec2, spec, running=False, now=later)
     assert len(deleted) == 3
     left = _live(ec2)
     assert len(left) == 3 and not set(deleted) & set(left)
-    assert endpoints.reap(ec2, spec, running=False) == []
+    assert endpoints.reap(ec2, spec, running=False, now=later) == []
+
+
+def test_a_run_s_lease_keeps_them_for_the_next_run(ec2: Any) -> None:
+    """Runs a minute apart: the reaper, with no run running, leaves endpoints a run took
+    within the lease (the next run finds them up instead of waiting two minutes)."""
+    spec = _spec(ec2)
+    endpoints.ensure(ec2, spec, sleep=lambda s: None, settle_seconds=0)
+    taken = {t["Value"] for e in endpoints.ours(ec2, spec) for t in e["Tags"]
+             if t["Key"] == endpoints.LEASE_TAG}  # fmt: skip
+    assert len(taken) == 1 and abs(float(taken.pop()) - time.time()) < 60
+    assert endpoints.reap(ec2, spec, running=False, now=time.time() + 60) == []
+    assert len(_live(ec2)) == 3
+
+
+def test_a_run_whose_endpoints_a_reaper_deleted_meanwhile_makes_them_again(ec2: Any) -> None:
+    """The race a lease alone leaves: a reaper listed the endpoints (lease run out) just
+    before a new run stamped them, and deletes them just after they were seen up. The run
+    looks again after the settle time, finds them gone, and makes them again."""
+    spec = _spec(ec2)
+    endpoints.ensure(ec2, spec, sleep=lambda s: None, settle_seconds=0)
+    first = set(_live(ec2))
+    ticks = iter(float(n) for n in range(10_000))
+    reaped: list[str] = []
+
+    def sleep(_: float) -> None:  # the reaper strikes while the run waits to look again
+        if not reaped:
+            reaped.extend(endpoints.reap(ec2, spec, running=False, now=time.time() + 10**6))
+
+    out = endpoints.ensure(
+        ec2, spec, sleep=sleep, clock=lambda: next(ticks), settle_seconds=5, poll_seconds=1
+    )
+    assert sorted(reaped) == sorted(first)
+    assert out["ready"] is True and sorted(out["made"]) == sorted(spec.service_names())
+    assert len(_live(ec2)) == 3 and not set(_live(ec2)) & first
+
+
+def test_a_vpc_with_its_own_endpoints_keeps_them_and_gets_none_of_ours_for_them(
+    ec2: Any,
+) -> None:
+    """An imported VPC that already has an ECR API endpoint with private DNS (another
+    stack's): a second one with private DNS cannot be made; the run uses it and makes
+    only the others; the reaper never touches it."""
+    spec = _spec(ec2)
+    theirs = ec2.create_vpc_endpoint(
+        VpcEndpointType="Interface",
+        VpcId=spec.vpc_id,
+        ServiceName="com.amazonaws.eu-west-1.ecr.api",
+        SubnetIds=spec.subnet_ids,
+        PrivateDnsEnabled=True,
+    )["VpcEndpoint"]["VpcEndpointId"]
+    out = endpoints.ensure(ec2, spec, sleep=lambda s: None, settle_seconds=0)
+    assert out["ready"] is True and out["shared"] == ["com.amazonaws.eu-west-1.ecr.api"]
+    assert sorted(out["made"]) == [
+        "com.amazonaws.eu-west-1.ecr.dkr",
+        "com.amazonaws.eu-west-1.logs",
+    ]
+    deleted = endpoints.reap(ec2, spec, running=False, now=time.time() + 10**6)
+    assert len(deleted) == 2 and theirs not in deleted and theirs in _live(ec2)

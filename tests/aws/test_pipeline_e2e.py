@@ -536,7 +536,10 @@ def test_the_closed_rows_endpoints_exist_only_while_runs_run(cloud: Cloud) -> No
     # made for the first run, deleted after it, made again for the rest: more than three
     assert len(deleted) > 3 and {e["State"].lower() for e in deleted} == {"deleted"}
     assert {e["ServiceName"].rsplit(".", 1)[-1] for e in deleted} == {"api", "dkr", "logs"}
-    assert {t["Key"] for e in deleted for t in e.get("Tags", [])} == {"swegreen:endpoints"}
+    assert {t["Key"] for e in deleted for t in e.get("Tags", [])} == {
+        "swegreen:endpoints",
+        "swegreen:endpoints-taken",
+    }
 
 
 def test_rows_run_closed_off_unless_their_tests_need_the_internet(cloud: Cloud) -> None:

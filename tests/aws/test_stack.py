@@ -964,6 +964,14 @@ def test_only_runs_make_endpoints_and_only_when_none_runs_they_go(
     (delete,) = statements("Watch", "ec2:DeleteVpcEndpoints")
     assert "ec2:ResourceTag/swegreen:endpoints" in json.dumps(delete["Condition"])
     assert not statements("Endpoints", "ec2:DeleteVpcEndpoints")
+    # a run's lease: the lease tag alone, on the stack's own endpoints alone
+    (lease,) = [
+        s for s in statements("Endpoints", "ec2:CreateTags") if "aws:TagKeys" in json.dumps(s)
+    ]
+    assert lease["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"] == [
+        "swegreen:endpoints-taken"
+    ]
+    assert "ec2:ResourceTag/swegreen:endpoints" in json.dumps(lease["Condition"])
     assert statements("Watch", "states:ListExecutions")
     # a stack that keeps them standing has them in its template instead, and no such step
     import aws_cdk as cdk

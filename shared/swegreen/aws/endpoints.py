@@ -10,6 +10,15 @@ and open rows reach ECR and Logs over the internet while they are absent.
 
 Every endpoint made is tagged with the stack's name and only endpoints with that tag are
 deleted: a VPC shared with other stacks keeps theirs.
+
+A run and the reaper never race for them: each run's Endpoints step first stamps the
+endpoints with the time it took them (``LEASE_TAG``, a lease of ``LEASE_SECONDS``), the
+reaper deletes only endpoints whose lease has run out while no run runs, and a run
+returns only once its endpoints were still there a while after they came up (a reaper
+that had listed them just before the stamp deleted them then: they are made again). A
+VPC that already has endpoints of these services with private DNS (another stack's, an
+imported VPC's) gets none of its own for them: their private DNS answers for the whole
+VPC, and a second endpoint with it cannot be made.
 """
 
 from __future__ import annotations
@@ -23,6 +32,11 @@ from pydantic import BaseModel
 
 SERVICES = ("ecr.api", "ecr.dkr", "logs")
 TAG = "swegreen:endpoints"
+LEASE_TAG = "swegreen:endpoints-taken"  # epoch seconds of the last run's Endpoints step
+# Between two runs a minute apart the endpoints stay (making them again takes two minutes)
+LEASE_SECONDS = 600.0
+# What a reaper takes from listing to deleting, at most: a run looks again after this long
+SETTLE_SECONDS = 30.0
 _LIVE = {"pendingacceptance", "pending", "available"}
 
 
@@ -34,13 +48,15 @@ class EndpointSpec(BaseModel):
     security_group_id: str
     owner: str  # the stack's name: the tag of the endpoints it makes
     region: str
+    lease_seconds: float = LEASE_SECONDS
+    settle_seconds: float = SETTLE_SECONDS
 
     def service_names(self) -> list[str]:
         return [f"com.amazonaws.{self.region}.{s}" for s in SERVICES]
 
 
-def ours(ec2: Any, spec: EndpointSpec) -> list[dict[str, Any]]:
-    """This stack's endpoints that exist or are being made."""
+def _live(ec2: Any, spec: EndpointSpec) -> list[dict[str, Any]]:
+    """Every endpoint of the VPC that exists or is being made."""
     found: list[dict[str, Any]] = []
     token: str | None = None
     while True:
@@ -48,13 +64,48 @@ def ours(ec2: Any, spec: EndpointSpec) -> list[dict[str, Any]]:
             Filters=[{"Name": "vpc-id", "Values": [spec.vpc_id]}],
             **({"NextToken": token} if token else {}),
         )
-        for endpoint in page.get("VpcEndpoints", []):
-            tags = {t["Key"]: t["Value"] for t in endpoint.get("Tags", [])}
-            if tags.get(TAG) == spec.owner and endpoint["State"].lower() in _LIVE:
-                found.append(endpoint)
+        found += [e for e in page.get("VpcEndpoints", []) if e["State"].lower() in _LIVE]
         token = page.get("NextToken")
         if not token:
             return found
+
+
+def _tags(endpoint: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in endpoint.get("Tags", [])}
+
+
+def ours(ec2: Any, spec: EndpointSpec) -> list[dict[str, Any]]:
+    """This stack's endpoints that exist or are being made."""
+    return [e for e in _live(ec2, spec) if _tags(e).get(TAG) == spec.owner]
+
+
+def shared(ec2: Any, spec: EndpointSpec) -> dict[str, dict[str, Any]]:
+    """Endpoints of these services in the VPC that are not this stack's, with private DNS:
+    they answer for the VPC already (service name -> endpoint)."""
+    wanted = set(spec.service_names())
+    return {
+        e["ServiceName"]: e
+        for e in _live(ec2, spec)
+        if _tags(e).get(TAG) != spec.owner
+        and e["ServiceName"] in wanted
+        and e.get("PrivateDnsEnabled")
+    }
+
+
+def _taken(endpoint: dict[str, Any]) -> float:
+    """When a run last took ``endpoint`` (0: never stamped, or a stamp not ours)."""
+    try:
+        return float(_tags(endpoint).get(LEASE_TAG) or 0)
+    except ValueError:
+        return 0.0
+
+
+def _stamp(ec2: Any, endpoints: list[dict[str, Any]], now: float) -> None:
+    if endpoints:
+        ec2.create_tags(
+            Resources=[e["VpcEndpointId"] for e in endpoints],
+            Tags=[{"Key": LEASE_TAG, "Value": str(int(now))}],
+        )
 
 
 def ensure(
@@ -63,18 +114,27 @@ def ensure(
     *,
     wait_seconds: float = 720.0,
     poll_seconds: float = 10.0,
+    settle_seconds: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    now: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
-    """Makes the endpoints that are missing and waits until all are available (about two
-    minutes when they are new). Never raises for AWS's answers: a run whose endpoints did
-    not come up still runs, and its closed rows say why they could not start."""
+    """Takes the endpoints (a fresh lease), makes those that are missing and waits until
+    all are available (about two minutes when they are new), and until they are still
+    there ``settle_seconds`` later. Never raises for AWS's answers: a run whose endpoints
+    did not come up still runs, and its closed rows say why they could not start."""
     deadline = clock() + wait_seconds
+    settle = spec.settle_seconds if settle_seconds is None else settle_seconds
     made: list[str] = []
     problem = ""
+    settled_at: float | None = None  # when all were first seen available
     while True:
         try:
-            have = {e["ServiceName"]: e for e in ours(ec2, spec)}
+            mine = ours(ec2, spec)
+            _stamp(ec2, mine, now())
+            have = {e["ServiceName"]: e for e in mine}
+            others = shared(ec2, spec)
+            have.update({n: e for n, e in others.items() if n not in have})
             for name in spec.service_names():
                 if name in have:
                     continue
@@ -89,7 +149,10 @@ def ensure(
                         TagSpecifications=[
                             {
                                 "ResourceType": "vpc-endpoint",
-                                "Tags": [{"Key": TAG, "Value": spec.owner}],
+                                "Tags": [
+                                    {"Key": TAG, "Value": spec.owner},
+                                    {"Key": LEASE_TAG, "Value": str(int(now()))},
+                                ],
                             }
                         ],
                     )
@@ -100,19 +163,34 @@ def ensure(
                     problem = f"{name}: {exc}"
             states = {n: have[n]["State"].lower() for n in spec.service_names() if n in have}
             if len(states) == len(SERVICES) and set(states.values()) == {"available"}:
-                return {"ready": True, "made": made}
+                if settled_at is None:  # look again after a reaper's listing-to-delete
+                    settled_at = clock()
+                elif clock() - settled_at >= settle:
+                    out: dict[str, Any] = {"ready": True, "made": made}
+                    if others:
+                        out["shared"] = sorted(others)
+                    return out
+            else:
+                settled_at = None  # one went (a reaper) or is not up yet: from the start
         except (BotoCoreError, ClientError) as exc:
             problem = str(exc)
         if clock() >= deadline:
             return {"ready": False, "made": made, "problem": problem[:500]}
-        sleep(poll_seconds)
+        sleep(min(poll_seconds, settle) if settled_at is not None else poll_seconds)
 
 
-def reap(ec2: Any, spec: EndpointSpec, running: bool) -> list[str]:
-    """Deletes this stack's endpoints unless a run is ``running``; their ids."""
+def reap(
+    ec2: Any,
+    spec: EndpointSpec,
+    running: bool,
+    now: float | None = None,
+) -> list[str]:
+    """Deletes this stack's endpoints whose lease ran out, unless a run is ``running``;
+    their ids. An endpoint with no lease stamp (made before leases) counts as expired."""
     if running:
         return []
-    ids = [e["VpcEndpointId"] for e in ours(ec2, spec)]
+    at = time.time() if now is None else now
+    ids = [e["VpcEndpointId"] for e in ours(ec2, spec) if at - _taken(e) >= spec.lease_seconds]
     if ids:
         ec2.delete_vpc_endpoints(VpcEndpointIds=ids)
     return ids
