@@ -1,0 +1,101 @@
+"""Before a first `cdk deploy` on an account: what the deploy needs that is not in the
+template, checked, and made where it is safe to make (docs/aws.md, "Deploy").
+
+    .venv/bin/python scripts/aws_preflight.py [--region REGION] [--check-only]
+
+- credentials: whose they are (STS), or why there are none;
+- the region: which one a deploy goes to, and where that choice came from;
+- ECS's service-linked role (AWSServiceRoleForECS): a first cluster with capacity
+  providers can fail "Unable to assume the service linked role" and roll the stack back
+  when it does not exist yet; made here (`iam:CreateServiceLinkedRole`) unless
+  --check-only;
+- the tools a deploy runs: Node.js and npm (the CDK CLI), Docker (the sandbox image).
+
+Exits 0 when a deploy can go ahead, 1 with what to do otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from typing import Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+ECS_ROLE = "AWSServiceRoleForECS"
+ECS_PATH = "/aws-service-role/ecs.amazonaws.com/"
+
+
+def region_of(session: Any, given: str | None) -> tuple[str | None, str]:
+    """The region a deploy goes to, and where that came from."""
+    if given:
+        return given, "--region"
+    for name in ("CDK_DEFAULT_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"):
+        if os.environ.get(name):
+            return os.environ[name], name
+    if session.region_name:
+        return session.region_name, f"the profile's config ({session.profile_name or 'default'})"
+    return None, "nothing: set AWS_REGION, or `aws configure set region REGION`"
+
+
+def ecs_role(iam: Any, make: bool) -> str:
+    """Whether ECS's service-linked role exists (a role under its service's path); made
+    when ``make``."""
+    if iam.list_roles(PathPrefix=ECS_PATH).get("Roles"):
+        return "exists"
+    if not make:
+        return "missing"
+    try:
+        iam.create_service_linked_role(AWSServiceName="ecs.amazonaws.com")
+    except ClientError as exc:  # made meanwhile by someone else: as good
+        if "has been taken" not in str(exc):
+            raise
+    return "made"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--region")
+    parser.add_argument("--check-only", action="store_true", help="make nothing")
+    args = parser.parse_args(argv)
+    problems: list[str] = []
+    session = boto3.Session()
+    region, why = region_of(session, args.region)
+    print(f"region: {region or 'none'} (from {why})")
+    if region is None:
+        problems.append("no region: set AWS_REGION (or --region)")
+    try:
+        who = session.client("sts", region_name=region or "us-east-1").get_caller_identity()
+        print(f"credentials: {who['Arn']} (account {who['Account']})")
+        state = ecs_role(
+            session.client("iam", region_name=region or "us-east-1"), not args.check_only
+        )
+        print(f"ECS service-linked role {ECS_ROLE}: {state}")
+        if state == "missing":
+            problems.append(
+                "ECS's service-linked role is missing: run this without --check-only, or "
+                "`aws iam create-service-linked-role --aws-service-name ecs.amazonaws.com`"
+            )
+    except NoCredentialsError:
+        problems.append("no AWS credentials: `aws configure` (or `aws sso login`), then again")
+    except (BotoCoreError, ClientError) as exc:
+        problems.append(f"AWS answered: {exc}")
+    for tool, why_needed in (
+        ("node", "the CDK CLI (Node.js 22 or 24)"),
+        ("npm", "installing the CDK CLI (make setup)"),
+        ("docker", "building the sandbox image (or deploy a published one: docs/aws.md)"),
+    ):
+        found = shutil.which(tool)
+        print(f"{tool}: {found or 'missing'}")
+        if not found:
+            problems.append(f"{tool} is missing: needed for {why_needed}")
+    for problem in problems:
+        print(f"to do: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
