@@ -52,7 +52,9 @@ PRICES = {
     "logs_ingest_gb": 0.50,
     "endpoint_hour": 0.01,  # an interface VPC endpoint in one availability zone
     "kms_key_month": 1.00,
-    "alarm_month": 0.10,  # a standard-resolution metric alarm
+    "alarm_metric_month": 0.10,  # per metric of a standard-resolution alarm (math: each)
+    "custom_metric_month": 0.30,  # a custom metric published every month
+    "ecr_gb_month": 0.10,
     "dashboard_month": 3.00,  # past an account's first three
 }
 # What a deployed stack keeps while no run runs, as its template has them
@@ -61,6 +63,14 @@ IDLE = {
     "interface_endpoints": 0,  # made by each run, gone when none runs (endpoints.py)
     "kms_keys": 1,  # the alarm topic's (CloudWatch publishes only under a customer key)
     "alarms": 7,
+    # what they bill: each metric of a metric-math alarm (the error rows' 7 statuses, the
+    # Lambda errors' and throttles' 9 functions each) and each simple alarm's one
+    "alarm_metrics": 7 + 9 + 9 + 4,
+    # published while idle: Watch's RowsWaiting, every minute
+    "custom_metrics": 1,
+    # the sandbox image in the stack's asset repository, compressed (an assumption: its
+    # seven interpreters and the build toolchain; measure with `aws ecr describe-images`)
+    "image_gb": 2.6,
     "dashboards": 1,
     "watch_schedule": "rate(1 minute)",
 }
@@ -134,6 +144,9 @@ class Scenario:
     ipv4_hourly: float = 0.0  # a public IPv4 per task (public subnets), USD per hour
     insights_kb_per_task_minute: float = 0.0  # Container Insights' performance log events
     watch_always: bool = False  # Watch's per-minute invocation for the whole run
+    # the closed rows' endpoints made before the rows (0 where they stand, or a run came
+    # within the lease)
+    endpoint_wait_seconds: float = 120.0
     unmeasured_factor: float = 1.0  # rows of repositories with no measured warm evaluation
     longest_first: bool = True  # Resolve's order (swegreen.core.schedule): slowest first
     # Rows in batches, one task each (Resolve's default for patches known up front): as
@@ -260,10 +273,13 @@ def simulate(s: Scenario, repos: Sequence[str] | None = None) -> Figures:
             fargate += billed / 3600 * first_rate
             task_seconds += billed
         walls.append(wall)
-    end = _makespan(walls, s.concurrency) + 30  # Resolve, the child's start, Aggregate
+    # Resolve, the child's start, Aggregate; and the endpoints' making before the rows
+    # (about 2 minutes after an idle spell: endpoints.py)
+    end = _makespan(walls, s.concurrency) + 30 + s.endpoint_wait_seconds
     n = len(rows)
     p = s.prices
-    transitions = n * 11 + interrupted * 5 + 12
+    # a Map item's states (a batch's, when rows are batched: one task for its rows)
+    transitions = len(tasks) * 11 + interrupted * 5 + 12
     lambda_gb_s = n * s.lambda_seconds_per_row * 0.5 + 2 * 10 * 1.0
     watch = 0.0
     if s.participant_minutes or s.watch_always:  # Watch every minute, 1 s at 512 MB
@@ -280,8 +296,8 @@ def simulate(s: Scenario, repos: Sequence[str] | None = None) -> Figures:
         "S3": n * (5 * p["s3_get"] + 8 * p["s3_put"]) + 10 * p["s3_put"],
         "CloudWatch Logs": (n * s.log_mb_per_row / 1024 + insights_gb) * p["logs_ingest_gb"],
         "Public IPv4": ipv4,
-        # the run's hours, and the endpoints' making before its rows (about 2 minutes)
-        "VPC endpoints": (end + 120) / 3600 * ENDPOINT_AZS * p["endpoint_hour"],
+        # the run's hours, whole hours as AWS bills endpoint hours
+        "VPC endpoints": math.ceil(end / 3600) * ENDPOINT_AZS * p["endpoint_hour"],
     }
     per_row = sorted(
         (w + s.task_start_seconds + s.participant_minutes * 60 for w in works)
@@ -290,7 +306,7 @@ def simulate(s: Scenario, repos: Sequence[str] | None = None) -> Figures:
     )
     median = statistics.median(per_row) if per_row else 0.0
     slowest = max(works, default=0.0) + s.task_start_seconds + s.participant_minutes * 60
-    floor = (slowest + s.lambda_seconds_per_row + 30) / 60
+    floor = (slowest + s.lambda_seconds_per_row + 30 + s.endpoint_wait_seconds) / 60
     return Figures(end / 60, task_seconds / 3600, transitions, cost, median, floor)
 
 
@@ -388,7 +404,21 @@ def idle_costs(prices: dict[str, float] | None = None) -> list[tuple[str, str, f
             str(IDLE["kms_keys"]),
             IDLE["kms_keys"] * p["kms_key_month"],
         ),
-        ("CloudWatch alarms", str(IDLE["alarms"]), IDLE["alarms"] * p["alarm_month"]),
+        (
+            f"CloudWatch alarms ({IDLE['alarms']}), billed per metric",
+            str(IDLE["alarm_metrics"]),
+            IDLE["alarm_metrics"] * p["alarm_metric_month"],
+        ),
+        (
+            "custom metric published while idle (Watch's RowsWaiting)",
+            str(IDLE["custom_metrics"]),
+            IDLE["custom_metrics"] * p["custom_metric_month"],
+        ),
+        (
+            "the sandbox image in ECR (compressed, assumed)",
+            f"{IDLE['image_gb']:g} GB",
+            IDLE["image_gb"] * p["ecr_gb_month"],
+        ),
         (
             "Watch every minute (0.5 s at 512 MB, assumed) and its log lines",
             f"{minutes:,}",
