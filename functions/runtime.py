@@ -33,7 +33,9 @@ def pipeline() -> Pipeline:
     # the sandbox's pre-signed URLs (Presign): SigV4, the bucket's regional endpoint
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
     s3 = signing_s3(region, os.environ)
-    return Pipeline(s, s3, DynamoStore(table), boto3.client("service-quotas"))
+    return Pipeline(
+        s, s3, DynamoStore(table), boto3.client("service-quotas"), boto3.client("lambda")
+    )
 
 
 @functools.cache

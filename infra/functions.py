@@ -100,6 +100,10 @@ class FunctionParts:
         self.classify = function("Classify", 120)
         self.retry = function("TaskRetry", 30, 256, handler="retry.handler")
         self.aggregate = function("Aggregate", 300, 1024)
+        # and to the account's Lambda concurrency (GetAccountSettings takes no resource)
+        self.resolve.add_to_role_policy(
+            iam.PolicyStatement(actions=["lambda:GetAccountSettings"], resources=["*"])
+        )
         # Resolve fits the run's concurrency to the account's Fargate vCPU quotas.
         self.resolve.add_to_role_policy(
             iam.PolicyStatement(

@@ -145,3 +145,26 @@ def test_no_run_ends_before_its_floor_and_a_row_per_slot_ends_on_it() -> None:
     alone = cost_model.Scenario(rows=40, concurrency=40, spot_interruptions=0.0)
     f = cost_model.simulate(alone)
     assert f.wall_minutes == pytest.approx(f.floor_minutes)
+
+
+def test_a_run_counts_the_rows_the_runs_running_beside_it_hold(
+    s3: Any, sample: SampleBenchmark, tmp_path: Path
+) -> None:
+    """Resolve reads the runs running beside a new one from the store: what their
+    capacity gave them is taken from the quotas before this run's is fitted."""
+    s3.put_object(Bucket=BUCKET, Key="datasets/sample.jsonl", Body=sample.dataset.read_bytes())
+    store = SqliteStore(tmp_path / "store.sqlite")
+    pipeline = Pipeline(PipelineSettings(table="unused", bucket=BUCKET), s3, store)
+    config = {"dataset": f"s3://{BUCKET}/datasets/sample.jsonl", "max_rows": 3}
+    try:
+        pipeline.resolve(
+            StartEvent(run_id="first", patches="gold", config={**config, "max_concurrent_rows": 3})
+        )
+        assert pipeline._rows_in_use("second") == 3
+        assert pipeline._rows_in_use("first") == 0  # not its own
+        first = store.get_run("first")
+        assert first is not None
+        store.update_run(first.model_copy(update={"state": "finished"}))
+        assert pipeline._rows_in_use("second") == 0  # finished: holds nothing
+    finally:
+        store.close()

@@ -56,3 +56,30 @@ def test_a_run_that_names_no_concurrency_gets_what_the_quotas_fit() -> None:
     unknown = fit(None, 50, "Service Quotas L-3032A538 unreadable: denied", 2, 4, ceiling=200)
     assert unknown.rows == 1 and "give max_concurrent_rows" in unknown.note
     assert fit(5, 50, quotas, 2, 4, ceiling=200).rows == 5  # asked: as asked, within quotas
+
+
+def test_runs_running_share_the_quotas_and_lambda_caps_the_rows_in_flight(
+    service_quotas: Any,
+) -> None:
+    """A second run beside one holding 40 rows gets what is left of the vCPUs, not all of
+    them; an account with 10 unreserved Lambda executions (a new one's) caps the rows in
+    flight, less the headroom and the rows of the runs running."""
+    from swegreen.aws.quotas import LAMBDA_HEADROOM, read_lambda_limit
+
+    quotas = FargateQuotas(on_demand_vcpu=100, spot_vcpu=100)  # 100 tasks of 2 vCPU
+    alone = fit(None, 4, quotas, 2, 4, ceiling=200)
+    beside = fit(None, 4, quotas, 2, 4, ceiling=200, in_use=40)
+    assert (alone.rows, beside.rows) == (100, 60)
+    assert "less 40 rows the runs running hold" in beside.note
+    capped = fit(50, 4, quotas, 2, 4, ceiling=200, lambda_limit=10)
+    assert (
+        capped.rows == 10 - LAMBDA_HEADROOM and "Lambda concurrency (10 unreserved" in capped.note
+    )
+    both = fit(50, 4, quotas, 2, 4, ceiling=200, lambda_limit=1000, in_use=40)
+    assert both.rows == 50  # 60 tasks left, 957 executions: as asked
+    # moto answers with its own account's settings: read as the limit they give
+    client = boto3.client(
+        "lambda", region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t"
+    )
+    limit = read_lambda_limit(client)
+    assert isinstance(limit, (int, str))

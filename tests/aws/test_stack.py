@@ -410,6 +410,8 @@ WILDCARD_OK = {
     "logs:DescribeResourcePolicies",
     "logs:DescribeLogGroups",
     "ec2:DescribeVpcEndpoints",
+    # the account's Lambda concurrency (Resolve's fit): an account-level read, no resource
+    "lambda:GetAccountSettings",
     # private DNS of an interface endpoint: the zone is AWS's own, its ARN unknown to us
     "route53:AssociateVPCWithHostedZone",
 }

@@ -44,6 +44,22 @@ def read_quotas(client: Any) -> FargateQuotas | str:
     return FargateQuotas(**values)
 
 
+# Lambda executions left for everything else than a run's rows: Watch, Resolve, the
+# Stopped and Endpoints functions, another stack's functions in the account.
+LAMBDA_HEADROOM = 3
+
+
+def read_lambda_limit(client: Any) -> int | str:
+    """The account's unreserved Lambda concurrency (a new account's can be 10), or why
+    it could not be read. Each row in flight runs one of the pipeline's functions at a
+    time (Dispatch, Presign, Classify): rows at once beyond it are throttled and wait."""
+    try:
+        limits = client.get_account_settings()["AccountLimit"]
+        return int(limits["UnreservedConcurrentExecutions"])
+    except (BotoCoreError, ClientError, KeyError, TypeError, ValueError) as exc:
+        return f"Lambda account settings unreadable: {type(exc).__name__}: {exc}"[:300]
+
+
 class Capacity(BaseModel):
     """The concurrency a run gets, and why (the run's provenance records it)."""
 
@@ -60,11 +76,56 @@ def fit(
     row_vcpu: float,
     build_vcpu: float,
     ceiling: int = 1,
+    lambda_limit: int | str | None = None,
+    in_use: int = 0,
 ) -> Capacity:
     """``rows`` and ``builds`` tasks at once, capped to what ``quotas`` fit. ``rows`` None
     (the request named no max_concurrent_rows): as many as the quotas fit, up to
     ``ceiling`` (the deployment's guardrail); one where the quotas are unknown (a run
-    that forgot the setting would otherwise take 500 row-times)."""
+    that forgot the setting would otherwise take 500 row-times). ``in_use``: the rows
+    at once of the runs running beside this one, which share the account's quotas (each
+    run claiming all of them made tasks wait past their deadline). ``lambda_limit``: the
+    account's unreserved Lambda concurrency, which caps the rows in flight too."""
+    capacity = _fit_fargate(rows, builds, quotas, row_vcpu, build_vcpu, ceiling, in_use)
+    if not isinstance(lambda_limit, int):
+        return capacity
+    room = max(1, lambda_limit - LAMBDA_HEADROOM - in_use)
+    if capacity.rows <= room:
+        return capacity
+    return capacity.model_copy(
+        update={
+            "rows": room,
+            "note": capacity.note
+            + f"; rows {capacity.rows} -> {room} for the account's Lambda concurrency "
+            f"({lambda_limit} unreserved, {LAMBDA_HEADROOM} kept for the others"
+            + (f", {in_use} used by the runs running" if in_use else "")
+            + "): ask AWS for more to run faster",
+        }
+    )
+
+
+def _fit_fargate(
+    rows: int | None,
+    builds: int,
+    quotas: FargateQuotas | str,
+    row_vcpu: float,
+    build_vcpu: float,
+    ceiling: int,
+    in_use: int,
+) -> Capacity:
+    if not isinstance(quotas, str) and in_use:
+        # what the runs running beside this one hold, Spot first as theirs start
+        held = in_use * row_vcpu
+        spot = max(0.0, quotas.spot_vcpu - held)
+        on_demand = max(0.0, quotas.on_demand_vcpu - max(0.0, held - quotas.spot_vcpu))
+        left = FargateQuotas(on_demand_vcpu=on_demand, spot_vcpu=spot)
+        capacity = _fit_fargate(rows, builds, left, row_vcpu, build_vcpu, ceiling, 0)
+        return capacity.model_copy(
+            update={
+                "note": capacity.note + f" less {in_use} rows the runs running hold",
+                "quotas": quotas,
+            }
+        )
     if rows is None:
         if isinstance(quotas, str):
             return Capacity(
@@ -74,7 +135,7 @@ def fit(
                 f"({quotas}); give max_concurrent_rows",
             )
         fitted = max(1, min(ceiling, quotas.tasks(row_vcpu)))
-        capacity = fit(fitted, builds, quotas, row_vcpu, build_vcpu)
+        capacity = _fit_fargate(fitted, builds, quotas, row_vcpu, build_vcpu, ceiling, 0)
         return capacity.model_copy(
             update={"note": f"no max_concurrent_rows asked: {fitted}, " + capacity.note}
         )

@@ -45,12 +45,18 @@ class PipelineBase:
     """The steps' shared state (the Lambda's clients) and object helpers."""
 
     def __init__(
-        self, settings: PipelineSettings, s3: Any, store: Any, service_quotas: Any = None
+        self,
+        settings: PipelineSettings,
+        s3: Any,
+        store: Any,
+        service_quotas: Any = None,
+        lambda_client: Any = None,
     ) -> None:
         self.settings = settings
         self.s3 = s3
         self.store = store
         self.service_quotas = service_quotas  # None: concurrency is left as asked
+        self.lambda_client = lambda_client  # None: Lambda's concurrency is not read
 
     # ------------------------------------------------------------------ helpers
     def _key(self, run_id: str, instance_id: str, name: str) -> str:

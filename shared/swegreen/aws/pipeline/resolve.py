@@ -94,6 +94,10 @@ class ResolveStep(PipelineBase):
             self.settings.sandbox_vcpu,
             self.settings.build_vcpu,
             ceiling=self.settings.guardrails.max_concurrent_rows,
+            lambda_limit=quotas.read_lambda_limit(self.lambda_client)
+            if self.lambda_client is not None
+            else None,
+            in_use=self._rows_in_use(event.run_id),
         )
         if not asked:
             config = config.model_copy(update={"max_concurrent_rows": capacity.rows})
@@ -235,6 +239,14 @@ class ResolveStep(PipelineBase):
                 needs = False  # Presign says why the row cannot run
             (open_rows if needs else closed).append(inst)
         return balanced(closed, tasks, max_size=MAX_BATCH_ROWS) + [[i] for i in open_rows]
+
+    def _rows_in_use(self, run_id: str) -> int:
+        """Rows at once that the other running runs were given: they share the quotas."""
+        return sum(
+            int((r.provenance.get("capacity") or {}).get("rows", 0))
+            for r in self.store.list_runs()
+            if r.state == "running" and r.run_id != run_id
+        )
 
     def forecast(
         self,
