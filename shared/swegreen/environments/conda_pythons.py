@@ -91,13 +91,6 @@ class CondaPythons:
         except (OSError, ValueError):
             return None
 
-    def list(self) -> list[dict[str, object]]:
-        found = []
-        for mark in sorted(self.root.glob(f"*/*/{MARK}")):
-            with contextlib.suppress(OSError, ValueError):
-                found.append({**json.loads(mark.read_text()), "prefix": str(mark.parent)})
-        return found
-
     async def install(self, version: str, announce: Callable[[str], None] | None = None) -> Path:
         """Installs ``version`` (X.Y) unless a complete install is there; returns its
         ``pythonX.Y``. Two processes installing at once: one installs, the other waits
