@@ -352,8 +352,13 @@ def cloud(
             patches="gold",
             config=cloud.config(instance_ids=ids[:1], network_instances=[NETWORK_ROW]),
         )
+        # a task per row: the refusals are injected on one row's task, whatever share of
+        # the quotas the runs running beside it leave this run
         cloud.start(
-            QUOTA, patches="gold", config=cloud.config(instance_ids=ids[:2], max_concurrent_rows=10)
+            QUOTA,
+            patches="gold",
+            config=cloud.config(instance_ids=ids[:2], max_concurrent_rows=10),
+            batch=False,
         )
         cloud.hostile_report = work / "hostile-report.txt"
         cloud.hostile_report.touch(mode=0o666)  # the tests' uid writes it
@@ -619,14 +624,17 @@ def test_quota_refusals_and_throttles_are_waits_and_the_rows_keep_their_verdicts
     # the refused row's task ran once, when there was room: refusals are not attempts
     started = [t for t in cloud.tasks(QUOTA, "evaluate") if t["instance_id"] == ids[1]]
     assert len(started) == 1
-    # Resolve fitted the run to the account's quotas and said so
+    # Resolve fitted the run to the account's quotas, less what the runs started beside it
+    # hold (how much that is depends on whose Resolve ran first), and said so
     capacity = cloud.leaderboard(QUOTA)["provenance"]["capacity"]
-    assert (capacity["rows"], capacity["builds"]) == (6, 2)
-    assert "rows 10 -> 6 tasks of 2 vCPU" in capacity["note"]
+    assert 1 <= capacity["rows"] <= 6 and capacity["builds"] <= 2
+    assert "rows 10 -> " in capacity["note"] and "tasks of 2 vCPU" in capacity["note"]
+    if capacity["rows"] < 6:
+        assert "rows the runs running hold" in capacity["note"]
     assert capacity["quotas"] == {"on_demand_vcpu": 6.0, "spot_vcpu": 6.0}
     # ... and estimated the run for that concurrency, with the way to the one asked for
     estimate = cloud.leaderboard(QUOTA)["provenance"]["estimate"]
-    assert (estimate["rows"], estimate["concurrency"]) == (2, 6)
+    assert (estimate["rows"], estimate["concurrency"]) == (2, capacity["rows"])
     assert "--quota-code L-36FBB829 --desired-value 20" in estimate["raise_quota"]
     assert 0 < estimate["optimistic"]["usd"] <= estimate["pessimistic"]["usd"]
 
