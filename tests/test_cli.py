@@ -562,6 +562,27 @@ def test_the_resume_hint_of_a_predictions_run_runs_as_printed(
     assert "start it with --patches" in " ".join(nothing.stdout.split())
 
 
+def test_an_error_row_s_line_says_to_fix_only_what_the_evaluator_can() -> None:
+    from swegreen.core.classify import Status
+    from swegreen.core.results import InstanceResult
+    from swegreen.reports.console import error_fixes
+
+    def row(iid: str, reason: str, detail: str, kind: str) -> InstanceResult:
+        return InstanceResult(
+            instance_id=iid, repo="o/r", status=Status.ERROR, reason=reason, detail=detail,
+            error_kind=kind,
+        )  # fmt: skip
+
+    rows = [
+        row("a", "repo_unavailable", "no commit X\n--- log tail ---\nnoise", "infrastructure"),
+        row("b", "test_timeout", "the eval script ran past its 40 s time limit", "evaluation"),
+    ]
+    assert error_fixes(rows) == [
+        ("to fix:", "repo_unavailable (1: a): no commit X"),
+        ("why:", "test_timeout (1: b): the eval script ran past its 40 s time limit"),
+    ]
+
+
 def test_a_retry_is_advised_only_for_failures_a_retry_can_cure() -> None:
     from swegreen.cli.run import retry_advice
     from swegreen.core.classify import Status

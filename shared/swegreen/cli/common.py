@@ -173,8 +173,8 @@ def print_outcome(console: Console, outcome: RunOutcome, settings: LocalSettings
     run_id = outcome.record.run_id
     console.print(leaderboard_table(outcome.metrics, f"Leaderboard: {run_id}"))
     console.print(f"reasons: {reasons_line(outcome.metrics)}", markup=False)
-    for line in error_fixes(outcome.results):
-        console.print(said("to fix:", "yellow", line))
+    for label, line in error_fixes(outcome.results):
+        console.print(said(label, "yellow", line))
     if outcome.resumed:
         console.print(
             f"resumed: {outcome.resumed} row(s) were already stored, "

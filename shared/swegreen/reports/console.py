@@ -150,15 +150,16 @@ def leaderboard_table(metrics: RunMetrics, title: str) -> Table:
     return table
 
 
-def error_fixes(results: Sequence[InstanceResult]) -> list[str]:
-    """For each reason of the run's error rows, once: which rows, and what to do (the
-    first row's own words: its detail names the missing commit, file or interpreter and
-    the fix)."""
+def error_fixes(results: Sequence[InstanceResult]) -> list[tuple[str, str]]:
+    """For each reason of the run's error rows, once: ``to fix:`` (the evaluator's own
+    failures) or ``why:`` (a time or memory limit the patch's code ran into), which rows,
+    and the first row's own words (its detail names the missing commit, file or
+    interpreter and the fix)."""
     by_reason: dict[str, list[InstanceResult]] = {}
     for row in sorted(results, key=lambda r: r.instance_id):
         if row.status is Status.ERROR:
             by_reason.setdefault(row.reason, []).append(row)
-    lines = []
+    lines: list[tuple[str, str]] = []
     for reason, rows in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         ids = ", ".join(r.instance_id for r in rows[:SHOWN_IDS])
         if len(rows) > SHOWN_IDS:
@@ -166,7 +167,8 @@ def error_fixes(results: Sequence[InstanceResult]) -> list[str]:
         said = " ".join(rows[0].detail.split(LOG_TAIL)[0].split())
         if len(said) > FIX_CHARS:
             said = said[: FIX_CHARS - 3] + "..."
-        lines.append(f"{reason} ({len(rows)}: {ids}): {said}")
+        label = "to fix:" if rows[0].error_kind == "infrastructure" else "why:"
+        lines.append((label, f"{reason} ({len(rows)}: {ids}): {said}"))
     return lines
 
 
