@@ -76,20 +76,24 @@ def _tags(endpoint: dict[str, Any]) -> dict[str, str]:
 
 def ours(ec2: Any, spec: EndpointSpec) -> list[dict[str, Any]]:
     """This stack's endpoints that exist or are being made."""
-    return [e for e in _live(ec2, spec) if _tags(e).get(TAG) == spec.owner]
+    return _split(_live(ec2, spec), spec)[0]
 
 
-def shared(ec2: Any, spec: EndpointSpec) -> dict[str, dict[str, Any]]:
-    """Endpoints of these services in the VPC that are not this stack's, with private DNS:
-    they answer for the VPC already (service name -> endpoint)."""
+def _split(
+    live: list[dict[str, Any]], spec: EndpointSpec
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The VPC's live endpoints as this stack's, and the others of these services with
+    private DNS, which answer for the VPC already (service name -> endpoint)."""
     wanted = set(spec.service_names())
-    return {
+    mine = [e for e in live if _tags(e).get(TAG) == spec.owner]
+    others = {
         e["ServiceName"]: e
-        for e in _live(ec2, spec)
+        for e in live
         if _tags(e).get(TAG) != spec.owner
         and e["ServiceName"] in wanted
         and e.get("PrivateDnsEnabled")
     }
+    return mine, others
 
 
 def _taken(endpoint: dict[str, Any]) -> float:
@@ -130,10 +134,9 @@ def ensure(
     settled_at: float | None = None  # when all were first seen available
     while True:
         try:
-            mine = ours(ec2, spec)
+            mine, others = _split(_live(ec2, spec), spec)  # one listing a look
             _stamp(ec2, mine, now())
             have = {e["ServiceName"]: e for e in mine}
-            others = shared(ec2, spec)
             have.update({n: e for n, e in others.items() if n not in have})
             for name in spec.service_names():
                 if name in have:

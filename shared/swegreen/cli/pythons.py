@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from swegreen.core.errors import ConfigError, InterpreterNotFound
 from swegreen.environments.conda_pythons import VERIFIED_VERSIONS, CondaPythons, CondaUnavailable
+from swegreen.environments.interpreters import VERSION
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -25,7 +26,7 @@ def pythons_command(
     conda = CondaPythons(settings.conda_pythons_dir, settings.python_channels)
     versions = tuple(args.versions) or VERIFIED_VERSIONS
     if args.action == "install":
-        bad = [v for v in versions if v.count(".") != 1 or not v.replace(".", "").isdigit()]
+        bad = [v for v in versions if not VERSION.match(v)]
         if bad:
             raise ConfigError(f"not a Python version: {', '.join(bad)} (give X.Y, e.g. 3.6)")
         failed = 0

@@ -17,7 +17,7 @@ from swegreen.environments.conda_pythons import CondaPythons, CondaUnavailable
 
 log = logging.getLogger(__name__)
 
-_VERSION = re.compile(r"^(\d+)\.(\d+)$")
+VERSION = re.compile(r"^(\d+)\.(\d+)$")  # X.Y, as recipes and --python give it
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def parse_given(text: str) -> dict[str, Path]:
         if not item:
             continue
         version, sep, path = item.partition("=")
-        if not sep or not _VERSION.match(version.strip()) or not path.strip():
+        if not sep or not VERSION.match(version.strip()) or not path.strip():
             raise ValueError(
                 f"{item!r} is not VERSION=PATH: give e.g. 3.5=/opt/python3.5/bin/python3.5"
             )
@@ -95,7 +95,7 @@ def find_interpreter(version: str, search: InterpreterSearch, needed_by: str = "
     downloaded now (``search.downloads``). Blocking: run it in a worker thread."""
     if version == "host":
         return Path(sys.executable)
-    m = _VERSION.match(version)
+    m = VERSION.match(version)
     if not m:
         raise InterpreterNotFound(f"recipe asks for Python {version!r}; expected X.Y or 'host'")
     if (given := search.given_for(version)) is not None:
