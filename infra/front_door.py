@@ -1,9 +1,10 @@
-"""The front door: ``POST /runs`` starts an execution, ``GET /runs/{id}`` reports on it.
+"""The front door: ``POST /runs`` starts an execution, ``GET /runs/{id}`` reports on it,
+``PUT /predictions`` keeps a predictions file for a run to grade.
 
 Direct service integrations (Step Functions StartExecution, DynamoDB GetItem, S3
-GetObject), no Lambda in the request path: nothing to cold-start, and the same API runs in
-LocalStack without Docker. Requests are validated against a JSON schema at the gateway;
-access is IAM (SigV4) or an API key.
+GetObject and PutObject), no Lambda in the request path: nothing to cold-start, and the
+same API runs in LocalStack without Docker. Requests are validated against a JSON schema
+at the gateway; access is IAM (SigV4) or an API key.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def run_request_schema(guardrails: Guardrails) -> dict[str, Any]:
 RUN_REQUEST_SCHEMA = run_request_schema(Guardrails())
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+# Where PUT /predictions keeps what it is sent (a lifecycle rule ends them: storage.py).
+UPLOADS_PREFIX = "predictions/uploads/"
 JSON = "application/json"
 
 
@@ -237,6 +240,46 @@ class FrontDoor(Construct):
                 method_responses=_method_responses("200"),
                 **method_options,
             )
+        # PUT /predictions: a predictions file (JSONL, under API Gateway's 10 MB), kept at
+        # a key the request id names, so no upload replaces another's. The green agent
+        # asks its participants where they are and sends only their patches here; a run
+        # then grades that key (POST /runs {"patches": key}).
+        bucket.grant_put(role, f"{UPLOADS_PREFIX}*")
+        upload = apigw.AwsIntegration(
+            service="s3",
+            integration_http_method="PUT",
+            path=f"{bucket.bucket_name}/{UPLOADS_PREFIX}{{key}}",
+            options=apigw.IntegrationOptions(
+                credentials_role=role,
+                request_parameters={
+                    "integration.request.path.key": "context.requestId",
+                    "integration.request.header.Content-Type": "'application/x-ndjson'",
+                },
+                # the body as it came: a JSONL file is not one JSON document to map
+                request_templates={
+                    t: "$input.body" for t in (JSON, "application/x-ndjson", "text/plain")
+                },
+                passthrough_behavior=apigw.PassthroughBehavior.NEVER,
+                integration_responses=[
+                    apigw.IntegrationResponse(
+                        status_code="201",
+                        selection_pattern="2\\d{2}",
+                        response_templates={
+                            JSON: '{"patches": "' + UPLOADS_PREFIX + '$context.requestId"}'
+                        },
+                    ),
+                    apigw.IntegrationResponse(
+                        status_code="429",
+                        selection_pattern="429|503",
+                        response_templates={JSON: '{"error": "throttled: try again"}'},
+                    ),
+                    _BAD_GATEWAY,
+                ],
+            ),
+        )
+        self.api.root.add_resource("predictions").add_method(
+            "PUT", upload, method_responses=_method_responses("201"), **method_options
+        )
         if api_key_required:
             key = self.api.add_api_key("Key")
             plan = self.api.add_usage_plan(

@@ -50,6 +50,9 @@ class Storage(Construct):
                 s3.LifecycleRule(abort_incomplete_multipart_upload_after=Duration.days(1)),
                 # the distributed maps' result files (infra/workflow.py, MAP_RESULTS)
                 s3.LifecycleRule(prefix="map-results/", expiration=Duration.days(14)),
+                # predictions sent through PUT /predictions (infra/front_door.py): a run
+                # copies each row's prediction to its own objects when it starts
+                s3.LifecycleRule(prefix="predictions/uploads/", expiration=Duration.days(30)),
             ],
             removal_policy=policy,
             auto_delete_objects=not retain,

@@ -93,9 +93,18 @@ class Server:
 
 
 def start(
-    args: list[str], cache: Path, out: Path, name: str, env: dict[str, str] | None = None
+    args: list[str],
+    cache: Path,
+    out: Path,
+    name: str,
+    env: dict[str, str] | None = None,
+    advertise: str | None = None,
 ) -> Server:
+    """A ``swegreen`` server on a free port of 127.0.0.1, once its card answers; with
+    ``advertise``, its card names that host instead (tests/private_network.py)."""
     port = free_port()
+    if advertise is not None:
+        args = [*args, "--card-url", f"http://{advertise}:{port}/"]
     log = out / f"{name}.log"
     out.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(

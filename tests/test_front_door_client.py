@@ -67,7 +67,7 @@ class ScriptedApi:
                 self.end_headers()
                 self.wfile.write(blob)
 
-            do_GET = do_POST = do_DELETE = _answer
+            do_GET = do_POST = do_DELETE = do_PUT = _answer
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -164,7 +164,12 @@ def test_an_assessment_whose_api_fails_stops_the_runs_it_started(tmp_path) -> No
     settings = AgentSettings(
         local=LocalSettings(output_dir=tmp_path, cache_dir=tmp_path),
         front_door=FrontDoorSettings(
-            url=api.url, auth="api_key", api_key="k", retry_first=0.01, retry_cap=0.05
+            url=api.url,
+            auth="api_key",
+            api_key="k",
+            retry_first=0.01,
+            retry_cap=0.05,
+            exchange="pipeline",
         ),
     )
     request = AssessmentRequest(participants={"a": "http://127.0.0.1:9/", "b": "http://b/"})
@@ -178,3 +183,63 @@ def test_an_assessment_whose_api_fails_stops_the_runs_it_started(tmp_path) -> No
     finally:
         api.close()
     assert api.seen[:3] == [("POST", "/v1/runs"), ("POST", "/v1/runs"), ("DELETE", "/v1/runs/r1")]
+
+
+def test_predictions_are_uploaded_and_a_throttled_upload_is_tried_again() -> None:
+    import asyncio
+
+    api = ScriptedApi([429, 201], body={"patches": "predictions/uploads/abc"})
+    try:
+        key = asyncio.run(client_for(api.url).upload_predictions('{"instance_id": "a"}\n'))
+    finally:
+        api.close()
+    assert key == "predictions/uploads/abc"
+    assert api.seen == [("PUT", "/v1/predictions")] * 2
+
+
+def test_a_predictions_file_over_the_api_s_limit_is_refused_before_it_is_sent() -> None:
+    import asyncio
+
+    from swegreen.aws.front_door_client import UPLOAD_LIMIT
+
+    api = ScriptedApi([201], body={"patches": "k"})
+    try:
+        with pytest.raises(FrontDoorError, match="over what the API takes in one request"):
+            asyncio.run(client_for(api.url).upload_predictions("x" * (UPLOAD_LIMIT + 1)))
+    finally:
+        api.close()
+    assert api.seen == []
+
+
+def test_a_pipeline_that_grades_other_rows_than_the_participant_saw_is_not_published(
+    tmp_path,
+) -> None:
+    """The green agent's exchange: the run's dataset digest must be the one whose rows the
+    participant was shown, or the assessment fails."""
+    import asyncio
+
+    from swegreen.agent.assessment import AgentSettings, AssessmentFailed
+    from swegreen.agent.remote import RemoteAssessment
+    from swegreen.agent.request import AssessmentRequest
+    from swegreen.core.config import EvalConfig
+    from swegreen.evaluation.settings import LocalSettings
+    from swegreen.sample import SAMPLE_DATASET
+
+    settings = AgentSettings(
+        local=LocalSettings(output_dir=tmp_path, cache_dir=tmp_path),
+        front_door=FrontDoorSettings(url="http://127.0.0.1:9/v1/", auth="api_key", api_key="k"),
+    )
+    request = AssessmentRequest(participants={"a": "http://127.0.0.1:9/"})
+
+    async def notify(message: str) -> None:
+        pass
+
+    remote = RemoteAssessment(
+        settings, request, notify, EvalConfig(dataset=SAMPLE_DATASET, max_rows=1)
+    )
+    said = asyncio.run(remote.prepare())
+    assert "asking a for 1 instance(s)" in said
+    _, dataset, _ = remote._rows
+    remote._same_rows("a", "r1", {"run": {"dataset_digest": dataset.digest}})  # the same: fine
+    with pytest.raises(AssessmentFailed, match="upload the green agent's copy"):
+        remote._same_rows("a", "r1", {"run": {"dataset_digest": "0" * 64}})

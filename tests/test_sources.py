@@ -10,10 +10,12 @@ import pytest
 
 from swegreen.core.dataset import parse_rows
 from swegreen.core.errors import PredictionsError
+from swegreen.core.ports import PatchResult
 from swegreen.core.sources import (
     EmptyPatches,
     GoldPatches,
     PredictionsSource,
+    exchange_entry,
     load_predictions,
     source_for,
 )
@@ -66,6 +68,20 @@ def test_model_name_defaults_to_the_file_name(tmp_path: Path) -> None:
             r"p.jsonl:2: a second prediction for a \(first at .*p.jsonl:1\)",
         ),
         ("\n\n", r"holds no predictions"),
+        # the green agent's account of an exchange: its own fields, a participant's reasons
+        (
+            '{"instance_id": "a", "model_patch": null, "swegreen": {"failure": "test_timeout"}}',
+            r"p.jsonl:1: 'swegreen.failure' 'test_timeout' is not a participant's reason",
+        ),
+        (
+            '{"instance_id": "a", "model_patch": "x", "swegreen": {"status": "resolved"}}',
+            r"p.jsonl:1: 'swegreen' holds status; it may hold conversation, detail",
+        ),
+        ('{"instance_id": "a", "model_patch": "x", "swegreen": 1}', r"must be an object"),
+        (
+            '{"instance_id": "a", "model_patch": "x", "swegreen": {"duration": -1}}',
+            r"'swegreen.duration' must be seconds",
+        ),
     ],
 )
 def test_corrupt_predictions_files_name_the_line(
@@ -102,3 +118,35 @@ def test_sources_give_the_expected_patches(tmp_path: Path) -> None:
     assert isinstance(source_for("gold"), GoldPatches) and isinstance(
         source_for("empty"), EmptyPatches
     )
+
+
+def test_an_exchange_written_as_a_prediction_reads_back_as_it_ended(tmp_path: Path) -> None:
+    """What the green agent sends the pipeline: each row's patch or why there is none,
+    with the participant's time, usage and dialect; read back, the same PatchResult."""
+    answered = PatchResult(
+        "diff --git a/x b/x\n",
+        "coder",
+        duration=12.5,
+        usage={"tokens": 7},
+        conversation={"dialect": "swegreen", "chosen_by": "card"},
+    )
+    timed_out = PatchResult(
+        None, "coder", failure="participant_timeout", detail="no answer in 60 s", duration=60.0
+    )
+    lines = [exchange_entry("a", answered), exchange_entry("b", timed_out)]
+    path = write(tmp_path / "p.jsonl", "\n".join(json.dumps(e) for e in lines))
+    source = PredictionsSource(path)
+    from swegreen.core.dataset import Instance
+
+    got = {
+        iid: asyncio.run(source.get_patch(Instance.model_construct(instance_id=iid)))
+        for iid in ("a", "b")
+    }
+    assert got["a"] == answered
+    assert got["b"] == timed_out
+    # a file from any other tool is read as before: the patch, nothing claimed about it
+    plain = write(tmp_path / "q.jsonl", '{"instance_id": "a", "model_patch": "x"}')
+    result = asyncio.run(
+        PredictionsSource(plain).get_patch(Instance.model_construct(instance_id="a"))
+    )
+    assert result == PatchResult("x", "q")

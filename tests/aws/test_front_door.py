@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import threading
 import time
@@ -28,6 +29,7 @@ from tests.aws.conftest import STACK
 from tests.aws.local_services import FAKE_CREDENTIALS
 from tests.aws.localstack import LocalStack
 from tests.helpers import Server, start
+from tests.private_network import PRIVATE_HOST, ForwardProxy, forward_proxy
 from tests.test_agent import assess
 
 
@@ -185,7 +187,8 @@ def agents(
     deployed: Deployed, session_cache: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Server]]:
     out = tmp_path_factory.mktemp("aws-backend")
-    green_args = ["serve", "--backend", "aws", "--api-url", deployed.api]
+    # the pipeline's Dispatch and Watch ask the participants (they are on 127.0.0.1 too)
+    green_args = ["serve", "--backend", "aws", "--api-url", deployed.api, "--exchange", "pipeline"]
     green_args += ["--api-region", "us-east-1", "--api-poll", "1", "--no-diagnoses"]
     running: dict[str, Server] = {}
     try:
@@ -484,3 +487,111 @@ def test_results_larger_than_a_response_are_read_page_by_page(
             return await FrontDoorClient(settings, http).results("big")
 
     assert asyncio.run(read()) == document
+
+
+# --------------------------------------------- the green agent asks, the pipeline grades
+SHARED_NAME = "swegreen/sample"  # a hub-style name: the green agent's snapshot, the bucket's copy
+
+
+@dataclass
+class GreenSide:
+    green: Server
+    participant: str  # its URL: a host only the green agent's proxy reaches
+    proxy: ForwardProxy
+
+
+@pytest.fixture(scope="module")
+def green_side(
+    deployed: Deployed, session_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GreenSide]:
+    """The AgentBeats setting: the green agent (default exchange) reaches its participant
+    through a proxy of its own; the participant's host resolves nowhere else. The dataset
+    is the same file on both sides under one name: the green agent's snapshot (as the
+    green-docker image keeps Verified), the pipeline's upload."""
+    out = tmp_path_factory.mktemp("green-side")
+    data = deployed.sample.dataset.read_bytes()
+    snapshots = out / "datasets"
+    snapshots.mkdir()
+    (snapshots / "sample.jsonl").write_bytes(data)
+    index = [
+        {
+            "name": SHARED_NAME,
+            "split": "test",
+            "revision": None,
+            "file": "sample.jsonl",
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+    ]
+    (snapshots / "index.json").write_text(json.dumps(index))
+    deployed.localstack.client("s3").put_object(
+        Bucket=deployed.bucket, Key="datasets/swegreen__sample/test.jsonl", Body=data
+    )
+    running: list[Server] = []
+    with forward_proxy() as proxy:
+        try:
+            gold = ["participant", "gold", "--dataset", "swegreen:sample"]
+            participant = start(gold, session_cache, out, "gold", advertise=PRIVATE_HOST)
+            running.append(participant)
+            env = {
+                **FAKE_CREDENTIALS,
+                **proxy.env(),
+                "SWEGREEN_DATASET_SNAPSHOTS": str(snapshots),
+                # the scenario's way: the backend and its API named in the environment
+                "SWEGREEN_BACKEND": "aws",
+                "SWEGREEN_API_URL": deployed.api,
+                "SWEGREEN_API_REGION": "us-east-1",
+            }
+            serve = ["serve", "--api-poll", "1", "--no-diagnoses"]
+            green = start(serve, session_cache, out, "green", env)
+            running.append(green)
+            port = participant.url.rstrip("/").rsplit(":", 1)[1]
+            yield GreenSide(green, f"http://{PRIVATE_HOST}:{port}/", proxy)
+        finally:
+            for server in running:
+                server.proc.terminate()
+                with contextlib.suppress(Exception):
+                    server.proc.wait(timeout=10)
+
+
+def test_the_green_agent_asks_participants_aws_cannot_reach_and_sends_only_patches(
+    deployed: Deployed, green_side: GreenSide
+) -> None:
+    """The default exchange: the green agent asks the participant (through its proxy), puts
+    the patches with their accounts through PUT /predictions, and starts a run that grades
+    that file; the pipeline is never given the participant's URL. LocalStack cannot run
+    the sandbox tasks: the rows end ``error`` (accepted here), with the exchange kept."""
+    # nothing but the green agent's proxy reaches it (no proxy in this process's env)
+    with httpx.Client(trust_env=False) as plain, pytest.raises(httpx.ConnectError):
+        plain.get(green_side.participant + ".well-known/agent-card.json", timeout=10)
+    config = {
+        "dataset": SHARED_NAME,
+        "repo_url_template": deployed.sample.url_template,
+        "max_rows": 2,
+        "max_concurrent_rows": 2,
+        "max_evaluator_error_share": 1,
+    }
+    request = {"participants": {"gold": green_side.participant}, "config": config}
+    outcome = asyncio.run(assess(green_side.green.url, json.dumps(request)))
+    assert outcome.state == "TASK_STATE_COMPLETED", outcome.statuses
+    said = "\n".join(outcome.statuses)
+    assert "asking gold for 2 instance(s) of swegreen/sample here" in said, said
+    assert "(2/2 asked)" in said and "gold: 2 patch(es) sent (predictions/uploads/" in said
+    # the participant was asked through the green agent's proxy: the card, then messages
+    asked = [line for line in green_side.proxy.forwarded if line.startswith("POST")]
+    assert len(asked) >= 2, green_side.proxy.forwarded
+    key = said.split("patch(es) sent (")[1].split(")")[0]
+    run_id = said.split("gold: started run ")[1].split()[0]
+    # what the pipeline was given: the file's key, never the participant
+    state = httpx.get(f"{deployed.api}runs/{run_id}", timeout=30).json()
+    assert state["run"]["patch_source"] == key, state["run"]
+    assert PRIVATE_HOST not in json.dumps(state)
+    uploaded = deployed.localstack.client("s3").get_object(Bucket=deployed.bucket, Key=key)
+    entries = [json.loads(line) for line in uploaded["Body"].read().decode().splitlines()]
+    assert [e["model_name_or_path"] for e in entries] == ["gold", "gold"]
+    assert all(e["model_patch"] and e["swegreen"]["duration"] > 0 for e in entries)
+    # the rows keep the exchange the green agent had: who answered, in which dialect
+    row = outcome.rows["gold"]
+    assert row["total_instances"] == 2 and row["provenance"]["pipeline"] == "aws"
+    for inst in row["instances"]:
+        assert inst["model_name_or_path"] == "gold"
+        assert inst["conversation"] and inst["conversation"].get("dialect"), inst

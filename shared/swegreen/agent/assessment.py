@@ -112,28 +112,7 @@ class Assessment:
         )
 
     async def _select(self) -> tuple[EvalConfig, Dataset, list[Instance]]:
-        try:
-            config = await asyncio.to_thread(
-                resolve_sample, self.config, self.settings.local.cache_dir
-            )
-            local = self.settings.local
-            dataset = await asyncio.to_thread(
-                lambda: load_dataset(
-                    config.dataset,
-                    config.split,
-                    config.dataset_revision,
-                    parsed_cache=local.parsed_datasets,
-                    snapshots=local.dataset_snapshots,
-                )
-            )
-            instances = select_instances(dataset, config.selection())
-        except SweGreenError as exc:
-            raise RequestError(str(exc)) from None
-        if not instances:
-            raise RequestError(
-                "the selection is empty: check instance_ids, repos, max_rows and shards"
-            )
-        return config, dataset, instances
+        return await select_rows(self.settings.local, self.config)
 
     async def run(self) -> AssessmentOutcome:
         assert self._plan is not None, "prepare() first"
@@ -311,6 +290,29 @@ class Assessment:
         if diagnoser.unavailable:
             await self.notify(f"note: no diagnoses or summary: {diagnoser.unavailable}")
         return summary, diagnosed
+
+
+async def select_rows(
+    local: LocalSettings, config: EvalConfig
+) -> tuple[EvalConfig, Dataset, list[Instance]]:
+    """The request's rows of its dataset; any problem here is the request's (rejected)."""
+    try:
+        config = await asyncio.to_thread(resolve_sample, config, local.cache_dir)
+        dataset = await asyncio.to_thread(
+            lambda: load_dataset(
+                config.dataset,
+                config.split,
+                config.dataset_revision,
+                parsed_cache=local.parsed_datasets,
+                snapshots=local.dataset_snapshots,
+            )
+        )
+        instances = select_instances(dataset, config.selection())
+    except SweGreenError as exc:
+        raise RequestError(str(exc)) from None
+    if not instances:
+        raise RequestError("the selection is empty: check instance_ids, repos, max_rows and shards")
+    return config, dataset, instances
 
 
 def summary_line(row: dict[str, Any]) -> str:

@@ -44,7 +44,7 @@ class GreenAgentExecutor(AgentExecutor):
             request, config = parse_request(context.get_user_input(), self.settings.defaults)
             assessment: Assessment | RemoteAssessment
             if self.settings.front_door is not None:
-                assessment = RemoteAssessment(self.settings, request, say)
+                assessment = RemoteAssessment(self.settings, request, say, config)
             else:
                 assessment = Assessment(self.settings, request, config, _run_prefix(task), say)
             await say(await assessment.prepare())

@@ -1,7 +1,17 @@
-"""The ``aws`` backend: an assessment evaluated by the AWS pipeline instead of in-process.
+"""The ``aws`` backend: an assessment graded by the AWS pipeline instead of in-process.
 
-One run per participant is started through the front door (``POST /runs``, the same
-request JSON the green agent received), then followed (``GET /runs/{id}``) until it is
+Who asks the participants (``FrontDoorSettings.exchange``):
+
+- ``green_agent`` (the default; what works on AgentBeats, where the participants live in
+  the runner's network and nothing on AWS can reach them): the green agent selects the
+  rows and asks each participant for its patches itself, as a local assessment does (the
+  interactive mode's turns in its own workbenches); it sends the patches, each with its
+  exchange's account (``sources.exchange_entry``), through ``PUT /predictions``, and
+  starts a run that grades that file (``POST /runs {"patches": key}``).
+- ``pipeline``: the run is started with the participant's URL (the request's JSON as
+  the green agent received it) and the pipeline's Dispatch and Watch functions ask it.
+
+Either way one run per participant is then followed (``GET /runs/{id}``) until it is
 finished or failed; progress is relayed to the A2A caller as rows complete, and the
 finished runs' result rows become the artifact, as a local assessment's would. The stop
 rule (stop_rule.py) reads each run's count of the evaluator's own failures: when it says
@@ -12,22 +22,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from typing import Any
 
 import httpx
 
+from swegreen.a2a.participant_client import A2AParticipant
 from swegreen.agent.assessment import (
     AgentSettings,
     AssessmentFailed,
     AssessmentOutcome,
     Notify,
+    select_rows,
     summary_line,
 )
 from swegreen.agent.request import AssessmentRequest
-from swegreen.aws.front_door_client import FrontDoorClient, FrontDoorError
+from swegreen.aws.front_door_client import UPLOAD_LIMIT, FrontDoorClient, FrontDoorError
 from swegreen.core.config import EvalConfig
+from swegreen.core.dataset import Dataset, Instance
+from swegreen.core.ports import PatchResult
+from swegreen.core.sources import exchange_entry
 from swegreen.core.stop_rule import StopRule
 
 log = logging.getLogger("swegreen.agent")
@@ -37,9 +53,45 @@ _STOPPING: set[asyncio.Future[None]] = set()
 
 STOP_ATTEMPTS = 5  # DELETE tries per run when an assessment is cancelled
 
+# Config the green agent uses for its side of an exchange or for choosing rows, not sent
+# with a run that grades its patches: the run is given the chosen rows by id, and how
+# many rows run at once on AWS is the pipeline's choice (what the account's quotas fit).
+EXCHANGE_SIDE = frozenset(
+    {
+        "max_rows",
+        "num_instances",
+        "repos",
+        "shard_index",
+        "num_shards",
+        "max_concurrent_rows",
+        "participant_timeout",
+        "participant_repo_url_template",
+        "time_budget_minutes",
+        "interactive",
+        "max_steps",
+        "command_timeout",
+        "command_output_bytes",
+        "max_output_bytes",
+        "task_dialect",
+        "environments",
+        "isolation",
+        "docker_images",
+        "docker_pull",
+        "docker_disk_reserve_gb",
+        "docker_memory_mb",
+        "docker_pids",
+    }
+)
+
 
 class RemoteAssessment:
-    def __init__(self, settings: AgentSettings, request: AssessmentRequest, notify: Notify) -> None:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        request: AssessmentRequest,
+        notify: Notify,
+        parsed: EvalConfig | None = None,
+    ) -> None:
         assert settings.front_door is not None
         self.settings = settings
         self.front_door = settings.front_door
@@ -47,21 +99,38 @@ class RemoteAssessment:
         self.notify = notify
         self.done: dict[str, int] = {}
         self.total: dict[str, int] = {}
+        self.asked: dict[str, int] = {}  # patches in, per participant (green_agent exchange)
         self.config = {**settings.defaults, **request.config}
+        self.parsed = parsed
         default = EvalConfig.model_fields["max_evaluator_error_share"].default
         self.max_share = float(self.config.get("max_evaluator_error_share", default))
+        self._rows: tuple[EvalConfig, Dataset, list[Instance]] | None = None
+
+    @property
+    def green_exchange(self) -> bool:
+        return self.front_door.exchange == "green_agent"
 
     async def prepare(self) -> str:
-        # The pipeline selects the rows (its Resolve step); a bad selection fails the run,
-        # which is reported as the assessment's failure.
         roles = ", ".join(self.request.participants)
-        return f"evaluating for {roles} on the AWS pipeline at {self.front_door.url}"
+        if not self.green_exchange:
+            # The pipeline selects the rows (its Resolve step); a bad selection fails the
+            # run, which is reported as the assessment's failure.
+            return f"evaluating for {roles} on the AWS pipeline at {self.front_door.url}"
+        assert self.parsed is not None, "the green agent's exchange needs the parsed config"
+        self._rows = await select_rows(self.settings.local, self.parsed)
+        _, dataset, instances = self._rows
+        return (
+            f"asking {roles} for {len(instances)} instance(s) of {dataset.name} here, "
+            f"grading their patches on the AWS pipeline at {self.front_door.url}"
+        )
 
     def status_line(self) -> str:
-        parts = [
-            f"{role} {self.done.get(role, 0)}/{self.total.get(role, '?')}"
-            for role in self.request.participants
-        ]
+        parts = []
+        for role in self.request.participants:
+            if role in self.asked and role not in self.total:
+                parts.append(f"{role} {self.asked[role]} patch(es) in")
+            else:
+                parts.append(f"{role} {self.done.get(role, 0)}/{self.total.get(role, '?')}")
         return "rows done: " + ", ".join(parts)
 
     async def run(self) -> AssessmentOutcome:
@@ -72,7 +141,12 @@ class RemoteAssessment:
             runs: dict[str, str] = {}
             try:
                 for role, url in self.request.participants.items():
-                    runs[role] = await client.start({"participants": {role: url}, "config": config})
+                    if self.green_exchange:
+                        runs[role] = await self._graded(client, role, url)
+                    else:
+                        runs[role] = await client.start(
+                            {"participants": {role: url}, "config": config}
+                        )
                     await self.notify(f"{role}: started run {runs[role]}")
                 follows = [
                     asyncio.ensure_future(self._follow(client, role, run_id))
@@ -143,6 +217,7 @@ class RemoteAssessment:
                     f"{role}: run {run_id} {state['state']}: {state.get('error', '?')}"
                 )
             else:
+                self._same_rows(role, run_id, state)
                 await self._progress(role, state)
                 if state["state"] == "finished":
                     published = await client.results(run_id)
@@ -167,3 +242,111 @@ class RemoteAssessment:
             )
             if why is not None:
                 raise AssessmentFailed(f"{role}: {why}")
+
+    # ---------------------------------------------------- the green agent's exchange
+    async def _graded(self, client: FrontDoorClient, role: str, url: str) -> str:
+        """Ask ``role`` for every chosen row's patch here, send the patches, and start the
+        run that grades them: its id."""
+        assert self._rows is not None, "prepare() first"
+        config, _, instances = self._rows
+        results = await self._exchange(role, url, config, instances)
+        text = predictions_file(results)
+        if len(text.encode()) > UPLOAD_LIMIT:  # the accounts go before any patch does
+            text = predictions_file(results, accounts=False)
+            await self.notify(
+                f"{role}: the exchanges' accounts (conversation, usage) left out: the "
+                "patches alone fit the API's request size"
+            )
+        key = await client.upload_predictions(text)
+        await self.notify(f"{role}: {len(results)} patch(es) sent ({key})")
+        graded = {k: v for k, v in self.config.items() if k not in EXCHANGE_SIDE}
+        graded["instance_ids"] = [i.instance_id for i in instances]
+        graded["max_rows"] = -1
+        return await client.start({"patches": key, "config": graded})
+
+    async def _exchange(
+        self, role: str, url: str, config: EvalConfig, instances: list[Instance]
+    ) -> dict[str, PatchResult]:
+        """Each row's patch from the participant, ``max_concurrent_rows`` at a time, as a
+        local assessment asks for them (same client, dialects, budget and workbenches)."""
+        engine = None
+        workbenches = None
+        if config.interactive:
+            from swegreen.evaluation.engine import build_engine
+
+            engine = build_engine(
+                self.settings.local,
+                config,
+                self.settings.host_env,
+                isolation=self.settings.isolation,
+                scrubber=self.settings.scrubber,
+            )
+            workbenches = engine.workbenches()
+            if not workbenches.available:
+                await self.notify(
+                    "note: the interactive mode is not offered: its commands need isolation "
+                    "= bwrap or landlock, or environments = docker"
+                )
+        gate = asyncio.Semaphore(config.max_concurrent_rows)
+        self.asked[role] = 0
+        results: dict[str, PatchResult] = {}
+        timeout = httpx.Timeout(30.0, read=300.0)
+        try:
+            async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as http:
+                participant = A2AParticipant(
+                    role,
+                    url,
+                    timeout=config.participant_timeout,
+                    url_template=config.participant_url_template(),
+                    http=http,
+                    workbenches=workbenches,
+                    budget=config.budget(),
+                    dialect=config.dialect_for(role),
+                    image_source=config.docker_images
+                    if config.environments == "docker"
+                    else "official",
+                )
+
+                async def one(inst: Instance) -> None:
+                    async with gate:
+                        result = await participant.get_patch(inst)
+                    results[inst.instance_id] = result
+                    self.asked[role] += 1
+                    got = "a patch" if result.patch else (result.failure or "no patch")
+                    await self.notify(
+                        f"{role}/{inst.instance_id}: {got} "
+                        f"({self.asked[role]}/{len(instances)} asked)"
+                    )
+
+                await asyncio.gather(*(one(inst) for inst in instances))
+        finally:
+            if engine is not None:
+                engine.close()
+        return {i.instance_id: results[i.instance_id] for i in instances}
+
+    def _same_rows(self, role: str, run_id: str, state: dict[str, Any]) -> None:
+        """The pipeline grades the rows the participant was shown: its copy of the dataset
+        is the green agent's (same digest), or nothing it says is published."""
+        if self._rows is None or not state.get("run"):
+            return
+        _, dataset, _ = self._rows
+        theirs = state["run"].get("dataset_digest")
+        if theirs and theirs != dataset.digest:
+            raise AssessmentFailed(
+                f"{role}: run {run_id} grades {dataset.name} with digest {theirs[:12]}, "
+                f"but the participant was shown rows of digest {dataset.digest[:12]}: upload "
+                "the green agent's copy to the pipeline (swegreen upload-dataset) and run again"
+            )
+
+
+def predictions_file(results: dict[str, PatchResult], accounts: bool = True) -> str:
+    """The JSONL the pipeline grades: one entry per row, with its exchange's account."""
+    lines = []
+    for instance_id, result in results.items():
+        entry = exchange_entry(instance_id, result)
+        if not accounts:
+            entry["swegreen"] = {
+                k: v for k, v in entry["swegreen"].items() if k in ("failure", "detail", "duration")
+            }
+        lines.append(json.dumps(entry))
+    return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
-"""A client of the pipeline's front door (infra/front_door.py): start a run, read its
-state, fetch its leaderboard. Requests are signed with SigV4 (``iam``, credentials from the
-usual AWS chain) or carry an API key."""
+"""A client of the pipeline's front door (infra/front_door.py): send a predictions file,
+start a run, read its state, fetch its leaderboard. Requests are signed with SigV4
+(``iam``, credentials from the usual AWS chain) or carry an API key."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from swegreen.core.errors import SweGreenError
 from swegreen.reports.publish import joined
 
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+# API Gateway's largest request body is 10 MB (its own, not a setting): a little less, so
+# that headers and a signature fit beside it
+UPLOAD_LIMIT = 9_900_000
 _REGION_IN_HOST = re.compile(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com")
 
 
@@ -30,6 +35,12 @@ class FrontDoorSettings(BaseModel):
     auth: Literal["iam", "api_key"] = "iam"
     region: str | None = Field(None, description="for SigV4; default: from the URL's host")
     api_key: str | None = Field(None, repr=False)
+    exchange: Literal["green_agent", "pipeline"] = Field(
+        "green_agent",
+        description="who asks the participants for their patches: the green agent, where "
+        "they are (then only the patches go to AWS), or the pipeline's Dispatch and Watch "
+        "functions (the participants must then be reachable from AWS)",
+    )
     poll_seconds: float = Field(15.0, gt=0)
     start_timeout: float = Field(
         600.0, gt=0, description="how long a run may take to appear before it counts as lost"
@@ -73,6 +84,19 @@ class FrontDoorClient:
             raise FrontDoorError(f"POST /runs: {answer.status_code} {answer.text[:500]}")
         return str(answer.json()["run_id"])
 
+    async def upload_predictions(self, text: str) -> str:
+        """PUT /predictions: the key the API kept the file at (a run's ``patches``). A
+        retried upload that had landed leaves one more file, never a second run."""
+        if len(text.encode()) > UPLOAD_LIMIT:
+            raise FrontDoorError(
+                f"the predictions file is {len(text.encode()) / 1e6:.1f} MB, over what the "
+                f"API takes in one request ({UPLOAD_LIMIT / 1e6:.0f} MB)"
+            )
+        answer = await self._send("PUT", "predictions", text, content_type=NDJSON)
+        if answer.status_code != 201:
+            raise FrontDoorError(f"PUT /predictions: {answer.status_code} {answer.text[:500]}")
+        return str(answer.json()["patches"])
+
     async def run(self, run_id: str) -> dict[str, Any] | None:
         """GET /runs/{id}: state, rows done, record, leaderboard; None until it exists."""
         answer = await self._send("GET", f"runs/{run_id}")
@@ -112,7 +136,9 @@ class FrontDoorClient:
             )
         return answer.json()
 
-    async def _send(self, method: str, path: str, body: str | None = None) -> httpx.Response:
+    async def _send(
+        self, method: str, path: str, body: str | None = None, content_type: str = JSON
+    ) -> httpx.Response:
         """The request, tried again while the API or the network fails for the moment
         (throttled, 5xx, a timeout, a dropped connection), with exponential backoff and
         jitter or the wait the API asks for (Retry-After), up to ``retry_attempts``. A
@@ -125,7 +151,7 @@ class FrontDoorClient:
         for attempt in range(1, attempts + 1):
             wait: float | None = None
             try:
-                answer = await self._send_once(method, path, body)
+                answer = await self._send_once(method, path, body, content_type)
             except (httpx.ConnectError, httpx.ConnectTimeout):
                 if attempt == attempts:
                     raise
@@ -143,9 +169,11 @@ class FrontDoorClient:
             await asyncio.sleep(wait if wait is not None else backoff * random.uniform(0.5, 1.0))
         raise AssertionError("unreachable")
 
-    async def _send_once(self, method: str, path: str, body: str | None = None) -> httpx.Response:
+    async def _send_once(
+        self, method: str, path: str, body: str | None, content_type: str
+    ) -> httpx.Response:
         url = self.settings.url + path
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        headers = {"Content-Type": content_type, "Accept": JSON}
         if self.settings.auth == "api_key":
             assert self.settings.api_key is not None
             headers["x-api-key"] = self.settings.api_key

@@ -16,6 +16,7 @@ from swegreen.cli.common import (
     EXIT_CANNOT_START,
     EXIT_INTERRUPTED,
     LOCAL_ENV_KEYS,
+    SERVE_ENV_KEYS,
     checked_run_id,
     local_settings,
     said,
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(stderr=False, highlight=False)
     console.soft_wrap = not console.is_terminal
     env = host_environment()
-    if (unknown := unknown_env(env, LOCAL_ENV_KEYS | {"api_key"})) is not None:
+    if (unknown := unknown_env(env, LOCAL_ENV_KEYS | SERVE_ENV_KEYS)) is not None:
         Console(stderr=True, highlight=False).print(said("warning:", "yellow", unknown))
     scrubber = Scrubber.from_env(env)  # the host's secrets, kept out of everything stored
     try:

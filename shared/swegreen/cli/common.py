@@ -33,6 +33,8 @@ LOCAL_ENV_KEYS = frozenset(
         "disk_reserve_gb",
     }
 )
+# What `swegreen serve` reads for its aws backend (cli/serve.py: front_door_settings).
+SERVE_ENV_KEYS = frozenset({"backend", "api_url", "api_auth", "api_region", "api_key", "exchange"})
 # Exit codes (docs/usage.md): scripts tell a run that could not start from one that
 # finished with error rows, and both from an interrupted one.
 EXIT_OK = 0

@@ -326,17 +326,28 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--backend",
         choices=["local", "aws"],
-        default="local",
-        help="where rows are evaluated: here, or by the AWS pipeline (docs/aws.md)",
+        help="where rows are evaluated: here, or by the AWS pipeline (docs/aws.md); "
+        "default: $SWEGREEN_BACKEND, else local",
     )
-    serve.add_argument("--api-url", help="aws: the front door's URL (the stack's ApiUrl)")
+    serve.add_argument(
+        "--api-url", help="aws: the front door's URL (the stack's ApiUrl); or $SWEGREEN_API_URL"
+    )
     serve.add_argument(
         "--api-auth",
         choices=["iam", "api_key"],
-        default="iam",
-        help="aws: SigV4 with the AWS credential chain, or the key in $SWEGREEN_API_KEY",
+        help="aws: SigV4 with the AWS credential chain, or the key in $SWEGREEN_API_KEY; "
+        "default: $SWEGREEN_API_AUTH, else api_key when $SWEGREEN_API_KEY is set, else iam",
     )
-    serve.add_argument("--api-region", help="aws: the API's region (default: from its URL)")
+    serve.add_argument(
+        "--api-region", help="aws: the API's region (default: $SWEGREEN_API_REGION, its URL's)"
+    )
+    serve.add_argument(
+        "--exchange",
+        choices=["green_agent", "pipeline"],
+        help="aws: who asks the participants for patches: this green agent, where they are "
+        "(default; only patches go to AWS), or the pipeline (they must be reachable from "
+        "AWS); or $SWEGREEN_EXCHANGE",
+    )
     serve.add_argument(
         "--api-poll", type=float, default=15.0, help="aws: seconds between progress checks"
     )

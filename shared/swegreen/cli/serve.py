@@ -9,6 +9,7 @@ from swegreen.cli.common import LOCAL_ENV_KEYS, card_url, scenario_path
 from swegreen.core.errors import ConfigError
 
 if TYPE_CHECKING:
+    from swegreen.aws.front_door_client import FrontDoorSettings
     from swegreen.core.scrub import Scrubber
     from swegreen.evaluation.settings import LocalSettings
 
@@ -28,29 +29,17 @@ def serve_command(
     }
     # fail at start-up, not per request: a bad config, or a sandbox that cannot run here
     server_config = load_config(scenario, env, env_extra=LOCAL_ENV_KEYS)
+    backend = args.backend or env.get("SWEGREEN_BACKEND") or "local"
+    if backend not in ("local", "aws"):
+        raise ConfigError(f"SWEGREEN_BACKEND={backend!r}: local or aws")
     front_door = None
-    if args.backend == "local" and server_config.environments != "docker":
+    if backend == "local" and server_config.environments != "docker":
         # rows graded in instance images run nothing of a participant's here
         from swegreen.sandbox.isolation import Isolation
 
         Isolation.probe(server_config.isolation)
-    if args.backend == "aws":
-        from swegreen.aws.front_door_client import FrontDoorSettings
-
-        if not args.api_url:
-            raise ConfigError("--backend aws needs --api-url (the stack's ApiUrl output)")
-        try:
-            front_door = FrontDoorSettings(
-                url=args.api_url,
-                auth=args.api_auth,
-                region=args.api_region,
-                api_key=env.get("SWEGREEN_API_KEY"),
-                poll_seconds=args.api_poll,
-            )
-        except ValueError as exc:  # pydantic's ValidationError
-            raise ConfigError(f"--api-*: {exc}") from None
-        if front_door.auth == "api_key" and not front_door.api_key:
-            raise ConfigError("--api-auth api_key needs the key in $SWEGREEN_API_KEY")
+    if backend == "aws":
+        front_door = front_door_settings(args, env)
 
     def make() -> AgentExecutor:
         """The engine's side: seconds of imports, made while the card already answers."""
@@ -71,3 +60,33 @@ def serve_command(
 
     serve(build_app(DeferredExecutor(make), green_card(card_url(args))), args.host, args.port)
     return 0
+
+
+def front_door_settings(args: argparse.Namespace, env: dict[str, str]) -> FrontDoorSettings:
+    """The ``aws`` backend's API, from flags or, where the flag is not given, from
+    ``SWEGREEN_*`` variables (what an Amber manifest sets from its config: a scenario
+    names the API there, its key as a secret)."""
+    from swegreen.aws.front_door_client import FrontDoorSettings
+
+    url = args.api_url or env.get("SWEGREEN_API_URL")
+    if not url:
+        raise ConfigError(
+            "the aws backend needs the front door's URL (the stack's ApiUrl output): "
+            "--api-url or $SWEGREEN_API_URL"
+        )
+    key = env.get("SWEGREEN_API_KEY") or None
+    auth = args.api_auth or env.get("SWEGREEN_API_AUTH") or ("api_key" if key else "iam")
+    try:
+        front_door = FrontDoorSettings(
+            url=url,
+            auth=auth,
+            region=args.api_region or env.get("SWEGREEN_API_REGION") or None,
+            api_key=key,
+            poll_seconds=args.api_poll,
+            exchange=args.exchange or env.get("SWEGREEN_EXCHANGE") or "green_agent",
+        )
+    except ValueError as exc:  # pydantic's ValidationError
+        raise ConfigError(f"the aws backend's settings (--api-*, $SWEGREEN_API_*): {exc}") from None
+    if front_door.auth == "api_key" and not front_door.api_key:
+        raise ConfigError("api_key auth needs the key in $SWEGREEN_API_KEY")
+    return front_door

@@ -2,7 +2,10 @@
 
 A predictions file is SWE-bench's format: JSONL, or JSON holding a list or a dict keyed
 by instance id (SWE-agent's), each entry with ``instance_id``, ``model_patch`` (a diff,
-or null) and optionally ``model_name_or_path``.
+or null) and optionally ``model_name_or_path``. A file the green agent writes for the
+pipeline (the exchange done beside the participants, the grading on AWS) also carries each
+row's account of its exchange under ``swegreen`` (``exchange_entry``): why there is no
+patch, how long the participant took, what it used; other tools' files need none of it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,57 @@ class Prediction:
     model_patch: str | None
     model_name_or_path: str
     where: str  # file and line, for error messages
+    # the green agent's account of the exchange (EXCHANGE_FIELDS), when it wrote the file
+    exchange: dict[str, Any] | None = None
+
+    def patch_result(self) -> PatchResult:
+        """The row's patch as its exchange ended, or the file's patch alone."""
+        ex = self.exchange or {}
+        return PatchResult(
+            self.model_patch,
+            self.model_name_or_path,
+            failure=ex.get("failure"),
+            detail=ex.get("detail", ""),
+            duration=ex.get("duration", 0.0),
+            usage=ex.get("usage"),
+            interaction=ex.get("interaction"),
+            conversation=ex.get("conversation"),
+        )
+
+
+# What a predictions entry's ``swegreen`` object may hold, and the reasons it may give
+# for a missing patch: the participant's side only. A file cannot claim that the evaluator
+# failed, nor a verdict.
+EXCHANGE_FIELDS = frozenset(
+    {"failure", "detail", "duration", "usage", "interaction", "conversation"}
+)
+EXCHANGE_FAILURES = frozenset(
+    {
+        Reason.NO_PATCH,
+        Reason.PARTICIPANT_ERROR,
+        Reason.PARTICIPANT_TIMEOUT,
+        Reason.BUDGET_EXHAUSTED,
+        Reason.PARTICIPANT_PROTOCOL,
+    }
+)
+
+
+def exchange_entry(instance_id: str, result: PatchResult) -> dict[str, Any]:
+    """A predictions entry for a row whose patch came from an A2A exchange: SWE-bench's
+    fields, and the exchange's account under ``swegreen``."""
+    exchange: dict[str, Any] = {"duration": round(result.duration, 3)}
+    if result.failure is not None:
+        exchange["failure"] = str(result.failure)
+    for name in ("detail", "usage", "interaction", "conversation"):
+        value = getattr(result, name)
+        if value:
+            exchange[name] = value
+    return {
+        "instance_id": instance_id,
+        "model_name_or_path": result.model_name_or_path,
+        "model_patch": result.patch,
+        "swegreen": exchange,
+    }
 
 
 def load_predictions(path: Path) -> dict[str, Prediction]:
@@ -92,10 +146,38 @@ def _validate(entries: Iterable[tuple[str, Any]], default_model: str) -> dict[st
             raise PredictionsError(
                 f"{where}: a second prediction for {iid} (first at {out[iid].where})"
             )
-        out[iid] = Prediction(iid, patch, model, where)
+        out[iid] = Prediction(iid, patch, model, where, _exchange(entry.get("swegreen"), where))
     if not out:
         raise PredictionsError("the predictions file holds no predictions")
     return out
+
+
+def _exchange(value: Any, where: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise PredictionsError(f"{where}: 'swegreen' must be an object (the exchange's account)")
+    unknown = sorted(set(value) - EXCHANGE_FIELDS)
+    if unknown:
+        raise PredictionsError(
+            f"{where}: 'swegreen' holds {', '.join(unknown)}; it may hold "
+            f"{', '.join(sorted(EXCHANGE_FIELDS))}"
+        )
+    failure = value.get("failure")
+    if failure is not None and failure not in EXCHANGE_FAILURES:
+        raise PredictionsError(
+            f"{where}: 'swegreen.failure' {failure!r} is not a participant's reason; "
+            f"one of {', '.join(sorted(EXCHANGE_FAILURES))}"
+        )
+    duration = value.get("duration", 0.0)
+    if not isinstance(duration, int | float) or isinstance(duration, bool) or duration < 0:
+        raise PredictionsError(f"{where}: 'swegreen.duration' must be seconds (>= 0)")
+    if not isinstance(value.get("detail", ""), str):
+        raise PredictionsError(f"{where}: 'swegreen.detail' must be a string")
+    for name in ("usage", "interaction", "conversation"):
+        if value.get(name) is not None and not isinstance(value[name], Mapping):
+            raise PredictionsError(f"{where}: 'swegreen.{name}' must be an object")
+    return dict(value)
 
 
 class PredictionsSource:
@@ -127,7 +209,7 @@ class PredictionsSource:
                 failure=Reason.NO_PATCH,
                 detail=f"{self.path.name} has no prediction for {instance.instance_id}",
             )
-        return PatchResult(pred.model_patch, pred.model_name_or_path)
+        return pred.patch_result()
 
 
 class GoldPatches:

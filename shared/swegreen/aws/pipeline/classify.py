@@ -42,6 +42,7 @@ class ClassifyStep(PipelineBase):
             duration=state.duration if state else 0.0,
             usage=state.usage if state else None,
             conversation=state.conversation if state else None,
+            interaction=state.interaction if state else None,
         )
         never = unevaluated(patch.failure, patch.detail) if state is not None else None
         if event.error is not None or never is not None:
@@ -105,6 +106,7 @@ def _checked(row: InstanceResult, state: PatchState) -> InstanceResult:
             "durations": durations,
             "participant_usage": state.usage,
             "conversation": state.conversation or row.conversation,
+            "interaction": state.interaction or row.interaction,
             "model_name_or_path": row.model_name_or_path or state.model,
         }
     )

@@ -61,7 +61,20 @@ class DispatchStep(PipelineBase):
                     started=now,
                     detail=f"{item.predictions_key} has no prediction for {item.instance_id}",
                 )
-            return self._arrived(item, pred.model_patch, pred.model_name_or_path, now)
+            if pred.exchange is None:
+                return self._arrived(item, pred.model_patch, pred.model_name_or_path, now)
+            # the green agent asked the participant itself: the row keeps its account of it
+            ex = pred.patch_result()
+            state = self._arrived(
+                item, ex.patch, ex.model_name_or_path, now, ex.failure, ex.detail, ex.usage, now
+            )
+            return state.model_copy(
+                update={
+                    "duration": ex.duration,
+                    "conversation": ex.conversation,
+                    "interaction": ex.interaction,
+                }
+            )
         from swegreen.a2a.exchange import outcome_of
         from swegreen.a2a.polled import PolledParticipant
         from swegreen.core.task_dialects import AUTO

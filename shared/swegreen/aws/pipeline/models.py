@@ -194,6 +194,8 @@ class PatchState(BaseModel):
     usage: dict[str, Any] | None = None
     # the task dialect, what chose it, where the patch was found (PatchResult.conversation)
     conversation: dict[str, Any] | None = None
+    # the interactive mode's steps and output (PatchResult.interaction)
+    interaction: dict[str, Any] | None = None
 
 
 class SandboxInput(BaseModel):
