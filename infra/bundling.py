@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import jsii
-from aws_cdk import ILocalBundling
+from aws_cdk import AssetHashType, BundlingOptions, ILocalBundling
+from aws_cdk import aws_lambda as lambda_
 
 ROOT = Path(__file__).resolve().parents[1]
 # Light by design: the grader and its dependencies run in the sandbox container.
@@ -82,3 +83,15 @@ class LambdaBundler:
             )
             (target / ".complete").write_text("")
         return target
+
+
+def lambda_code() -> lambda_.Code:
+    """The one code asset of every function (the same hash: one asset in the assembly)."""
+    return lambda_.Code.from_asset(
+        str(ROOT / "functions"),
+        asset_hash_type=AssetHashType.CUSTOM,
+        asset_hash=sources_hash(),
+        bundling=BundlingOptions(
+            image=lambda_.Runtime.PYTHON_3_12.bundling_image, local=LambdaBundler()
+        ),
+    )

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import ArnFormat, AssetHashType, BundlingOptions, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as ddb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 
-from infra.bundling import LambdaBundler, sources_hash
+from infra.bundling import lambda_code
 from infra.sandbox import ISOLATION, Sandbox
 from infra.settings import StackSettings, retention
 from infra.states import MAP_RESULTS
@@ -39,14 +39,7 @@ class FunctionParts:
         grader: str,
     ) -> None:
         """The eight functions, their environment and their data grants."""
-        code = lambda_.Code.from_asset(
-            str(ROOT / "functions"),
-            asset_hash_type=AssetHashType.CUSTOM,
-            asset_hash=sources_hash(),
-            bundling=BundlingOptions(
-                image=lambda_.Runtime.PYTHON_3_12.bundling_image, local=LambdaBundler()
-            ),
-        )
+        code = lambda_code()
         environment = {
             "SWEGREEN_TABLE": table.table_name,
             "SWEGREEN_BUCKET": bucket.bucket_name,

@@ -32,6 +32,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from infra.account_setup import AccountSetup
 from infra.settings import StackSettings, retention
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,6 +93,7 @@ class Sandbox(Construct):
         runs_prefix: str,
         artifacts_prefix: str,
         instance_name: str,
+        account: AccountSetup,
     ) -> None:
         super().__init__(scope, id)
         if settings.vpc_id:
@@ -131,7 +133,9 @@ class Sandbox(Construct):
                 "SecurityGroups": [self.security_group.security_group_id],
                 "AssignPublicIp": "ENABLED" if public_ip else "DISABLED",
             },
-            CLOSED: self._closed_network(settings, bucket, runs_prefix, artifacts_prefix),
+            CLOSED: self._closed_network(
+                settings, account.s3_prefix_list_id, bucket, runs_prefix, artifacts_prefix
+            ),
         }
         # The interface endpoints' private DNS answers for the whole VPC: the build tasks
         # and the open rows resolve ECR and Logs to them too, so they are let in as well
@@ -146,6 +150,8 @@ class Sandbox(Construct):
             container_insights_v2=ecs.ContainerInsights.ENABLED,
             enable_fargate_capacity_providers=True,  # FARGATE and FARGATE_SPOT
         )
+        # its capacity providers need ECS's service-linked role, which AccountSetup makes
+        self.cluster.node.add_dependency(account.resource)
         self.log_group = logs.LogGroup(
             self,
             "Logs",
@@ -320,6 +326,7 @@ class Sandbox(Construct):
     def _closed_network(
         self,
         settings: StackSettings,
+        s3_prefix_list: str,
         bucket: s3.IBucket,
         runs_prefix: str,
         artifacts_prefix: str,
@@ -346,14 +353,11 @@ class Sandbox(Construct):
         endpoints.add_ingress_rule(group, ec2.Port.tcp(443), "closed rows")
         self.endpoints = endpoints
         group.add_egress_rule(endpoints, ec2.Port.tcp(443), "ECR and CloudWatch Logs endpoints")
-        s3_peer = (
-            ec2.Peer.prefix_list(settings.s3_prefix_list_id)
-            if settings.s3_prefix_list_id
-            # without the region's S3 prefix list: the subnets' only route out of the VPC is
-            # the gateway endpoint's, so HTTPS "anywhere" reaches S3 and nothing else
-            else ec2.Peer.any_ipv4()
+        # S3's addresses only (the region's prefix list, given or found at deploy time:
+        # AccountSetup), reached through the gateway endpoint
+        group.add_egress_rule(
+            ec2.Peer.prefix_list(s3_prefix_list), ec2.Port.tcp(443), "S3 (gateway endpoint)"
         )
-        group.add_egress_rule(s3_peer, ec2.Port.tcp(443), "S3 through the gateway endpoint")
         gateway = self.vpc.add_gateway_endpoint(
             "SandboxS3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[isolated]
         )

@@ -63,9 +63,8 @@ class StackSettings(BaseModel):
     s3_prefix_list_id: str = Field(
         "",
         pattern=r"^(pl-[0-9a-f]+)?$",
-        description="the region's S3 prefix list (com.amazonaws.<region>.s3): the rows' "
-        "tasks may then send HTTPS to S3's addresses only; empty: anywhere, which from the "
-        "isolated subnets is S3 through the gateway endpoint and the VPC's own endpoints",
+        description="the region's S3 prefix list (com.amazonaws.<region>.s3), to which the "
+        "closed rows may send HTTPS; empty: found at deploy time (AccountSetup)",
     )
     sandbox_image: str = Field(
         "",

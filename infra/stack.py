@@ -7,6 +7,7 @@ from importlib.metadata import version
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
+from infra.account_setup import AccountSetup
 from infra.front_door import FrontDoor
 from infra.sandbox import Sandbox
 from infra.settings import StackSettings
@@ -26,6 +27,7 @@ class SweGreenStack(Stack):
     ) -> None:
         super().__init__(scope, id, **kwargs)
         storage = Storage(self, "Storage", retain=settings.retain_data)
+        account = AccountSetup(self, "AccountSetup", settings=settings)
         sandbox = Sandbox(
             self,
             "Sandbox",
@@ -34,6 +36,7 @@ class SweGreenStack(Stack):
             runs_prefix=RUNS_PREFIX,
             artifacts_prefix=ARTIFACTS_PREFIX,
             instance_name=INSTANCE,
+            account=account,
         )
         workflow = Workflow(
             self,

@@ -25,8 +25,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-ECS_ROLE = "AWSServiceRoleForECS"
-ECS_PATH = "/aws-service-role/ecs.amazonaws.com/"
+from swegreen.aws.account_setup import ECS_ROLE, ecs_role
 
 
 def region_of(session: Any, given: str | None) -> tuple[str | None, str]:
@@ -39,21 +38,6 @@ def region_of(session: Any, given: str | None) -> tuple[str | None, str]:
     if session.region_name:
         return session.region_name, f"the profile's config ({session.profile_name or 'default'})"
     return None, "nothing: set AWS_REGION, or `aws configure set region REGION`"
-
-
-def ecs_role(iam: Any, make: bool) -> str:
-    """Whether ECS's service-linked role exists (a role under its service's path); made
-    when ``make``."""
-    if iam.list_roles(PathPrefix=ECS_PATH).get("Roles"):
-        return "exists"
-    if not make:
-        return "missing"
-    try:
-        iam.create_service_linked_role(AWSServiceName="ecs.amazonaws.com")
-    except ClientError as exc:  # made meanwhile by someone else: as good
-        if "has been taken" not in str(exc):
-            raise
-    return "made"
 
 
 def main(argv: list[str] | None = None) -> int:

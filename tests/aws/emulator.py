@@ -226,6 +226,8 @@ class Emulator:
             # CloudFormation's state machines go where executions run.
             mock.patch.object(sfn_models, "stepfunctions_backends", stepfunctions_parser_backends),
             mock.patch.dict(os.environ, {"MOTO_PORT": str(self.port)}),
+            # a custom resource's answer comes to this server (moto names Docker's host)
+            mock.patch("moto.settings.moto_server_host", lambda: "http://127.0.0.1"),
         ]
         for patch in patches:
             self._stack.enter_context(patch)
@@ -293,7 +295,16 @@ class Emulator:
             TemplateBody=template,
             Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"],
         )
-        description = cfn.describe_stacks(StackName=stack)["Stacks"][0]
+        # a custom resource (AccountSetup) keeps the stack in progress until its function
+        # has answered CloudFormation
+        deadline = time.monotonic() + 600
+        while True:
+            description = cfn.describe_stacks(StackName=stack)["Stacks"][0]
+            if not description["StackStatus"].endswith("_IN_PROGRESS"):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"stack {stack}: still {description['StackStatus']}")
+            time.sleep(0.5)
         if description["StackStatus"] != "CREATE_COMPLETE":
             raise RuntimeError(f"stack {stack}: {description['StackStatus']}")
         self.task_roles = task_role_actions(json.loads(template))

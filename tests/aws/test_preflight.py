@@ -64,3 +64,56 @@ def test_the_region_and_where_it_came_from(
     assert "ECS service-linked role AWSServiceRoleForECS: made" in capsys.readouterr().out
     preflight.main(["--check-only"])
     assert "AWSServiceRoleForECS: exists" in capsys.readouterr().out
+
+
+def test_the_stack_s_account_setup_makes_the_role_finds_s3_and_answers_cloudformation(
+    preflight: ModuleType,
+) -> None:
+    """What the AccountSetup custom resource does at deploy time (functions/setup.py):
+    the role made (once), the region's S3 prefix list found (or the given one kept), and
+    CloudFormation's answer PUT to its URL (a server on 127.0.0.1 here)."""
+    import http.server
+    import json
+
+    from swegreen.aws import account_setup
+    from tests.helpers import http_server
+
+    ec2 = boto3.client("ec2", region_name="eu-west-3")
+    found = account_setup.prepare(iam(), ec2, "eu-west-3")
+    (listed,) = ec2.describe_managed_prefix_lists(
+        Filters=[{"Name": "prefix-list-name", "Values": ["com.amazonaws.eu-west-3.s3"]}]
+    )["PrefixLists"]
+    assert found == {"EcsRole": "made", "S3PrefixListId": listed["PrefixListId"]}
+    again = account_setup.prepare(iam(), ec2, "eu-west-3", "pl-0123abcd")
+    assert again == {"EcsRole": "exists", "S3PrefixListId": "pl-0123abcd"}
+
+    got: list[tuple[str, dict[str, Any]]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            got.append((self.path, json.loads(body)))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http_server(Handler) as url:
+        event = {
+            "ResponseURL": f"{url}/answer?X-Amz-Signature=x",
+            "StackId": "arn:aws:cloudformation:eu-west-3:1:stack/S/1",
+            "RequestId": "r1",
+            "LogicalResourceId": "AccountSetup",
+        }
+        account_setup.answer(event, True, found)
+        account_setup.answer({**event, "PhysicalResourceId": "p"}, False, {}, "boom")
+    (path, ok), (_, failed) = got
+    assert path == "/answer?X-Amz-Signature=x"
+    assert ok["Status"] == "SUCCESS" and ok["Data"] == found and ok["RequestId"] == "r1"
+    assert (failed["Status"], failed["Reason"], failed["PhysicalResourceId"]) == (
+        "FAILED",
+        "boom",
+        "p",
+    )

@@ -414,6 +414,8 @@ WILDCARD_OK = {
     "lambda:GetAccountSettings",
     # private DNS of an interface endpoint: the zone is AWS's own, its ARN unknown to us
     "route53:AssociateVPCWithHostedZone",
+    # the region's S3 prefix list (AccountSetup): AWS's, found by its name
+    "ec2:DescribeManagedPrefixLists",
 }
 
 
@@ -500,13 +502,15 @@ def test_the_api_starts_and_reads_runs_with_authentication_and_validation(
     template: dict[str, Any],
 ) -> None:
     methods = resources(template, "AWS::ApiGateway::Method")
-    # POST /runs, GET and DELETE /runs/{id}, GET /runs/{id}/results and .../results/{page}
+    # POST /runs, GET and DELETE /runs/{id}, GET /runs/{id}/results and .../results/{page},
+    # PUT /predictions
     assert sorted(m["Properties"]["HttpMethod"] for m in methods.values()) == [
         "DELETE",
         "GET",
         "GET",
         "GET",
         "POST",
+        "PUT",
     ]
     for method in methods.values():
         assert method["Properties"]["AuthorizationType"] == "AWS_IAM"
@@ -539,6 +543,24 @@ def test_the_api_starts_and_reads_runs_with_authentication_and_validation(
         assert [r.get("SelectionPattern") for r in ok] == ["2\\d{2}"]
         statuses = {r["StatusCode"] for r in method["Properties"]["MethodResponses"]}
         assert {"404", "429", "502"} <= statuses
+    # PUT /predictions: S3's PutObject at a key named by the request id, under its prefix,
+    # the body as sent; the role may put there and nowhere else
+    (put,) = [m for m in methods.values() if m["Properties"]["HttpMethod"] == "PUT"]
+    upload = put["Properties"]["Integration"]
+    assert upload["IntegrationHttpMethod"] == "PUT" and ":s3:path/" in json.dumps(upload["Uri"])
+    assert "predictions/uploads/{key}" in json.dumps(upload["Uri"])
+    assert upload["RequestParameters"]["integration.request.path.key"] == "context.requestId"
+    assert set(upload["RequestTemplates"].values()) == {"$input.body"}
+    role = upload["Credentials"]["Fn::GetAtt"][0]
+    puts = [
+        render(r)
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "s3:PutObject" in _actions(st)
+        for r in (st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]])
+    ]
+    assert puts == ["REF/predictions/uploads/*"], puts
     start_template = render(post["Properties"]["Integration"]["RequestTemplates"][JSON])
     # $util.escapeJavaScript turns ' into \' (invalid JSON): undone after every escape
     assert start_template.count("escapeJavaScript") == start_template.count("replaceAll")
@@ -827,7 +849,7 @@ def test_rows_run_in_isolated_subnets_that_reach_only_the_endpoints_they_need(
     groups = resources(template, "AWS::EC2::SecurityGroup")
     closed_group = groups[group]["Properties"]
     assert "SecurityGroupIngress" not in closed_group
-    egress = list(closed_group["SecurityGroupEgress"]) + [
+    egress = list(closed_group.get("SecurityGroupEgress", [])) + [
         e["Properties"]
         for e in resources(template, "AWS::EC2::SecurityGroupEgress").values()
         if e["Properties"]["GroupId"] == {"Fn::GetAtt": [group, "GroupId"]}
@@ -850,9 +872,11 @@ def test_rows_run_in_isolated_subnets_that_reach_only_the_endpoints_they_need(
         or e.get("CidrIp")
         for e in egress
     ]
-    assert sorted(destinations, key=str) == sorted([endpoint_group, "0.0.0.0/0"], key=str)
-    # "anywhere" from subnets whose only way out is the S3 gateway endpoint (with the
-    # swegreen:s3_prefix_list_id context: S3's prefix list instead)
+    # the endpoints' group, and S3's addresses (the region's prefix list, found at deploy
+    # time by the AccountSetup custom resource): never "anywhere"
+    (setup,) = resources(template, "Custom::SweGreenAccountSetup")
+    s3_list = {"Fn::GetAtt": [setup, "S3PrefixListId"]}
+    assert sorted(destinations, key=str) == sorted([endpoint_group, s3_list], key=str)
     (gateway,) = (
         e["Properties"]
         for e in endpoints.values()
@@ -1150,3 +1174,39 @@ def test_the_idle_cost_table_counts_what_the_template_holds(template: dict[str, 
 
     bare = SweGreenStack(cdk.App(), "NoBoard", settings=StackSettings(dashboard=False))
     assert not Template.from_stack(bare).find_resources("AWS::CloudWatch::Dashboard")
+
+
+def test_the_stack_makes_what_it_needs_of_the_account_before_using_it(
+    template: dict[str, Any],
+) -> None:
+    """AccountSetup (a Python function of the stack's own code asset, no provider
+    framework): ECS's service-linked role before the cluster's capacity providers, the S3
+    prefix list before the closed rows' egress; its grants no wider than that."""
+    ((setup, resource),) = resources(template, "Custom::SweGreenAccountSetup").items()
+    token = resource["Properties"]["ServiceToken"]["Fn::GetAtt"][0]
+    functions = resources(template, "AWS::Lambda::Function")
+    assert functions[token]["Properties"]["Handler"] == "setup.handler"
+    (association,) = resources(template, "AWS::ECS::ClusterCapacityProviderAssociations")
+    assert setup in resources(template, "AWS::ECS::ClusterCapacityProviderAssociations")[
+        association
+    ].get("DependsOn", []), "the capacity providers do not wait for the ECS role"
+    role = functions[token]["Properties"]["Role"]["Fn::GetAtt"][0]
+    statements = [
+        st
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    actions = sorted(
+        a
+        for st in statements
+        for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
+    )
+    assert actions == [
+        "ec2:DescribeManagedPrefixLists",
+        "iam:CreateServiceLinkedRole",
+        "iam:GetRole",
+    ]
+    (create,) = [st for st in statements if st["Action"] == "iam:CreateServiceLinkedRole"]
+    assert create["Condition"] == {"StringEquals": {"iam:AWSServiceName": "ecs.amazonaws.com"}}
+    assert "AWSServiceRoleForECS" in json.dumps(create["Resource"])

@@ -1,0 +1,88 @@
+"""What a stack needs of its account before its own resources can be made, made or
+found at deploy time (the AccountSetup custom resource, functions/setup.py) rather than
+left to a step a user may skip:
+
+- ECS's service-linked role: a first cluster with capacity providers fails "Unable to
+  assume the service linked role" and rolls the stack back when the account has none;
+- the region's S3 prefix list (``com.amazonaws.<region>.s3``): the closed rows' only
+  egress, so that their HTTPS reaches S3's addresses and nothing else.
+
+``scripts/aws_preflight.py`` uses the same check before a deploy.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+ECS_ROLE = "AWSServiceRoleForECS"
+ECS_SERVICE = "ecs.amazonaws.com"
+ECS_PATH = f"/aws-service-role/{ECS_SERVICE}/"
+
+
+def ecs_role(iam: Any, make: bool) -> str:
+    """``exists``, ``made`` or ``missing`` (when not ``make``): ECS's service-linked role."""
+    try:
+        iam.get_role(RoleName=ECS_ROLE)
+        return "exists"
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "NoSuchEntity":
+            raise
+    if not make:
+        return "missing"
+    try:
+        iam.create_service_linked_role(AWSServiceName=ECS_SERVICE)
+    except ClientError as exc:  # made meanwhile by someone else: as good
+        if "has been taken" not in str(exc):
+            raise
+    return "made"
+
+
+def s3_prefix_list(ec2: Any, region: str) -> str:
+    """The id of the region's AWS-managed S3 prefix list."""
+    name = f"com.amazonaws.{region}.s3"
+    found = ec2.describe_managed_prefix_lists(
+        Filters=[{"Name": "prefix-list-name", "Values": [name]}]
+    )["PrefixLists"]
+    if not found:
+        raise LookupError(
+            f"{region} has no managed prefix list {name}: give one with "
+            "-c swegreen:s3_prefix_list_id=pl-..."
+        )
+    return str(found[0]["PrefixListId"])
+
+
+def prepare(iam: Any, ec2: Any, region: str, given_prefix_list: str = "") -> dict[str, str]:
+    """The custom resource's Create and Update: its attributes."""
+    return {
+        "EcsRole": ecs_role(iam, make=True),
+        "S3PrefixListId": given_prefix_list or s3_prefix_list(ec2, region),
+    }
+
+
+def answer(event: dict[str, Any], ok: bool, data: dict[str, str], reason: str = "") -> None:
+    """CloudFormation's answer, to the pre-signed URL it gave (the custom resource
+    protocol): a stack waits for it, up to an hour, so every path ends here."""
+    body = json.dumps(
+        {
+            "Status": "SUCCESS" if ok else "FAILED",
+            "Reason": (reason or "see the function's log")[:1000],
+            # one physical resource: an Update never replaces it, a Delete does nothing
+            "PhysicalResourceId": event.get("PhysicalResourceId") or "swegreen-account-setup",
+            "StackId": event["StackId"],
+            "RequestId": event["RequestId"],
+            "LogicalResourceId": event["LogicalResourceId"],
+            "Data": data,
+        }
+    ).encode()
+    request = urllib.request.Request(
+        event["ResponseURL"],
+        data=body,
+        method="PUT",
+        headers={"Content-Type": "", "Content-Length": str(len(body))},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        response.read()
