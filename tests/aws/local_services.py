@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -28,8 +28,18 @@ FAKE_CREDENTIALS = {
 }
 
 
-def wait_for(url: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+def wait_for(
+    url: str,
+    timeout: float = 60.0,
+    proc: subprocess.Popen | None = None,
+    progress: Callable[[], object] | None = None,
+) -> None:
+    """Until ``url`` answers. ``timeout`` is how long the server may go without answering
+    and, with ``progress`` (a value that changes while the server works its way up, e.g.
+    its log's size), without making any: a start slowed by a loaded machine is waited
+    for, a stuck one fails in ``timeout``."""
     deadline = time.monotonic() + timeout
+    seen = progress() if progress is not None else None
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"the server behind {url} exited with status {proc.returncode}")
@@ -37,7 +47,9 @@ def wait_for(url: str, timeout: float = 60.0, proc: subprocess.Popen | None = No
             httpx.get(url, timeout=2.0)
             return
         time.sleep(0.2)
-    raise TimeoutError(f"{url} did not answer within {timeout:g} s")
+        if progress is not None and (now := progress()) != seen:
+            seen, deadline = now, time.monotonic() + timeout
+    raise TimeoutError(f"{url} did not answer within {timeout:g} s of its last progress")
 
 
 def dynamodb_local_jar() -> Path:

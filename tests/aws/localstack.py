@@ -140,7 +140,13 @@ class LocalStack:
                 stderr=subprocess.STDOUT,
             )
         try:
-            wait_for(f"{self.endpoint}/_localstack/health", timeout=120, proc=self.proc)
+            # a loaded machine starts it slowly: waited for while its log grows
+            wait_for(
+                f"{self.endpoint}/_localstack/health",
+                timeout=180,
+                proc=self.proc,
+                progress=lambda: self.log.stat().st_size,
+            )
         except (RuntimeError, TimeoutError) as exc:
             self.__exit__()
             raise RuntimeError(
@@ -192,11 +198,15 @@ class LocalStack:
         )
         cfn = self.client("cloudformation")
         cfn.create_stack(StackName=stack, TemplateURL=template_url, Capabilities=["CAPABILITY_IAM"])
-        deadline = time.monotonic() + 300
+        # 300 s without a resource made is a stuck deploy; a slow one goes on
+        deadline, made = time.monotonic() + 300, -1
         while True:
             described = cfn.describe_stacks(StackName=stack)["Stacks"][0]
             if not described["StackStatus"].endswith("IN_PROGRESS"):
                 break
+            events = len(cfn.describe_stack_events(StackName=stack)["StackEvents"])
+            if events != made:
+                deadline, made = time.monotonic() + 300, events
             if time.monotonic() > deadline:
                 raise TimeoutError(f"stack {stack} still {described['StackStatus']}")
             time.sleep(1.0)

@@ -24,21 +24,27 @@ ECS_PATH = f"/aws-service-role/{ECS_SERVICE}/"
 
 
 def ecs_role(iam: Any, make: bool) -> str:
-    """``exists``, ``made`` or ``missing`` (when not ``make``): ECS's service-linked role."""
+    """``exists``, ``made`` or ``missing`` (when not ``make``): ECS's service-linked role.
+    Made with ``make``: the one write is the create, and it says if the role was there."""
     try:
         iam.get_role(RoleName=ECS_ROLE)
         return "exists"
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") != "NoSuchEntity":
+        if _code(exc) != "NoSuchEntity":
             raise
-    if not make:
-        return "missing"
+    if not make:  # a check by the role's path too (the preflight's own credentials)
+        return "exists" if iam.list_roles(PathPrefix=ECS_PATH).get("Roles") else "missing"
     try:
         iam.create_service_linked_role(AWSServiceName=ECS_SERVICE)
-    except ClientError as exc:  # made meanwhile by someone else: as good
-        if "has been taken" not in str(exc):
-            raise
+    except ClientError as exc:  # there already, or made meanwhile by someone else: as good
+        if _code(exc) == "EntityAlreadyExists" or "has been taken" in str(exc):
+            return "exists"
+        raise
     return "made"
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def s3_prefix_list(ec2: Any, region: str) -> str:
