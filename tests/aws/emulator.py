@@ -114,6 +114,10 @@ class Emulator:
         self.fargate_quotas: dict[str, float] = {}  # Service Quotas code -> vCPUs
         self.invocations: list[tuple[str, float, bool]] = []  # (function, seconds, errored)
         self.tasks: list[dict[str, Any]] = []
+        # host paths a task must see though they lie under the host's /tmp (which each
+        # task gets a private one of): the repositories it clones, as a real task reaches
+        # its sources over the network
+        self.visible: list[Path] = []
         self.task_roles: dict[str, set[str]] = {}  # task definition family -> role's actions
         self._runtimes: list[_Runtime] = []  # every Lambda execution environment started
         self._idle: dict[str, list[_Runtime]] = {}  # function ARN -> warm, unused ones
@@ -573,7 +577,11 @@ class Emulator:
         # lies under the host's /tmp (a CI checkout may)
         needed = [
             *keep,
-            *(str(p) for p in [*_host_code(), self.workdir.resolve()] if _under_tmp(p)),
+            *(
+                str(p)
+                for p in [*_host_code(), self.workdir.resolve(), *self.visible]
+                if _under_tmp(p.resolve())
+            ),
         ]
         return [
             self.bwrap,

@@ -180,12 +180,11 @@ class Cloud:
         """What changes while the executions work: executions ended, tasks started and
         ended, Lambda invocations made."""
         tasks = list(self.emulator.tasks)
-        calls = self.emulator.workdir / "invocations"
         return (
             len(done),
             len(tasks),
             sum("exit_code" in t for t in tasks),
-            sum(1 for _ in calls.iterdir()) if calls.exists() else 0,
+            len(self.emulator.invocations),
         )
 
     def watch(self) -> None:
@@ -324,6 +323,7 @@ def cloud(
         if emulator.bwrap is None:
             pytest.skip("bubblewrap cannot mount here: the tasks cannot each have a disk")
         emulator.fargate_quotas.update(NEW_ACCOUNT_QUOTAS)
+        emulator.visible.append(sample.root)  # the repositories the build tasks clone
         cloud = Cloud(emulator, emulator.deploy(assembly, STACK), sample)
         s3 = emulator.client("s3")
         # the documented first step (docs/aws.md): the dataset into the stack's bucket

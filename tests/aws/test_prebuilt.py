@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +246,104 @@ def test_a_mirror_is_never_overwritten_a_pointer_names_the_current_one(
     # a pointer written before mirrors were named by content: a list of commits
     legacy = prebuilt.MirrorPointer.parse("o/r", json.dumps(["abc"]))
     assert (legacy.key, legacy.commits) == ("artifacts/repos/o__r.tar.zst", ["abc"])
+
+
+def test_environments_that_lock_the_same_are_built_once_and_linked(
+    s3, sample: SampleBenchmark, tmp_path: Path, host_env: dict[str, str]
+) -> None:
+    """Two versions of a repository whose environments are made of the same (their
+    setup commits differ, their requirements lock the same): the second build task, on an
+    empty disk as on Fargate, stops at its lock, fetches the first's environment and
+    stores only a link to it; a row of the second version evaluates from the link and the
+    environment it links to, building nothing."""
+    from swegreen.core.recipes import RecipeBook
+    from swegreen.sample import sample_recipes
+
+    # the sample's calculator with two later commits, each an environment setup commit
+    # whose requirements file reads the same (as Verified's versions' often do)
+    repos = tmp_path / "repos"
+    clone = repos / "sample__calculator"
+    subprocess.run(
+        ["git", "clone", "-q", str(sample.repos_dir / "sample__calculator"), str(clone)],
+        check=True,
+    )
+    setups = [
+        commit(clone, {"requirements.txt": "iniconfig==2.0.0\n", "NOTES": n}, n)
+        for n in ("one", "two")
+    ]
+    by_id = {i.instance_id: i for i in instances(sample)}
+    rows = [
+        by_id[iid].model_copy(update={"environment_setup_commit": setup, "version": version})
+        for iid, setup, version in zip(
+            ("sample__calculator-1", "sample__calculator-3"), setups, ("1.0", "1.1"), strict=True
+        )
+    ]
+    # the sample's recipe, reading that file at the setup commit (as Verified's recipes do):
+    # keyed by that commit, locked by what it reads
+    base = sample_recipes().for_instance(rows[0])
+    recipe = base.model_copy(
+        update={"requirements": ("requirements.txt",), "exclude_newer": "2025-06-01"}
+    )
+    book = RecipeBook({"sample/calculator": {r.version: recipe for r in rows}})
+    config = EvalConfig(repo_url_template=str(repos / "{owner}__{name}"), offline_installs=True)
+    bucket = ArtifactBucket(s3, BUCKET)
+    for inst in rows:
+        bucket.put_text(f"runs/r/instances/{inst.instance_id}/{INSTANCE}", inst.model_dump_json())
+    plan = prebuilt.plan("r", rows, book, set(), {})
+    envs = [item for item in plan.builds if item.env]
+    first, second = (item.env for item in envs)
+    assert first != second
+    cache = tmp_path / "cache"
+    # keyed by commit, as every task of the pipeline keys them (sandbox_task.py)
+    settings = LocalSettings(output_dir=tmp_path / "out", cache_dir=cache, content_keyed_envs=False)
+
+    def fresh() -> None:
+        shutil.rmtree(cache, ignore_errors=True)
+        cache.mkdir()
+
+    for item in [*[b for b in plan.builds if not b.env], *envs]:  # mirrors, then in order
+        fresh()
+        testbeds = build_testbeds(settings, config, host_env, recipes=book)
+        try:
+            assert asyncio.run(build(item, bucket, testbeds)) == 0
+        finally:
+            testbeds.close()
+    assert second is not None and first is not None
+    assert json.loads(bucket.get_text(prebuilt.env_same_key(second)) or "{}") == {"env": first}
+    assert bucket.get_text(prebuilt.env_same_key(first)) is None
+    pointers = s3.list_objects_v2(Bucket=BUCKET, Prefix="artifacts/envs/by-lock/")["Contents"]
+    assert [json.loads(bucket.get_text(p["Key"]) or "{}") for p in pointers] == [{"env": first}]
+    size = {
+        k: s3.head_object(Bucket=BUCKET, Key=prebuilt.env_key(k))["ContentLength"]
+        for k in (first, second)
+    }
+    assert size[second] < 10_000 < size[first], size  # a link, not a second environment
+
+    needs = prebuilt.row_needs(rows[1], book)
+    keys = prebuilt.with_shared(needs.keys(bucket.mirror(needs.repo)), bucket.get_text)
+    assert list(keys) == ["repo", "env", "env-same", "prepared"]
+    assert keys["env-same"] == prebuilt.env_key(first)
+    fresh()  # the evaluate task: the mirror, the link and the environment it links to
+    for name, key in keys.items():
+        if name != "prepared":  # none was made here: the task prepares it (offline)
+            assert bucket.fetch(key, cache), key
+    assert (cache / "envs" / second).is_symlink()
+    evaluator = build_evaluator(
+        settings,
+        config.model_copy(update={"repo_url_template": "/nonexistent/{repo}"}),
+        host_env,
+        _NoArtifacts(),
+        recipes=book,
+    )
+    try:
+        result = asyncio.run(
+            evaluate_with_retries(evaluator, "r", rows[1], PatchResult(rows[1].patch, "gold"), 1)
+        )
+    finally:
+        evaluator.testbeds.close()
+    assert result.status is Status.RESOLVED, result.detail
+    # nothing built: the two environments it was given, the link still a link
+    assert sorted(p.name for p in (cache / "envs").iterdir() if p.name[0] != ".") == sorted(
+        [first, second]
+    )
+    assert (cache / "envs" / second).is_symlink()

@@ -2,7 +2,10 @@
 write the prebuilt artifacts (``prebuilt``).
 
 ``build`` makes one git mirror, or one environment (with the services' environments its
-tests call), with the local engine on the task's own disk, and uploads it. A build that
+tests call), with the local engine on the task's own disk, and uploads it. An environment
+whose requirements lock the same as one stored before is that one: the build stops at its
+lock, fetches it, and stores only a link to it (``S3Locks``; the engine shares them so
+on one machine, the same key on both). A build that
 fails for the recipe's own reason is remembered (``envs/<key>.failed.json``): later runs
 do not build it again and its rows end at once with the build's reason, until a run asks
 for a rebuild. ``prepare`` makes the prepared workspaces of a few instances (checkout,
@@ -19,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -116,6 +121,23 @@ class ArtifactBucket:
             yield archive
 
 
+class S3Locks:
+    """The environments earlier builds stored, by lock (``envs/by-lock/``): a build whose
+    requirements lock the same as one of them fetches that one and links to it instead
+    of building it again (EnvManager.same_lock)."""
+
+    def __init__(self, bucket: ArtifactBucket, cache: Path) -> None:
+        self.bucket = bucket
+        self.cache = cache
+
+    def find(self, lock_key: str) -> str | None:
+        text = self.bucket.get_text(prebuilt.lock_pointer_key(lock_key))
+        if text is None:
+            return None
+        key = str(json.loads(text)["env"])
+        return key if self.bucket.fetch(prebuilt.env_key(key), self.cache) else None
+
+
 async def build(item: prebuilt.BuildItem, bucket: ArtifactBucket, testbeds: Testbeds) -> int:
     cache = testbeds.envs.root.parent
     repos = testbeds.repos
@@ -147,6 +169,7 @@ async def build(item: prebuilt.BuildItem, bucket: ArtifactBucket, testbeds: Test
     for name in item.services:
         wanted.append((SERVICES[name].recipe().env_key(""), SERVICES[name].recipe(), name, ""))
     status = 0
+    testbeds.envs.shared_locks = S3Locks(bucket, cache)
     for key, env_recipe, env_label, setup in wanted:
         try:
             if setup:
@@ -174,9 +197,20 @@ async def build(item: prebuilt.BuildItem, bucket: ArtifactBucket, testbeds: Test
             else:
                 status = EXIT_TEMPFAIL
             continue
+        local = cache / "envs" / key
+        if local.is_symlink():  # made of the same lock as an environment stored before
+            same = Path(os.readlink(local)).name
+            # the pointer first: a tarball's presence is what "built" means to a row
+            bucket.put_text(prebuilt.env_same_key(key), json.dumps({"env": same}))
+            bucket.store(cache, [f"envs/{key}"], prebuilt.env_key(key))  # the link alone
+            print(f"environment {key} ({env_label}): the same lock as {same}, linked")
+            continue
         if built.key != key:
             raise RuntimeError(f"planned environment {key}, built {built.key} (recipe drift?)")
         bucket.store(cache, [f"envs/{key}"], prebuilt.env_key(key))
+        lock = testbeds.envs.lock_of(key)
+        if lock is not None and not bucket.exists(prebuilt.lock_pointer_key(lock)):
+            bucket.put_text(prebuilt.lock_pointer_key(lock), json.dumps({"env": key}))
         print(f"environment {key} ({env_label}): stored")
     return status
 
@@ -197,7 +231,7 @@ async def prepare(
         except EvaluationFailure as exc:
             print(f"{instance_id}: {exc}", file=sys.stderr)
             continue
-        keys = needs.keys(bucket.mirror(needs.repo))
+        keys = prebuilt.with_shared(needs.keys(bucket.mirror(needs.repo)), bucket.get_text)
         keys.pop("prepared")
         missing = []
         for key in keys.values():

@@ -19,6 +19,11 @@ Layout under ``artifacts/`` (names are the local cache's):
     envs/<env key>.tar.zst          an environment (``envs/<key>``)
     envs/<env key>.failed.json      a build that failed for the recipe's own reason:
                                     remembered, never built again unless asked
+    envs/<env key>.same.json        the environment is another's, made of the same lock
+                                    (``{"env": <that key>}``); its tarball holds only the
+                                    link to it, and a task unpacks both
+    envs/by-lock/<lock key>.json    the environment first stored of that lock, for later
+                                    builds to use instead of building it again
     prepared/<name>.tar.zst         a prepared workspace (``prepared/<name>``) and its
                                     base run (``base-validation/<instance id>-*.json``)
 
@@ -92,6 +97,25 @@ class MirrorPointer(BaseModel):
 
 def env_key(key: str) -> str:
     return f"{PREFIX}envs/{key}{SUFFIX}"
+
+
+def env_same_key(key: str) -> str:
+    return f"{PREFIX}envs/{key}.same.json"
+
+
+def lock_pointer_key(lock_key: str) -> str:
+    return f"{PREFIX}envs/by-lock/{lock_key}.json"
+
+
+def with_shared(keys: dict[str, str], get_text: Callable[[str], str | None]) -> dict[str, str]:
+    """``keys`` (RowNeeds.keys) with, right after an environment that is another's (the
+    same lock), that other's tarball (``env-same``): the link and what it links to."""
+    out: dict[str, str] = {}
+    for name, key in keys.items():
+        out[name] = key
+        if name == "env" and (text := get_text(env_same_key(Path(key).name[: -len(SUFFIX)]))):
+            out["env-same"] = env_key(json.loads(text)["env"])
+    return out
 
 
 def env_failed_key(key: str) -> str:
@@ -313,8 +337,10 @@ def pack(cache: Path, paths: Iterable[str], archive: Path) -> None:
 
 
 def _members(cache: Path, rel: str) -> list[str]:
-    """``rel`` and everything under it (a file is its own only member)."""
+    """``rel`` and everything under it (a file, or a link, is its own only member)."""
     members = [rel]
+    if (cache / rel).is_symlink():  # an environment that is another's: the link alone
+        return members
     for dirpath, dirnames, filenames in os.walk(cache / rel):
         here = Path(dirpath).relative_to(cache).as_posix()
         members += [f"{here}/{name}" for name in (*dirnames, *filenames)]

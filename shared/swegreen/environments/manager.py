@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 from swegreen.core.errors import (
     EnvSetupFailed,
@@ -58,6 +59,15 @@ INDEX = "index.jsonl"  # content-keyed environments and who uses them (EnvManage
 BY_LOCK = "by-lock"  # lock key -> the environment first built from that lock
 # Passed from the host to environment builds: what a test run's install gets, and uv's.
 BUILD_PASSTHROUGH = (*INDEX_PASSTHROUGH, "UV_INDEX_URL")
+
+
+class SharedLocks(Protocol):
+    """Environments built by other machines, found by what they are made of."""
+
+    def find(self, lock_key: str) -> str | None:
+        """The key of an environment made of ``lock_key``, brought under the manager's
+        root (complete, as built), or None."""
+        ...
 
 
 class EnvManager:
@@ -98,6 +108,8 @@ class EnvManager:
         self.rebuild_failed = rebuild_failed
         self._failures: dict[str, list[EvaluationFailure]] = {}
         self._rebuilt: set[str] = set()  # keys whose remembered failure this process retried
+        # environments stored elsewhere, by lock (the AWS build phase's: build_phase.py)
+        self.shared_locks: SharedLocks | None = None
 
     def failure_path(self, key: str) -> Path:
         return self.root / f"{key}.failed.json"
@@ -258,13 +270,32 @@ class EnvManager:
             )
 
     async def same_lock(self, lock_key: str) -> str | None:
-        """The complete, intact environment made of the same as ``lock_key`` says, if any."""
+        """The complete, intact environment made of the same as ``lock_key`` says, if any:
+        one of this cache, else one ``shared_locks`` brings into it."""
         link = self.root / BY_LOCK / lock_key
-        if not link.is_symlink():
+        if link.is_symlink():
+            target = self.root / Path(os.readlink(link)).name  # ../<key>, beside this one
+            if (target / COMPLETE).exists() and await self.intact(target):
+                return target.name
+        if self.shared_locks is None:
             return None
-        target = self.root / Path(os.readlink(link)).name  # ../<key>, beside this directory
+        key = await asyncio.to_thread(self.shared_locks.find, lock_key)
+        if key is None:
+            return None
+        target = self.root / key
         if (target / COMPLETE).exists() and await self.intact(target):
-            return target.name
+            await asyncio.to_thread(self.record_lock, lock_key, key)
+            return key
+        return None
+
+    def lock_of(self, key: str) -> str | None:
+        """The lock key environment ``key`` was recorded under (its build's), if any."""
+        folder = self.root / BY_LOCK
+        if not folder.is_dir():
+            return None
+        for link in folder.iterdir():
+            if link.is_symlink() and Path(os.readlink(link)).name == key:
+                return link.name
         return None
 
     def record_lock(self, lock_key: str, key: str) -> None:
