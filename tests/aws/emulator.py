@@ -595,6 +595,9 @@ class Emulator:
             "/tmp",
             "--tmpfs",
             "/var/tmp",
+            # the parents of what it keeps, passable (bubblewrap makes them 0700: the
+            # uid the tests run as could not reach them)
+            *[arg for parent in _parents(needed) for arg in ("--perms", "0755", "--dir", parent)],
             *[arg for path in needed for arg in ("--bind", path, path)],
             "--tmpfs",
             str(self.cache_path),
@@ -608,6 +611,15 @@ def _host_code() -> list[Path]:
     """The checkout and the interpreters a task's command runs from."""
     paths = {Path(__file__).resolve().parents[2], Path(sys.prefix), Path(sys.base_prefix)}
     return sorted(p.resolve() for p in paths)
+
+
+def _parents(paths: Sequence[str]) -> list[str]:
+    """The directories above ``paths`` inside /tmp and /var/tmp, shallowest first."""
+    out: dict[str, None] = {}
+    for path in paths:
+        chain = [p for p in reversed(Path(path).parents) if _under_tmp(p)]
+        out.update((str(p), None) for p in chain)
+    return list(out)
 
 
 def _under_tmp(path: Path) -> bool:
