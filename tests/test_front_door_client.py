@@ -243,3 +243,30 @@ def test_a_pipeline_that_grades_other_rows_than_the_participant_saw_is_not_publi
     remote._same_rows("a", "r1", {"run": {"dataset_digest": dataset.digest}})  # the same: fine
     with pytest.raises(AssessmentFailed, match="upload the green agent's copy"):
         remote._same_rows("a", "r1", {"run": {"dataset_digest": "0" * 64}})
+
+
+def test_the_aws_backend_is_configured_by_flags_or_by_the_environment() -> None:
+    """What an Amber manifest sets (SWEGREEN_*), what a flag overrides, and a clear error
+    without the API's URL."""
+    import argparse
+
+    from swegreen.cli.serve import front_door_settings
+    from swegreen.core.errors import ConfigError
+
+    flags = argparse.Namespace(
+        api_url=None, api_auth=None, api_region=None, api_poll=15.0, exchange=None
+    )
+    env = {"SWEGREEN_API_URL": "https://x.execute-api.eu-west-3.amazonaws.com/v1"}
+    settings = front_door_settings(flags, {**env, "SWEGREEN_API_KEY": "k"})
+    assert (settings.auth, settings.exchange, settings.signing_region()) == (
+        "api_key",
+        "green_agent",
+        "eu-west-3",
+    )
+    assert front_door_settings(flags, env).auth == "iam"  # no key: SigV4
+    given = argparse.Namespace(**{**vars(flags), "exchange": "pipeline", "api_auth": "iam"})
+    assert front_door_settings(given, {**env, "SWEGREEN_API_KEY": "k"}).exchange == "pipeline"
+    with pytest.raises(ConfigError, match=r"--api-url or \$SWEGREEN_API_URL"):
+        front_door_settings(flags, {})
+    with pytest.raises(ConfigError, match="green_agent"):
+        front_door_settings(flags, {**env, "SWEGREEN_EXCHANGE": "nobody"})
