@@ -221,11 +221,7 @@ class FrontDoor(Construct):
                                 JSON: '{"error": "no results for this run (yet), or no such page"}'
                             },
                         ),
-                        apigw.IntegrationResponse(
-                            status_code="429",
-                            selection_pattern="429|503",
-                            response_templates={JSON: '{"error": "throttled: try again"}'},
-                        ),
+                        _THROTTLED,
                         _BAD_GATEWAY,
                     ],
                 ),
@@ -268,11 +264,7 @@ class FrontDoor(Construct):
                             JSON: '{"patches": "' + UPLOADS_PREFIX + '$context.requestId"}'
                         },
                     ),
-                    apigw.IntegrationResponse(
-                        status_code="429",
-                        selection_pattern="429|503",
-                        response_templates={JSON: '{"error": "throttled: try again"}'},
-                    ),
+                    _THROTTLED,
                     _BAD_GATEWAY,
                 ],
             ),
@@ -293,6 +285,12 @@ class FrontDoor(Construct):
             plan.add_api_stage(stage=self.api.deployment_stage)
 
 
+# S3 throttled (503 SlowDown) or refused for the moment: the client tries again.
+_THROTTLED = apigw.IntegrationResponse(
+    status_code="429",
+    selection_pattern="429|503",
+    response_templates={JSON: '{"error": "throttled: try again"}'},
+)
 # Whatever no other response matched (a 5xx of the service, a broken integration): never a
 # success. Integration responses without a selection pattern are the default.
 _BAD_GATEWAY = apigw.IntegrationResponse(

@@ -26,7 +26,7 @@ from swegreen.core.errors import SweGreenError
 from swegreen.core.ids import check_id
 from swegreen.core.metrics import RunMetrics
 from swegreen.core.plan import Plan, plan, plan_record, what_fits
-from swegreen.core.ports import ProgressEvent
+from swegreen.core.ports import ProgressEvent, Workbenches
 from swegreen.core.scrub import Scrubber
 from swegreen.core.stop_rule import StopRule
 from swegreen.evaluation.engine import Engine, LocalSettings, build_engine, choose_backend
@@ -188,22 +188,9 @@ class Assessment:
         )
         workbenches = engine.workbenches() if config.interactive else None
         if workbenches is not None and not workbenches.available:
-            await self.notify(
-                "note: the interactive mode is not offered: its commands need isolation = "
-                "bwrap or landlock, or environments = docker"
-            )
-        participant = A2AParticipant(
-            role,
-            url,
-            timeout=config.participant_timeout,
-            url_template=config.participant_url_template(),
-            http=http,
-            workbenches=workbenches,
-            budget=config.budget(),
-            dialect=config.dialect_for(role),
-            # graded in instance images: the participant is told the same image, so the
-            # runner pulls each once (the platform's disk keeps every pull)
-            image_source=config.docker_images if self._backend == "docker" else "official",
+            await self.notify(NOT_OFFERED)
+        participant = participant_for(
+            role, url, config, http, workbenches, docker=self._backend == "docker"
         )
         try:
             outcome = await engine.runner.run(
@@ -290,6 +277,36 @@ class Assessment:
         if diagnoser.unavailable:
             await self.notify(f"note: no diagnoses or summary: {diagnoser.unavailable}")
         return summary, diagnosed
+
+
+NOT_OFFERED = (
+    "note: the interactive mode is not offered: its commands need isolation = bwrap or "
+    "landlock, or environments = docker"
+)
+
+
+def participant_for(
+    role: str,
+    url: str,
+    config: EvalConfig,
+    http: httpx.AsyncClient,
+    workbenches: Workbenches | None,
+    docker: bool,
+) -> A2AParticipant:
+    """The A2A client that asks ``role`` for patches, as ``config`` says. ``docker``: rows
+    graded in instance images, whose image the participant is told, so that the runner
+    pulls each once (the platform's disk keeps every pull)."""
+    return A2AParticipant(
+        role,
+        url,
+        timeout=config.participant_timeout,
+        url_template=config.participant_url_template(),
+        http=http,
+        workbenches=workbenches,
+        budget=config.budget(),
+        dialect=config.dialect_for(role),
+        image_source=config.docker_images if docker else "official",
+    )
 
 
 async def select_rows(

@@ -29,12 +29,13 @@ from typing import Any
 
 import httpx
 
-from swegreen.a2a.participant_client import A2AParticipant
 from swegreen.agent.assessment import (
+    NOT_OFFERED,
     AgentSettings,
     AssessmentFailed,
     AssessmentOutcome,
     Notify,
+    participant_for,
     select_rows,
     summary_line,
 )
@@ -283,28 +284,15 @@ class RemoteAssessment:
             )
             workbenches = engine.workbenches()
             if not workbenches.available:
-                await self.notify(
-                    "note: the interactive mode is not offered: its commands need isolation "
-                    "= bwrap or landlock, or environments = docker"
-                )
+                await self.notify(NOT_OFFERED)
         gate = asyncio.Semaphore(config.max_concurrent_rows)
         self.asked[role] = 0
         results: dict[str, PatchResult] = {}
         timeout = httpx.Timeout(30.0, read=300.0)
         try:
             async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as http:
-                participant = A2AParticipant(
-                    role,
-                    url,
-                    timeout=config.participant_timeout,
-                    url_template=config.participant_url_template(),
-                    http=http,
-                    workbenches=workbenches,
-                    budget=config.budget(),
-                    dialect=config.dialect_for(role),
-                    image_source=config.docker_images
-                    if config.environments == "docker"
-                    else "official",
+                participant = participant_for(
+                    role, url, config, http, workbenches, config.environments == "docker"
                 )
 
                 async def one(inst: Instance) -> None:
