@@ -255,4 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # py-rattler's native threads can crash the interpreter's teardown (SIGSEGV in about 1
+    # of 15 exits after a failed solve, here): the answer is printed, the exit is plain
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
