@@ -624,7 +624,9 @@ def test_an_interrupt_before_the_run_begins_prints_no_traceback(tmp_path: Path) 
     assert wait_until(importing, 60)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, out + err
+    # 130, or (now and then, after the message) ended by the signal itself, which a shell
+    # reports as 130 too
+    assert proc.returncode in (130, -signal.SIGINT), out + err
     assert "Traceback" not in err and "interrupted" in err + out
 
 
