@@ -4,8 +4,8 @@ write the prebuilt artifacts (``prebuilt``).
 ``build`` makes one git mirror, or one environment (with the services' environments its
 tests call), with the local engine on the task's own disk, and uploads it. An environment
 whose requirements lock the same as one stored before is that one: the build stops at its
-lock, fetches it, and stores only a link to it (``S3Locks``; the engine shares them so
-on one machine, the same key on both). A build that
+lock, fetches it, and stores only a link to it (``S3Locks``: what the engine's
+``envs/by-lock/`` does on one machine, by the same lock key). A build that
 fails for the recipe's own reason is remembered (``envs/<key>.failed.json``): later runs
 do not build it again and its rows end at once with the build's reason, until a run asks
 for a rebuild. ``prepare`` makes the prepared workspaces of a few instances (checkout,
