@@ -320,7 +320,7 @@ def test_environments_that_lock_the_same_are_built_once_and_linked(
     assert size[second] < 10_000 < size[first], size  # a link, not a second environment
 
     needs = prebuilt.row_needs(rows[1], book)
-    keys = prebuilt.with_shared(needs.keys(bucket.mirror(needs.repo)), bucket.get_text)
+    keys = needs.keys(bucket.mirror(needs.repo), bucket.get_text)
     assert list(keys) == ["repo", "env", "env-same", "prepared"]
     assert keys["env-same"] == prebuilt.env_key(first)
     fresh()  # the evaluate task: the mirror, the link and the environment it links to

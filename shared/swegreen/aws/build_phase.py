@@ -231,7 +231,7 @@ async def prepare(
         except EvaluationFailure as exc:
             print(f"{instance_id}: {exc}", file=sys.stderr)
             continue
-        keys = prebuilt.with_shared(needs.keys(bucket.mirror(needs.repo)), bucket.get_text)
+        keys = needs.keys(bucket.mirror(needs.repo), bucket.get_text)
         keys.pop("prepared")
         missing = []
         for key in keys.values():

@@ -132,10 +132,13 @@ def ensure(
     made: list[str] = []
     problem = ""
     settled_at: float | None = None  # when all were first seen available
+    stamped: set[str] = set()  # endpoints this call has leased
     while True:
         try:
             mine, others = _split(_live(ec2, spec), spec)  # one listing a look
-            _stamp(ec2, mine, now())
+            # the lease, once per endpoint (those this call makes carry it from the start)
+            _stamp(ec2, [e for e in mine if e["VpcEndpointId"] not in stamped], now())
+            stamped.update(e["VpcEndpointId"] for e in mine)
             have = {e["ServiceName"]: e for e in mine}
             have.update({n: e for n, e in others.items() if n not in have})
             for name in spec.service_names():

@@ -107,17 +107,6 @@ def lock_pointer_key(lock_key: str) -> str:
     return f"{PREFIX}envs/by-lock/{lock_key}.json"
 
 
-def with_shared(keys: dict[str, str], get_text: Callable[[str], str | None]) -> dict[str, str]:
-    """``keys`` (RowNeeds.keys) with, right after an environment that is another's (the
-    same lock), that other's tarball (``env-same``): the link and what it links to."""
-    out: dict[str, str] = {}
-    for name, key in keys.items():
-        out[name] = key
-        if name == "env" and (text := get_text(env_same_key(Path(key).name[: -len(SUFFIX)]))):
-            out["env-same"] = env_key(json.loads(text)["env"])
-    return out
-
-
 def env_failed_key(key: str) -> str:
     return f"{PREFIX}envs/{key}.failed.json"
 
@@ -136,10 +125,16 @@ class RowNeeds(BaseModel):
     services: dict[str, str] = Field(default_factory=dict)  # service name -> env key
     prepared: str
 
-    def keys(self, mirror: str | None = None) -> dict[str, str]:
+    def keys(
+        self, mirror: str | None = None, get_text: Callable[[str], str | None] | None = None
+    ) -> dict[str, str]:
         """Artifact name (what it unpacks as) -> S3 key, in unpacking order; ``mirror``:
-        the current mirror's key, as the repository's pointer names it (MirrorPointer)."""
+        the current mirror's key, as the repository's pointer names it (MirrorPointer).
+        With ``get_text`` (an S3 read), an environment that is another's (the same lock)
+        is followed by that other's tarball (``env-same``): the link and what it links to."""
         keys = {"repo": mirror or repo_key(self.repo), "env": env_key(self.env)}
+        if get_text is not None and (same := get_text(env_same_key(self.env))):
+            keys["env-same"] = env_key(json.loads(same)["env"])
         keys.update({f"service-{n}": env_key(k) for n, k in sorted(self.services.items())})
         keys["prepared"] = prepared_key(self.prepared)
         return keys

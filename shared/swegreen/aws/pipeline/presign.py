@@ -96,7 +96,7 @@ class PresignStep(PipelineBase):
         recipes = builtin_recipes()
         needs = prebuilt.row_needs(inst, recipes)  # NoRecipe: the row's reason
         artifacts = {}
-        keys = prebuilt.with_shared(needs.keys(), self._get)
+        keys = needs.keys(get_text=self._get)
         prepared = self._exists(keys["prepared"])
         for name, key in keys.items():
             if name == "repo" and prepared:
