@@ -28,8 +28,10 @@ class Durations(BaseModel):
     # The part of setup (and of base validation) spent building the environment or the
     # prepared workspace this row was the first to need: 0 when both were reused.
     env_build: float = 0.0
-    # the patch applied and checked, the benchmark's files put back
+    # the patch applied and checked, the benchmark's files put back (on the Docker
+    # backend also the checks between the eval script's install and test phases)
     apply: float = 0.0
+    # the eval script's own run (on the Docker backend: its two execs)
     tests: float = 0.0
     # after the tests: the log graded, the artifacts written, the workspace let go
     grading: float = 0.0

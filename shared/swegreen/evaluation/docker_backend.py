@@ -215,6 +215,8 @@ class DockerEvaluator(PatchEvaluator):
         test = None
         recorded: Recorded | None = None
         if prepare.exit_code is not None:
+            # the checks between the phases are the backend's own time, not the script's
+            row.begin("apply")
             # nothing the install started runs on, and nothing of the container's is used
             # until the daemon's record says the install left the system as it was
             if not runs_no_project_code(phases.prepare):
@@ -233,6 +235,7 @@ class DockerEvaluator(PatchEvaluator):
             if environment is not None:
                 # after what the image sets of them, as the engine adds its own
                 command = ["/bin/bash", "-c", WITH_RECORDER, "eval", EVAL_SCRIPT]
+            row.begin("tests")
             test = await asyncio.to_thread(box.exec, command, left, environment=environment)
             output = test.output
             if mark is not None:
