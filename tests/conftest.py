@@ -27,6 +27,9 @@ from swegreen.sandbox import overlay
 from swegreen.sandbox.isolation import Isolation
 from tests.a2a import venv03
 
+# the Docker tests' images of the sample and the gateway stand-in (skipped without a daemon)
+pytest_plugins = ["tests.docker_support.fixtures"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """A temp root of this session's own, outside pytest-of-<user>: pytest keeps that one

@@ -11,26 +11,28 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
 from docker.errors import APIError
+from swebench.harness.constants import APPLY_PATCH_FAIL
 
 from swegreen.containers.daemon import answers
 from swegreen.core.dataset import load_dataset
+from swegreen.core.images import image_name
 from swegreen.core.ports import PatchResult
+from swegreen.core.results import InstanceResult
+from swegreen.environments.catalog import builtin_recipes
 from swegreen.evaluation.engine import Engine, build_engine
 from swegreen.evaluation.settings import LocalSettings
 from swegreen.sample import SampleBenchmark
 
 from .conftest import RunSample, sample_config
-from .docker_support.gateway import Gateway, running
-from .docker_support.sample_images import BASE, TEMPLATE, build_instances
+from .docker_support.gateway import Gateway
+from .docker_support.official_harness import eval_script_of, harness_rows, run_official
+from .docker_support.sample_images import BASE, TEMPLATE
 
 WHY_NOT = answers(os.environ)
 pytestmark = pytest.mark.skipif(
@@ -67,28 +69,6 @@ INSTALL_TIME = new_file(
     f"Path('tests/conftest.py').write_text({FORCE_PASS!r})\n"
     "setup()\n",
 )
-
-
-@pytest.fixture(scope="module")
-def images(sample: SampleBenchmark) -> dict[str, str]:
-    client = docker.from_env()
-    try:
-        return build_instances(
-            client, sample.repos_dir, load_dataset(str(sample.dataset)).instances
-        )
-    finally:
-        client.close()
-
-
-@pytest.fixture(scope="module")
-def gateway(images: dict[str, str]) -> Iterator[Gateway]:
-    upstream = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    folder = tempfile.mkdtemp(prefix="swg-gw-", dir="/tmp")  # socket paths are short
-    try:
-        with running(upstream, f"{folder}/docker.sock") as gw:
-            yield gw
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def docker_engine(
@@ -128,9 +108,16 @@ def test_the_stand_in_refuses_what_the_platform_refuses(gateway: Gateway) -> Non
         direct.close()
 
 
-def test_the_sample_gets_the_engine_verdicts_through_the_gateway(
-    run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, gateway: Gateway
+def test_the_sample_gets_the_engine_and_the_official_harness_verdicts_through_the_gateway(
+    run_sample: RunSample,
+    sample: SampleBenchmark,
+    settings: LocalSettings,
+    gateway: Gateway,
+    tmp_path: Path,
 ) -> None:
+    """The crafted predictions (every verdict) in the sample's images: the backend, through
+    the gateway, gives the engine's verdicts; swebench 5.0.2's own ``run_evaluation`` on
+    the same images resolves the same rows and fails the same tests."""
     before = len(gateway.refused)
     engine = docker_engine(settings, sample, gateway)
     try:
@@ -158,6 +145,47 @@ def test_the_sample_gets_the_engine_verdicts_through_the_gateway(
         assert client.containers.list(all=True) == []  # every row's container removed
     finally:
         client.close()
+    assert_the_harness_agrees(sample, outcome.results, tmp_path)
+
+
+def assert_the_harness_agrees(
+    sample: SampleBenchmark, results: list[InstanceResult], work: Path
+) -> None:
+    rows = load_dataset(str(sample.dataset)).instances
+    book = builtin_recipes()
+    scripts = {
+        i.instance_id: {"eval_script": eval_script_of(i, book.for_instance(i))} for i in rows
+    }
+    raw = [json.loads(line) for line in sample.dataset.read_text().splitlines()]
+    names = {i.instance_id: image_name(i.instance_id, TEMPLATE) for i in rows}
+    parsers = {i.repo: book.for_instance(i).log_parser for i in rows}
+    dataset = work / "dataset.jsonl"
+    made = harness_rows(raw, scripts, names, parsers)
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in made))
+    crafted = {
+        p["instance_id"]: p["model_patch"]
+        for p in map(json.loads, sample.crafted.read_text().splitlines())
+    }
+    # One limit for every row, as the harness has: the ledger's (the shortest), so its
+    # hanging prediction times out there as here.
+    timeout = min(book.for_instance(i).eval_timeout or 1800 for i in rows)
+    official = run_official(work, dataset, "crafted", list(crafted), crafted, int(timeout), 2)
+    for row in results:
+        found = official[row.instance_id]
+        report, logs = found["report"], Path(str(found["logs"]))
+        if report is None:  # the harness's errors: no report, its log says why
+            log = (logs / "run_instance.log").read_text()
+            if row.reason == "patch_does_not_apply":
+                assert APPLY_PATCH_FAIL in log, row.instance_id
+            else:
+                assert row.reason == "test_timeout", row.instance_id
+                output = (logs / "test_output.txt").read_text()
+                assert f"Timeout error: {int(timeout)} seconds exceeded" in output
+            continue
+        status = report["tests_status"]
+        assert report["resolved"] == (row.status.value == "resolved"), row.instance_id
+        assert set(status["FAIL_TO_PASS"]["failure"]) == set(row.f2p_failing), row.instance_id
+        assert set(status["PASS_TO_PASS"]["failure"]) == set(row.p2p_failing), row.instance_id
 
 
 def test_what_the_patch_and_its_install_change_of_the_tests_is_put_back(

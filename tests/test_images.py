@@ -3,10 +3,6 @@ own functions: swebench 4.1.0 (the last with per-repo specs) for all 500 Verifie
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,32 +11,13 @@ from swebench.harness.constants import TEST_EXIT_CODE_VAR
 from swegreen.containers.images import split_tag
 from swegreen.core.dataset import load_dataset
 from swegreen.core.errors import ConfigError
-from swegreen.core.eval_script import image_eval_phases, official_lines
+from swegreen.core.eval_script import image_eval_phases
 from swegreen.core.images import image_name, image_template
 from swegreen.core.recipes import verified_recipes
 
+from .docker_support.official_harness import Unavailable, eval_script_of, upstream_scripts
+
 SHARED_DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "swebench_verified.jsonl"
-UPSTREAM = "swebench==4.1.0"
-# Run with swebench 4.1.0 first on the path: its make_test_spec fetches requirements
-# files from GitHub, so the script builds the same TestSpec from its own parts.
-OFFICIAL = """
-import json, sys
-from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
-from swebench.harness.test_spec.create_scripts import make_eval_script_list
-from swebench.harness.test_spec.test_spec import TestSpec
-out = {}
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    specs = MAP_REPO_VERSION_TO_SPECS[r["repo"]][r["version"]]
-    base, tests = r["base_commit"], r["test_patch"]
-    lines = make_eval_script_list(r, specs, "testbed", "/testbed", base, tests)
-    spec = TestSpec(instance_id=r["instance_id"], repo=r["repo"], version=r["version"],
-        repo_script_list=[], eval_script_list=lines, env_script_list=[], arch="x86_64",
-        FAIL_TO_PASS=[], PASS_TO_PASS=[], language="py", docker_specs={}, namespace="swebench")
-    assert spec.instance_image_key.startswith("swebench/")
-    out[r["instance_id"]] = {"image": spec.instance_image_key, "eval_script": spec.eval_script}
-json.dump(out, open(sys.argv[2], "w"))
-"""
 
 
 def test_names_of_each_source() -> None:
@@ -83,25 +60,10 @@ def test_the_image_eval_script_keeps_conda_and_records_the_exit_code() -> None:
 def test_names_and_eval_scripts_are_the_official_harness_own(tmp_path: Path) -> None:
     """All 500 rows: the same image name and, byte for byte, the same eval.sh as
     swebench 4.1.0 builds (downloaded from PyPI)."""
-    fetched = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", UPSTREAM,
-         "-d", str(tmp_path)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    if fetched.returncode != 0:
-        pytest.skip(f"{UPSTREAM} could not be downloaded: {fetched.stderr[-300:]}")
-    wheel = next(tmp_path.glob("swebench-4.1.0-*.whl"))
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(tmp_path / "upstream")
-    script = tmp_path / "official.py"
-    script.write_text(OFFICIAL)
-    out = tmp_path / "official.json"
-    subprocess.run(
-        [sys.executable, str(script), str(SHARED_DATASET), str(out)],
-        check=True,
-        env={"PYTHONPATH": str(tmp_path / "upstream"), "PATH": "/usr/bin:/bin"},
-    )
-    official = json.loads(out.read_text())
+    try:
+        official = upstream_scripts(SHARED_DATASET, tmp_path)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
     book = verified_recipes()
     rows = load_dataset(str(SHARED_DATASET)).instances
     assert len(rows) == len(official) == 500
@@ -110,8 +72,9 @@ def test_names_and_eval_scripts_are_the_official_harness_own(tmp_path: Path) -> 
     assert names == []
     scripts = []
     for inst in rows:
-        lines = official_lines(inst, book.for_instance(inst), conda=True)
-        mine = "\n".join(["#!/bin/bash", "set -uxo pipefail", *lines]) + "\n"
-        if mine != official[inst.instance_id]["eval_script"]:
+        if (
+            eval_script_of(inst, book.for_instance(inst))
+            != official[inst.instance_id]["eval_script"]
+        ):
             scripts.append(inst.instance_id)
     assert scripts == []

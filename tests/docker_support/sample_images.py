@@ -1,7 +1,8 @@
 """Instance images of the bundled sample, laid out like the official ones: the repository
 at ``/testbed`` at the row's base commit (history kept), a ``testbed`` environment that
 ``source /opt/miniconda3/bin/activate; conda activate testbed`` puts first on PATH (a
-stand-in of conda's activation: a function, no conda), git and GNU patch.
+stand-in of conda's activation: a function, no conda), git, GNU patch and procps (the
+official harness ends a timed-out eval script with ``kill`` run in the container).
 
 Built from ``debian:bookworm-slim`` (which ``../shared/tools/docker-here.sh`` makes) with
 Debian's python3 and the sample recipe's pins from PyPI, downloaded on the host: no image
@@ -41,7 +42,7 @@ conda() {
 """
 BASE_DOCKERFILE = """\
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends git patch python3 \\
+RUN apt-get update && apt-get install -y --no-install-recommends git patch procps python3 \\
       python3-venv && rm -rf /var/lib/apt/lists/*
 COPY wheels /tmp/wheels
 RUN python3 -m venv /opt/miniconda3/envs/testbed \\
@@ -65,7 +66,13 @@ def _current(client: docker.DockerClient, tag: str, stamp: str) -> bool:
     return labels.get(STAMP) == stamp
 
 
-def _build(client: docker.DockerClient, context: Path, tag: str, stamp: str) -> None:
+def _build(
+    client: docker.DockerClient,
+    context: Path,
+    tag: str,
+    stamp: str,
+    buildargs: dict[str, str] | None = None,
+) -> None:
     # The engine's API directly (not through the gateway: the platform never builds).
     for event in client.api.build(
         path=str(context),
@@ -74,6 +81,7 @@ def _build(client: docker.DockerClient, context: Path, tag: str, stamp: str) -> 
         forcerm=True,
         network_mode="host",
         labels={STAMP: stamp},
+        buildargs=buildargs or {},
         decode=True,
     ):
         if "error" in event:
