@@ -14,15 +14,19 @@ from swegreen.core.eval_script import (
     SKIPPED_INSTALL,
     TIME_START,
     adapt_eval_script,
+    declares_dependencies,
     editable_install,
     eval_phases,
     get_test_directives,
+    image_eval_phases,
     make_eval_script,
     modified_test_files,
+    new_test_files,
     official_lines,
     reinstall_changes_nothing,
     runs_no_project_code,
 )
+from swegreen.core.patches import inspect_patch
 from swegreen.core.recipes import Recipe
 
 from .helpers import raw_row
@@ -265,3 +269,38 @@ def test_only_a_prepare_phase_of_reports_and_no_ops_counts_as_running_nothing() 
         "git -c core.fileMode=false diff origin/main",
     ):
         assert not runs_no_project_code(skipped + added + "\n"), added
+
+
+def test_a_patch_that_changes_where_dependencies_are_declared_is_told_apart() -> None:
+    """Its eval-time install may download (the Docker backend keeps the network for it):
+    of the 500 Verified gold patches, exactly pylint-dev__pylint-4661's (setup.cfg)."""
+    paths = ["setup.cfg", "pkg/setup.py", "requirements/dev.txt", "pyproject.toml", "a/b.py",
+             "docs/setup.rst", "MANIFEST.in"]  # fmt: skip
+    assert declares_dependencies(paths) == paths[:4]
+    shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "swebench_verified.jsonl"
+    if not shared.is_file():
+        return
+    rows = [json.loads(line) for line in shared.read_text().splitlines()]
+    hits = [
+        r["instance_id"] for r in rows
+        if declares_dependencies(inspect_patch(r["patch"]).paths)
+    ]  # fmt: skip
+    assert hits == ["pylint-dev__pylint-4661"]
+
+
+def test_a_test_patch_that_only_adds_files_resets_them_by_removing_them() -> None:
+    """Not ``git checkout <base>`` with no file, which would undo the image's setup commit
+    (upstream's repair): the new files are removed before the test patch and after the
+    tests, and the test phase starts at that removal."""
+    only_new = TEST_PATCH[TEST_PATCH.index("diff --git a/tests/new_test.py") :]
+    only_new = only_new[: only_new.index("diff --git a/tests/data.json")]
+    row = parse_rows([raw_row(1, test_patch=only_new)])[0]
+    assert new_test_files(only_new) == ["tests/new_test.py"]
+    for conda in (False, True):
+        lines = official_lines(row, RECIPE, conda=conda)
+        assert [ln for ln in lines if ln.startswith(("git checkout", "rm -f"))] == [
+            "rm -f tests/new_test.py", "rm -f tests/new_test.py"
+        ]  # fmt: skip
+    phases = image_eval_phases(row, RECIPE)
+    assert "rm -f" not in phases.prepare
+    assert phases.test.count("rm -f tests/new_test.py") == 2

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from swegreen.core.dataset import Instance
-from swegreen.core.eval_script import official_lines
+from swegreen.core.eval_script import new_test_files, official_lines
 from swegreen.core.recipes import Recipe
 
 UPSTREAM = "swebench==4.1.0"
@@ -47,6 +47,14 @@ for line in open(sys.argv[1]):
                              "setup_repo": spec.install_repo_script}
 json.dump(out, open(sys.argv[2], "w"))
 """
+
+
+def as_repaired(instance: Instance, script: str) -> str:
+    """4.1.0's eval script as the hub's v5 rows carry it: for the three rows whose test
+    patch only adds files, the bare ``git checkout <base>`` (which checks out the commit
+    itself) is ``rm -f <new files>`` (SWE-bench PR 539, and 542 for the v5 rows)."""
+    bare = f"git checkout {instance.base_commit} \n"
+    return script.replace(bare, f"rm -f {' '.join(new_test_files(instance.test_patch))}\n")
 
 
 class Unavailable(RuntimeError):

@@ -26,6 +26,7 @@ from swebench.harness.constants import (
     TEST_EXIT_CODE_VAR,
 )
 from swebench.utils import get_modified_files
+from unidiff import PatchSet
 
 from swegreen.core.dataset import Instance
 from swegreen.core.recipes import Recipe
@@ -44,6 +45,24 @@ def modified_test_files(test_patch: str) -> list[str]:
     Upstream's own function: a file that git lists without a ---/+++ header (a mode change,
     an empty new file) is not one of them there either."""
     return get_modified_files(test_patch)
+
+
+def new_test_files(test_patch: str) -> list[str]:
+    """Files the test patch creates (upstream's ``get_new_files``: a ``/dev/null`` source)."""
+    return [f.path for f in PatchSet(test_patch) if f.source_file == "/dev/null"]
+
+
+def test_reset(instance: Instance) -> str:
+    """The command that resets the test files, before the test patch and after the tests.
+    4.1.0 writes ``git checkout <base> <modified files>``; with no modified file (a test
+    patch that only adds files: django__django-16877, sphinx-doc__sphinx-8595 and -9711)
+    that checks out the base commit itself, which undoes the image's setup commit (sphinx's
+    ``-rA`` in tox.ini: no test can be graded). Upstream repaired those three rows' scripts
+    to ``rm -f <new files>`` (SWE-bench PR 539, and 542 for the v5 rows); so does this."""
+    modified = modified_test_files(instance.test_patch)
+    if modified:
+        return f"git checkout {instance.base_commit} {' '.join(modified)}"
+    return f"rm -f {' '.join(new_test_files(instance.test_patch))}"
 
 
 def files_of_test_patch(instance: Instance) -> list[str]:
@@ -92,6 +111,22 @@ BUILD_FILES = frozenset(
         "Makefile",
     }
 )
+# Where a Python project declares what it installs: a patch that changes one may add a
+# dependency, which upstream's eval-time install then downloads (its containers have the
+# network). Of the 500 Verified gold patches one does: pylint-dev__pylint-4661 (appdirs).
+DEPENDENCY_FILES = frozenset({"setup.py", "setup.cfg", "pyproject.toml"})
+
+
+def declares_dependencies(paths: Iterable[str]) -> list[str]:
+    """The files among ``paths`` where a project declares its dependencies."""
+
+    def declares(path: str) -> bool:
+        parts = path.split("/")
+        return parts[-1] in DEPENDENCY_FILES or any(p.startswith("requirements") for p in parts)
+
+    return [p for p in paths if declares(p)]
+
+
 EXTENSION_SOURCES = (
     ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".pyx", ".pxd", ".pxi",
     ".f", ".f90", ".cu", ".in",
@@ -164,13 +199,14 @@ _KEEP_FOR_TESTS = re.compile(r"^\s*(export|source|\.|conda\s+activate)\s")
 # print an error into every honest log. It changes nothing that is graded (the log ends
 # at the end marker; the workspace is discarded), so it is left out there, saying so.
 READONLY_RESET = ": 'swegreen: no reset after the tests (the test files are read-only)'"
+RESETS = ("git checkout ", "rm -f ")  # how an eval script resets the test files
 
 
 def _no_reset_after(lines: list[str]) -> list[str]:
     end = next((i for i, ln in enumerate(lines) if END_TEST_OUTPUT in ln), None)
     if end is None:
         return lines
-    tail = [READONLY_RESET if ln.startswith("git checkout ") else ln for ln in lines[end + 1 :]]
+    tail = [READONLY_RESET if ln.startswith(RESETS) else ln for ln in lines[end + 1 :]]
     return [*lines[: end + 1], *tail]
 
 
@@ -178,16 +214,14 @@ def split_phases(
     lines: list[str], workdir: str, pin_path: str | None = None, readonly_tests: bool = False
 ) -> EvalPhases:
     """Split an eval script's commands where the test files are reset (the last
-    ``git checkout`` before the start marker, else the test patch's ``git apply``). The
+    ``git checkout`` or ``rm -f`` before the start marker, else the test patch's
+    ``git apply``). The
     test phase starts again from the working directory and the exports made before.
     ``pin_path``: the test phase's own commands before the start marker (the reset and
     the test patch's ``git apply``) find their tools there, not on the environment's
     PATH, whose first directory the participant's install may have filled."""
     start = next((i for i, ln in enumerate(lines) if START_TEST_OUTPUT in ln), len(lines))
-    cut = next(
-        (i for i in range(start - 1, -1, -1) if lines[i].startswith("git checkout ")),
-        None,
-    )
+    cut = next((i for i in range(start - 1, -1, -1) if lines[i].startswith(RESETS)), None)
     if cut is None:
         cut = next((i for i in range(start) if lines[i].startswith("git apply")), start)
     prelude = [f"cd {workdir}"] + [ln for ln in lines[:cut] if _KEEP_FOR_TESTS.match(ln)]
@@ -277,14 +311,12 @@ def official_lines(
     shell: str = "bash",
     directives: Sequence[str] | None = None,
 ) -> list[str]:
-    """The commands of swebench 4.1.0's ``make_eval_script_list_py``; ``conda`` keeps its
+    """The commands of swebench 4.1.0's ``make_eval_script_list_py`` (the test files'
+    reset as upstream has since repaired it: ``test_reset``); ``conda`` keeps its
     activation lines (for the instance images, which have the ``testbed`` env)."""
     if directives is None:
         directives = get_test_directives(instance, recipe.directive_style)
-    files = modified_test_files(instance.test_patch)
-    reset_tests = f"git checkout {instance.base_commit} {' '.join(files)}"
-    if not files and not conda:
-        reset_tests = ":"  # upstream's form checks out the commit itself: the image has it
+    reset_tests = test_reset(instance)
     apply_test_patch = f"git apply -v - <<'{HEREDOC}'\n{instance.test_patch}\n{HEREDOC}"
     test_command = " ".join([recipe.test_cmd, *directives])
     activate = list(CONDA_ACTIVATE) if conda else []
