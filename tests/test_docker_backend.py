@@ -216,6 +216,9 @@ def test_what_the_patch_and_its_install_change_of_the_tests_is_put_back(
     assert by_patch.tampered_files == ["tests/conftest.py"]
     assert (by_install.status.value, by_install.reason) == ("no_op", "no_f2p_pass")
     assert by_install.tampered_files == ["tests/conftest.py"]
+    # setup.py declares dependencies: its install keeps the network, as upstream's does
+    assert by_install.environment["network"].startswith("network on: the patch changes setup.py")
+    assert "network" not in by_patch.environment
 
 
 def test_an_image_that_cannot_be_had_is_an_error_row_that_says_why(

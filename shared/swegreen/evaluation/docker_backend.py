@@ -30,6 +30,7 @@ from swegreen.containers.images import Images
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import SandboxCrashed, TestTimeout, WorkspaceTampering
 from swegreen.core.eval_script import (
+    declares_dependencies,
     image_eval_phases,
     runs_no_project_code,
     test_command_seconds,
@@ -152,6 +153,10 @@ class DockerEvaluator(PatchEvaluator):
             + (f", pulled in {image.pull_seconds:.1f}s" if image.pulled else ", already here")
         )
         network = tests_need_network(recipe, instance.instance_id, self.network_instances)
+        if not network and (why := self._install_downloads(instance, recipe, row)):
+            network = True
+            notes.append(why)
+            row.environment["network"] = why
         box = await self.container(
             image.id, f"swegreen-{instance.instance_id.lower()}", network,
             {LABEL: f"{run_id}/{instance.instance_id}"},
@@ -160,6 +165,21 @@ class DockerEvaluator(PatchEvaluator):
             return await self._in_container(key, row, recipe, box, image.id, text, notes)
         finally:
             await asyncio.to_thread(box.remove)
+
+    @staticmethod
+    def _install_downloads(instance: Instance, recipe: Recipe, row: RowBuilder) -> str | None:
+        """Why the row's container keeps the network although its tests do not need it:
+        the patch changes where the project declares its dependencies, and the eval
+        script's install runs, which may download one the image lacks, as it does in
+        upstream's containers (the network cannot be taken away between the two phases:
+        the platform's gateway refuses network disconnect)."""
+        declared = declares_dependencies(row.info.paths if row.info else [])
+        if not declared or runs_no_project_code(image_eval_phases(instance, recipe).prepare):
+            return None
+        return (
+            f"network on: the patch changes {', '.join(declared)}, and the eval-time install "
+            "may download what it declares"
+        )
 
     async def container(
         self, image_id: str, prefix: str, network: bool, labels: dict[str, str]
