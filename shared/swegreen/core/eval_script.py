@@ -35,6 +35,9 @@ from swegreen.core.upstream import parse_eval_script, record_test_exit_code
 
 HEREDOC = "EOF_114329324912"
 CONDA_ACTIVATE = ("source /opt/miniconda3/bin/activate", "conda activate testbed")
+# In an instance image these run the image's own activation scripts, outside /testbed,
+# which a patch cannot reach: before the eval-time install they run nothing of the patch's.
+IMAGE_ACTIVATION = CONDA_ACTIVATE
 TIME_START, TIME_END = "SWEGREEN_TEST_START", "SWEGREEN_TEST_END"
 _DIFF_TARGET = re.compile(r"diff --git a/.* b/(.*)")
 _CONDA_LINES = re.compile(r"^\s*(source /opt/miniconda3/bin/activate|conda activate \S+)\s*$")
@@ -180,10 +183,13 @@ _INERT = re.compile(
 )
 
 
-def runs_no_project_code(script: str) -> bool:
+def runs_no_project_code(script: str, trusted: Sequence[str] = ()) -> bool:
     """Whether every line of a phase is inert (``_INERT``): git's reports, directory
-    changes, constant exports, no-ops."""
-    return all(_INERT.match(line.strip()) for line in script.splitlines())
+    changes, constant exports, no-ops; or one of ``trusted``, lines that run only what the
+    patch cannot change (an instance image's conda activation: ``IMAGE_ACTIVATION``)."""
+    return all(
+        _INERT.match(line.strip()) or line.strip() in trusted for line in script.splitlines()
+    )
 
 
 def _without_install(lines: list[str], install: str) -> list[str]:
@@ -345,14 +351,18 @@ def official_lines(
     return lines
 
 
-def image_eval_phases(instance: Instance, recipe: Recipe) -> EvalPhases:
+def image_eval_phases(instance: Instance, recipe: Recipe, skip_install: bool = False) -> EvalPhases:
     """The official eval script as it runs inside the instance image (the Docker backend):
     the row's own ``eval_script`` when it has one, else 4.1.0's, conda activation kept,
-    split where the test files are reset like the engine's (``split_phases``)."""
+    split where the test files are reset like the engine's (``split_phases``);
+    ``skip_install``: the eval-time reinstall left out, said in the log, where it can
+    change nothing (the engine's rule)."""
     if instance.eval_script:
         lines = parse_eval_script(instance.eval_script)
     else:
         lines = official_lines(instance, recipe, conda=True)
+    if skip_install and recipe.install:
+        lines = _without_install(lines, recipe.install)
     return split_phases(lines, "/testbed")
 
 

@@ -30,8 +30,10 @@ from swegreen.containers.images import Images
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import SandboxCrashed, TestTimeout, WorkspaceTampering
 from swegreen.core.eval_script import (
+    IMAGE_ACTIVATION,
     declares_dependencies,
     image_eval_phases,
+    reinstall_changes_nothing,
     runs_no_project_code,
     test_command_seconds,
 )
@@ -70,12 +72,27 @@ DROP_BYTECODE = (
 # name: core.fsmonitor, an alias); the checkout's own is judged after the install
 OWN_GIT = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
 BUILD_DIRS = frozenset({"build", ".tox", ".eggs"})
+_SITE = f"{ENV_PREFIX}/lib/python*/site-packages"
+# /testbed's names, then the environment's files that name it as an editable install
+EDITABLE_PROBE = (
+    f"ls -A {WORKDIR}; echo ---; "
+    f"grep -ls {WORKDIR} {_SITE}/*.pth {_SITE}/*.egg-link {_SITE}/__editable__*; true"
+)
 # The recorder's option and directory added to what the image's environment has of them.
 WITH_RECORDER = (
     'export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }$SWEGREEN_ADDOPTS" '
     'PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$SWEGREEN_PLUGINS"; '
     'unset SWEGREEN_ADDOPTS SWEGREEN_PLUGINS; exec /bin/bash "$1"'
 )  # tamper.BUILD_EXCLUDES, as path parts
+
+
+def trusted_lines(recipe: Recipe) -> tuple[str, ...]:
+    """The prepare phase's lines that run only the image's programs, never the patch's:
+    the conda activation and upstream's eval commands (django's locale-gen)."""
+    evals = recipe.eval_commands
+    if recipe.upstream_eval_commands is not None:
+        evals = recipe.upstream_eval_commands
+    return (*IMAGE_ACTIVATION, *(e.strip() for e in evals))
 
 
 class DockerEvaluator(PatchEvaluator):
@@ -174,7 +191,8 @@ class DockerEvaluator(PatchEvaluator):
         upstream's containers (the network cannot be taken away between the two phases:
         the platform's gateway refuses network disconnect)."""
         declared = declares_dependencies(row.info.paths if row.info else [])
-        if not declared or runs_no_project_code(image_eval_phases(instance, recipe).prepare):
+        prepare = image_eval_phases(instance, recipe).prepare
+        if not declared or runs_no_project_code(prepare, trusted_lines(recipe)):
             return None
         return (
             f"network on: the patch changes {', '.join(declared)}, and the eval-time install "
@@ -211,6 +229,7 @@ class DockerEvaluator(PatchEvaluator):
         instance = row.instance
         assert row.info is not None
         row.begin("apply")
+        skip = await self._reinstall_skip(box, recipe, row.info.paths)  # before the patch
         await asyncio.to_thread(box.put_file, DOCKER_PATCH, text.encode("utf-8", "surrogateescape"))
         method = await self._apply(box, notes)
         if method is None:
@@ -222,7 +241,9 @@ class DockerEvaluator(PatchEvaluator):
         if row.tampered_files:
             notes.append("put back before the tests: " + ", ".join(row.tampered_files))
 
-        phases = image_eval_phases(instance, recipe)
+        if recipe.install:
+            row.environment["eval_install"] = "skipped (no build input changed)" if skip else "ran"
+        phases = image_eval_phases(instance, recipe, skip_install=skip)
         script = phases.script
         self.artifacts.write_text(key(art.EVAL_SCRIPT), script)
         timeout = self.eval_timeout or recipe.eval_timeout or 1800.0
@@ -239,7 +260,7 @@ class DockerEvaluator(PatchEvaluator):
             row.begin("apply")
             # nothing the install started runs on, and nothing of the container's is used
             # until the daemon's record says the install left the system as it was
-            if not runs_no_project_code(phases.prepare):
+            if not runs_no_project_code(phases.prepare, trusted_lines(recipe)):
                 await asyncio.to_thread(box.stop_processes)
                 await self._judge_install(box, image_id, recipe, notes)
             changed = await self._changed(box)
@@ -392,6 +413,23 @@ class DockerEvaluator(PatchEvaluator):
             return "already applied"
         await asyncio.to_thread(box.shell, "git checkout -- . ; git clean -fd")
         return None
+
+    async def _reinstall_skip(
+        self, box: RowContainer, recipe: Recipe, paths: Sequence[str]
+    ) -> bool:
+        """Whether upstream's eval-time install can change nothing here, by the engine's
+        rule (``reinstall_changes_nothing``): an editable install, no build input touched,
+        no top-level directory added to the image's ``/testbed``, and the image's
+        environment holding that editable install (a .pth, .egg-link or editable finder
+        naming ``/testbed``). Read from the image's files before the patch is applied."""
+        heads = {p.partition("/")[0] for p in paths}
+        if not reinstall_changes_nothing(recipe.install, paths, heads):
+            return False  # not even with every top-level directory present
+        probe = await asyncio.to_thread(box.shell, EDITABLE_PROBE, SETUP_TIMEOUT)
+        top, _, markers = probe.output.partition("\n---\n")
+        return bool(markers.strip()) and reinstall_changes_nothing(
+            recipe.install, paths, top.splitlines()
+        )
 
     async def _runner_files(self, box: RowContainer, recipe: Recipe) -> frozenset[str]:
         """Files of the repository the test command itself runs (sympy's ``bin/test``)."""
