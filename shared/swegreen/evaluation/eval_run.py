@@ -326,12 +326,12 @@ class EvalRuns(TestbedsBase):
         prepared one that has none, only in its upper layer; else anywhere."""
         return testbed.repo, testbed.upper_layer if testbed.bytecode_free else None
 
-    def reinstall_skip(self, testbed: Testbed, paths: Sequence[str]) -> bool:
+    def reinstall_skip(self, testbed: Testbed, paths: Sequence[str], top: Sequence[str]) -> bool:
         """Whether upstream's eval-time install can change nothing here: the patch touches
-        no build input (``reinstall_changes_nothing``) and the environment holds this
-        checkout's editable install (a .pth, .egg-link or editable finder naming it)."""
+        no build input and adds no top-level directory to ``top`` (the tree's names before
+        it: ``reinstall_changes_nothing``), and the environment holds this checkout's
+        editable install (a .pth, .egg-link or editable finder naming it)."""
         recipe = testbed.recipe
-        top = [p.name for p in testbed.repo.iterdir() if p.name != ".git"]
         if not reinstall_changes_nothing(recipe.install, paths, top):
             return False
         site = testbed.site_packages

@@ -350,6 +350,8 @@ class Evaluator(PatchEvaluator):
                 )
             patch_file = testbed.workspace / art.PATCH
             patch_file.write_text(text, encoding="utf-8", errors="surrogateescape")
+            # the tree's top-level names before the patch: one it adds is a new package
+            top = [p.name for p in testbed.repo.iterdir() if p.name != ".git"]
             applied = await apply_patch(testbed.repo, patch_file, self.testbeds.git_env(testbed))
             notes.append(applied.log)
             if not applied.applied:
@@ -369,7 +371,7 @@ class Evaluator(PatchEvaluator):
             if row.tampered_files:
                 notes.append("put back before the tests: " + ", ".join(row.tampered_files))
             row.isolation = self.testbeds.sandbox.isolation.mode
-            skip = self.testbeds.reinstall_skip(testbed, row.info.paths)
+            skip = self.testbeds.reinstall_skip(testbed, row.info.paths, top)
             if testbed.recipe.install:
                 row.environment["eval_install"] = (
                     "skipped (no build input changed)" if skip else "ran"

@@ -99,13 +99,14 @@ class RegressionCheck:
         the install where it can change something), run ``directives``, parse the log."""
         patch_file = testbed.workspace / "regression-check.diff"
         patch_file.write_text(patch, encoding="utf-8", errors="surrogateescape")
+        top = [p.name for p in testbed.repo.iterdir() if p.name != ".git"]
         applied = await apply_patch(testbed.repo, patch_file, self.testbeds.git_env(testbed))
         if not applied.applied:
             raise CheckFailed("the patch did not apply again in the check's testbed")
         paths = inspect_patch(patch).paths
         guard = self.testbeds.guard(testbed)
         await guard.revert(paths)
-        skip = self.testbeds.reinstall_skip(testbed, paths)
+        skip = self.testbeds.reinstall_skip(testbed, paths, top)
         run = await self.testbeds.run_eval(testbed, guard, skip_install=skip, directives=directives)
         log = run.log_path.read_text(errors="replace")
         if run.timed_out:
