@@ -12,6 +12,7 @@ digest). ``python -m tests.docker_support.sample_images`` builds them all.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import subprocess
@@ -74,6 +75,7 @@ def _build(
     buildargs: dict[str, str] | None = None,
 ) -> None:
     # The engine's API directly (not through the gateway: the platform never builds).
+    said: collections.deque[str] = collections.deque(maxlen=400)
     for event in client.api.build(
         path=str(context),
         tag=tag,
@@ -84,8 +86,10 @@ def _build(
         buildargs=buildargs or {},
         decode=True,
     ):
+        said.extend(str(event.get("stream", "")).splitlines())
         if "error" in event:
-            raise RuntimeError(f"building {tag} failed: {event['error']}")
+            tail = "\n".join(said)
+            raise RuntimeError(f"building {tag} failed: {event['error']}\n{tail}")
 
 
 def build_base(client: docker.DockerClient) -> str:

@@ -1,0 +1,358 @@
+"""Real Verified rows graded three ways on the same instance images: the engine, the
+Docker backend through the stand-in of AgentBeats' Docker gateway, and the official
+harness (swebench 5.0.2's own ``run_evaluation``), with gold and with empty patches.
+
+Phases (each resumes: run ids are fixed, images are rebuilt only when their inputs change,
+the harness skips a row whose report exists):
+
+  engine   ``swegreen run`` on the engine, gold then empty: the environments the images
+           are made from;
+  images   each row's image in the official layout (tests/docker_support/real_images.py);
+  harness  the official harness on those images: gold through ``run_evaluation``, empty in
+           its negative-test mode (it skips an empty prediction otherwise);
+  docker   ``swegreen run --environments docker`` on the same images, through the gateway;
+  interactive  the green agent (``swegreen serve``, Docker backend, through the gateway) and
+           two scripted participants in the interactive mode: ``explore`` (looks around,
+           applies the gold patch in its workbench, submits what git shows) and ``snoop``
+           (counts the commits its workbench's history holds);
+  table    verdicts and failing tests side by side, and the wall times (markdown).
+
+    python benchmarks/harness_side_by_side.py --rows ROWS.txt \\
+        --repo-url-template '/mirrors/{owner}+{name}/repo' [--phases engine,images,...]
+
+Needs a Docker daemon (../shared/tools/docker-here.sh), the repositories' mirrors, and
+PyPI for swebench 4.1.0 (the official setup and eval scripts). docs/fidelity.md keeps
+the latest tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import docker
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "shared"))
+
+from swegreen.core.dataset import Instance, load_dataset  # noqa: E402
+from swegreen.core.images import image_name  # noqa: E402
+from swegreen.core.recipes import verified_recipes  # noqa: E402
+from tests.docker_support.gateway import running  # noqa: E402
+from tests.docker_support.official_harness import (  # noqa: E402
+    as_repaired,
+    harness_rows,
+    run_official,
+    upstream_scripts,
+)
+from tests.docker_support.real_images import TEMPLATE, build_instance, env_of  # noqa: E402
+
+DATASET = ROOT.parent / "shared" / "data" / "swebench_verified.jsonl"
+PATCHES = ("gold", "empty")
+PHASES = ("engine", "images", "harness", "docker", "interactive", "table")
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - ")
+
+
+def swegreen_run(args: argparse.Namespace, patches: str, backend: str, env: dict) -> None:
+    ids = ",".join(args.ids)
+    command = [
+        sys.executable, "-m", "swegreen", "run", "--dataset", str(args.dataset),
+        "--instance-ids", ids, "--max-rows", "-1", "--patches", patches,
+        "--run-id", f"{args.prefix}-{backend}-{patches}",
+        "--output-dir", str(args.work / "results"),
+        "--repo-url-template", args.repo_url_template, "--no-progress",
+        "--environments", backend,
+    ]  # fmt: skip
+    if args.env_files_at_base:
+        command.append("--env-files-at-base")
+    if backend == "docker":
+        command += ["--docker-images", TEMPLATE]
+    done = subprocess.run(command, env=env)
+    if done.returncode not in (0, 3):  # 3: the run finished with error rows
+        raise SystemExit(f"{' '.join(command[:4])} ... exited {done.returncode}")
+
+
+def result(args: argparse.Namespace, backend: str, patches: str, iid: str) -> dict | None:
+    path = args.work / "results" / f"{args.prefix}-{backend}-{patches}" / "instances"
+    path = path / iid / "result.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def phase_images(args: argparse.Namespace, rows: dict[str, Instance], scripts: dict) -> None:
+    client = docker.from_env()
+    book = verified_recipes()
+    built = json.loads((args.work / "images.json").read_text()) if (
+        args.work / "images.json").is_file() else {}  # fmt: skip
+    for iid in args.ids:
+        log = args.work / "results" / f"{args.prefix}-engine-gold" / "instances" / iid
+        if not (log / "run_instance.log").is_file() or result(args, "engine", "gold", iid) is None:
+            print(f"{iid}: no engine run yet (phase engine)", file=sys.stderr)
+            continue
+        try:
+            key = env_of(log / "run_instance.log")
+        except ValueError as exc:
+            print(f"{iid}: {exc}", file=sys.stderr)
+            continue
+        inst = rows[iid]
+        owner, name = inst.repo.split("/", 1)
+        mirror = Path(args.repo_url_template.format(owner=owner, name=name, repo=inst.repo))
+        t0 = time.monotonic()
+        tag = build_instance(
+            client, inst, book.for_instance(inst), mirror, args.cache / "envs" / key,
+            scripts[iid]["setup_repo"],
+        )  # fmt: skip
+        size = client.api.inspect_image(tag)["Size"]
+        seconds = built.get(iid, {}).get("seconds") or time.monotonic() - t0
+        built[iid] = {"image": tag, "env": key, "bytes": size, "seconds": seconds}
+        (args.work / "images.json").write_text(json.dumps(built, indent=1))
+        print(f"{iid}: {tag} ({size / 1e9:.2f} GB)")
+
+
+def harness_dataset(args: argparse.Namespace, rows: dict[str, Instance], scripts: dict) -> Path:
+    book = verified_recipes()
+    raw = [json.loads(line) for line in args.rows_jsonl.read_text().splitlines()]
+    parsers = {i.repo: book.for_instance(i).log_parser for i in rows.values()}
+    images = {r["instance_id"]: image_name(r["instance_id"], TEMPLATE) for r in raw}
+    path = args.work / "harness" / "dataset.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # the eval scripts as the hub's v5 rows carry them (upstream's repair of three rows)
+    scripts = {i: {**v, "eval_script": as_repaired(rows[i], v["eval_script"])}
+               for i, v in scripts.items() if i in rows}  # fmt: skip
+    made = harness_rows(raw, scripts, images, parsers)
+    path.write_text("".join(json.dumps(r) + "\n" for r in made))
+    return path
+
+
+def phase_harness(args: argparse.Namespace, rows: dict[str, Instance], scripts: dict) -> None:
+    dataset = harness_dataset(args, rows, scripts)
+    built = json.loads((args.work / "images.json").read_text())
+    gold = {i.instance_id: i.patch for i in rows.values()}
+    for patches in PATCHES:
+        for iid in args.ids:
+            if iid not in built:
+                continue
+            found = run_official(
+                args.work / "harness", dataset, f"{args.prefix}-{patches}", [iid],
+                gold if patches == "gold" else None,
+            )  # fmt: skip
+            report = found[iid]["report"]
+            print(f"{iid} {patches}: harness resolved={report and report['resolved']}")
+
+
+def phase_docker(args: argparse.Namespace) -> None:
+    upstream = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    folder = tempfile.mkdtemp(prefix="swg-gw-", dir="/tmp")
+    with running(upstream, f"{folder}/docker.sock") as gw:
+        env = {**os.environ, "DOCKER_HOST": f"unix://{gw.listen}"}
+        for patches in PATCHES:
+            swegreen_run(args, patches, "docker", env)
+        if gw.refused:
+            raise SystemExit(f"refused by the gateway: {sorted(set(gw.refused))}")
+
+
+def phase_interactive(args: argparse.Namespace) -> None:
+    """One assessment over A2A on 127.0.0.1, the rows' workbenches containers of their
+    images; each row's verdict, steps and what the snoop saw of the history."""
+    import asyncio
+
+    from tests.helpers import start, stop
+    from tests.test_agent import assess
+
+    built = json.loads((args.work / "images.json").read_text())
+    ids = [i for i in args.ids if i in built]
+    out = args.work / "interactive"
+    upstream = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    folder = tempfile.mkdtemp(prefix="swg-gw-", dir="/tmp")
+    servers = {}
+    with running(upstream, f"{folder}/docker.sock") as gw:
+        green_env = {
+            "DOCKER_HOST": f"unix://{gw.listen}",
+            "SWEGREEN_ENVIRONMENTS": "docker",
+            "SWEGREEN_DOCKER_IMAGES": TEMPLATE,
+            "SWEGREEN_REPO_URL_TEMPLATE": args.repo_url_template,
+        }
+        data = ["--dataset", str(args.rows_jsonl)]
+        specs = {
+            "green": (["serve", "--llm-mock-response", "MOCK DIAGNOSIS"], green_env),
+            "explore": (["participant", "scripted", "--mode", "explore", *data], {}),
+            "snoop": (["participant", "scripted", "--mode", "snoop"], {}),
+        }
+        try:
+            for name, (argv, env) in specs.items():
+                servers[name] = start(argv, args.cache, out, name, env)
+            request = {
+                "participants": {r: servers[r].url for r in ("explore", "snoop")},
+                "config": {"dataset": str(args.rows_jsonl), "instance_ids": ids,
+                           "max_steps": 20, "participant_timeout": 900},
+            }  # fmt: skip
+            outcome = asyncio.run(assess(servers["green"].url, request))
+        finally:
+            stop(servers.values())
+        if gw.refused:
+            raise SystemExit(f"refused by the gateway: {sorted(set(gw.refused))}")
+    print(f"assessment: {outcome.state}")
+    print("\n| row | explore: verdict | graded in | steps | its workbench made in (s) "
+          "| snoop: commits its workbench's history holds |")  # fmt: skip
+    print("|---|---|---|---:|---:|---|")
+    for iid in ids:
+        row: dict = {}
+        for path in out.glob(f"green/*-explore/instances/{iid}/result.json"):
+            row = json.loads(path.read_text())
+        seen = "?"
+        for path in out.glob(f"green/*-snoop/instances/{iid}/interaction.json"):
+            for step in json.loads(path.read_text()):
+                if step.get("command", "").startswith("git log --all --oneline"):
+                    seen = step.get("output", "").strip()
+        inter = row.get("interaction") or {}
+        where = f"{row.get('isolation')}: {(row.get('environment') or {}).get('image')}"
+        print(f"| {iid} | {row.get('status')} | {where} | {inter.get('steps')} | "
+              f"{inter.get('setup_seconds')} | {seen} |")  # fmt: skip
+
+
+def harness_times(logs: Path) -> tuple[float, float, float] | None:
+    """The harness's own row, from its instance log: container made to container removed,
+    container made to report written, and the eval script's exec ("Test runtime")."""
+    log = logs / "run_instance.log"
+    if not log.is_file():
+        return None
+    stamps, report, runtime = [], None, 0.0
+    for line in log.read_text().splitlines():
+        if m := _STAMP.match(line):
+            stamps.append(datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f"))
+            if "Test runtime:" in line:
+                runtime = float(line.rsplit(":", 1)[1].split()[0].replace("_", ""))
+            if " - report: " in line:
+                report = stamps[-1]
+    if report is None:
+        return None
+    first = stamps[0]
+    return (stamps[-1] - first).total_seconds(), (report - first).total_seconds(), runtime
+
+
+def official_verdict(report: dict | None) -> str:
+    if report is None:
+        return "no report"
+    if report.get("infra_failure"):
+        return f"infrastructure failure ({report.get('infra_failure_reason')})"
+    if "tests_status" not in report:
+        return "log rejected"
+    status = report["tests_status"]
+    f2p, p2p = len(status["FAIL_TO_PASS"]["failure"]), len(status["PASS_TO_PASS"]["failure"])
+    verdict = "resolved" if report["resolved"] else "not resolved"
+    return f"{verdict} (F2P failing {f2p}, P2P failing {p2p})"
+
+
+def agrees(row: dict, report: dict | None) -> bool:
+    """The same verdict: an infrastructure failure where ours is an error; else the same
+    resolved or not, and the same failing F2P and P2P tests."""
+    if report is None or report.get("infra_failure"):
+        return row["status"] == "error"
+    if "tests_status" not in report:
+        return False
+    status = report["tests_status"]
+    return (
+        (row["status"] == "resolved") == report["resolved"]
+        and set(row["f2p_failing"]) == set(status["FAIL_TO_PASS"]["failure"])
+        and set(row["p2p_failing"]) == set(status["PASS_TO_PASS"]["failure"])
+    )
+
+
+def phase_table(args: argparse.Namespace) -> int:
+    built = json.loads((args.work / "images.json").read_text())
+    print("| row | patches | engine | Docker backend | official harness | all three agree |")
+    print("|---|---|---|---|---|---|")
+    times, disagreements = [], 0
+    for iid in args.ids:
+        for patches in PATCHES:
+            engine = result(args, "engine", patches, iid)
+            dock = result(args, "docker", patches, iid)
+            logs = args.work / "harness" / "logs" / "run_evaluation" / f"{args.prefix}-{patches}"
+            logs = logs / ("gold" if patches == "gold" else "empty") / iid
+            report_path = logs / "report.json"
+            report = json.loads(report_path.read_text())[iid] if report_path.is_file() else None
+            statuses = [
+                f"{r['status']} ({r['reason']})" if r else "not run" for r in (engine, dock)
+            ]
+            if iid not in built or engine is None or dock is None:
+                print(f"| {iid} | {patches} | {statuses[0]} | {statuses[1]} | "
+                      f"{official_verdict(report)} | not run |")  # fmt: skip
+                continue
+            same = agrees(engine, report) and agrees(dock, report)
+            disagreements += not same
+            print(f"| {iid} | {patches} | {statuses[0]} | {statuses[1]} | "
+                  f"{official_verdict(report)} | {'yes' if same else '**no**'} |")  # fmt: skip
+            h = harness_times(logs)
+            d = dock["durations"]
+            if h and dock["tests_ran"]:
+                own = d["total"] - d["tests"] - d["env_build"] - d["participant"]
+                times.append((iid, patches, d["total"], d["tests"], own, *h))
+    print("\n| row | patches | Docker backend: row (s) | its eval script (s) | its own cost (s) "
+          "| harness: row (s) | to its report (s) | its eval script (s) |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for iid, patches, total, tests, own, htotal, hreport, htests in times:
+        print(f"| {iid} | {patches} | {total:.1f} | {tests:.1f} | {own:.2f} | "
+              f"{htotal:.1f} | {hreport:.1f} | {htests:.1f} |")  # fmt: skip
+    print(f"\n{disagreements} disagreement(s)")
+    return 1 if disagreements else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=Path, required=True, help="instance ids, one a line")
+    parser.add_argument("--dataset", type=Path, default=DATASET)
+    parser.add_argument("--repo-url-template", required=True)
+    parser.add_argument("--env-files-at-base", action="store_true")
+    parser.add_argument("--work", type=Path, default=Path("results/side-by-side"))
+    parser.add_argument("--prefix", default="sbs", help="run ids' prefix")
+    parser.add_argument("--cache", type=Path, help="the engine's cache (default: its own)")
+    parser.add_argument("--phases", default=",".join(PHASES))
+    args = parser.parse_args()
+    args.ids = [ln.strip() for ln in args.rows.read_text().splitlines() if ln.strip()]
+    args.work = args.work.resolve()
+    args.work.mkdir(parents=True, exist_ok=True)
+    if args.cache is None:
+        from swegreen.evaluation.settings import default_cache_dir
+
+        args.cache = default_cache_dir(os.environ)
+    wanted = set(args.ids)
+    args.rows_jsonl = args.work / "rows.jsonl"
+    with args.dataset.open() as src:
+        kept = {}
+        for line in src:
+            iid = json.loads(line)["instance_id"]
+            if iid in wanted:
+                kept[iid] = line if line.endswith("\n") else line + "\n"
+    if missing := wanted - set(kept):
+        raise SystemExit(f"not in {args.dataset}: {', '.join(sorted(missing))}")
+    args.rows_jsonl.write_text("".join(kept[i] for i in args.ids))
+    rows = {i.instance_id: i for i in load_dataset(str(args.rows_jsonl)).instances}
+    phases = args.phases.split(",")
+    if unknown := set(phases) - set(PHASES):
+        raise SystemExit(f"unknown phase(s) {sorted(unknown)}: choose from {', '.join(PHASES)}")
+    scripts = upstream_scripts(args.rows_jsonl, args.work / "upstream") if (
+        {"images", "harness"} & set(phases)) else {}  # fmt: skip
+    if "engine" in phases:
+        for patches in PATCHES:
+            swegreen_run(args, patches, "engine", dict(os.environ))
+    if "images" in phases:
+        phase_images(args, rows, scripts)
+    if "harness" in phases:
+        phase_harness(args, rows, scripts)
+    if "docker" in phases:
+        phase_docker(args)
+    if "interactive" in phases:
+        phase_interactive(args)
+    return phase_table(args) if "table" in phases else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
