@@ -252,8 +252,11 @@ def official_verdict(report: dict | None) -> str:
 
 
 def agrees(row: dict, report: dict | None) -> bool:
-    """The same verdict: an infrastructure failure where ours is an error; else the same
-    resolved or not, and the same failing F2P and P2P tests."""
+    """The same verdict: an infrastructure failure where ours is an error; an empty patch
+    not resolved (neither grader runs its tests: the harness's negative-test mode does,
+    for the table); else the same resolved or not, and the same failing F2P and P2P tests."""
+    if row["reason"] == "empty_patch":
+        return report is None or not report["resolved"]
     if report is None or report.get("infra_failure"):
         return row["status"] == "error"
     if "tests_status" not in report:

@@ -139,6 +139,10 @@ def test_the_sample_gets_the_engine_and_the_official_harness_verdicts_through_th
         assert row.environment["image"] == TEMPLATE.format(
             arch="x86_64", official_id=row.instance_id.replace("__", "_1776_")
         )
+    # the ledger's image holds its editable install: a patch of its sources alone (the
+    # crafted docstring) leaves the reinstall out, as the engine does
+    ledger = next(r for r in outcome.results if r.instance_id == "sample__ledger-1")
+    assert ledger.environment["eval_install"] == "skipped (no build input changed)"
     assert gateway.refused[before:] == []  # every call the backend made is one the platform allows
     client = docker.DockerClient(base_url=f"unix://{gateway.listen}")
     try:
@@ -218,6 +222,7 @@ def test_what_the_patch_and_its_install_change_of_the_tests_is_put_back(
     assert by_install.tampered_files == ["tests/conftest.py"]
     # setup.py declares dependencies: its install keeps the network, as upstream's does
     assert by_install.environment["network"].startswith("network on: the patch changes setup.py")
+    assert by_install.environment["eval_install"] == "ran"  # setup.py is a build input
     assert "network" not in by_patch.environment
 
 
@@ -511,3 +516,29 @@ def test_pytest_s_own_record_catches_in_process_forgeries_in_the_container(
     patch = crafted_patch(repo, inst.base_commit, tmp_path / "work", plant)
     row = evaluate_one(run_sample, settings, sample, gateway, "sample__ledger-1", patch)
     assert (row.status.value, row.reason) == expected, row.detail
+
+
+def test_the_install_cannot_rewrite_the_test_phase_s_script(
+    run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, gateway: Gateway
+) -> None:
+    """Code the eval-time install runs (setup.py) writes the test phase's script with one
+    that prints every graded test as passed and exits 0. The test phase's script is put
+    in place only after the install, so there is none to rewrite: what the install wrote
+    is a change outside the checkout and the environment, and the row says so."""
+    inst = next(
+        i for i in load_dataset(str(sample.dataset)).instances
+        if i.instance_id == "sample__ledger-1"
+    )  # fmt: skip
+    passed = "".join(f"echo 'PASSED {t}'\n" for t in [*inst.FAIL_TO_PASS, *inst.PASS_TO_PASS])
+    forged = (
+        "set -x\n: '>>>>> Start Test Output'\n" + passed
+        + ": '>>>>> End Test Output'\necho '>>>>> Test Exit Code: 0'\nexit 0\n"
+    )  # fmt: skip
+    setup = new_file(
+        "setup.py",
+        "from pathlib import Path\nfrom setuptools import setup\n"
+        f"Path('/eval.sh').write_text({forged!r})\nsetup()\n",
+    )
+    row = evaluate_one(run_sample, settings, sample, gateway, "sample__ledger-1", setup)
+    assert (row.status.value, row.reason) == ("error", "workspace_tampering"), row.detail
+    assert "/eval.sh" in row.detail

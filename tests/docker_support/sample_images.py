@@ -26,6 +26,7 @@ from docker.errors import ImageNotFound
 
 from swegreen.core.dataset import Instance
 from swegreen.core.images import image_name
+from swegreen.environments.catalog import builtin_recipes
 
 TEMPLATE = "swegreen-sample/sweb.eval.{arch}.{official_id}:latest"
 BASE = "swegreen-sample/base:latest"
@@ -53,6 +54,10 @@ COPY activate /opt/miniconda3/bin/activate
 WORKDIR /testbed
 """
 INSTANCE_DOCKERFILE = f"FROM {BASE}\nCOPY testbed /testbed\nWORKDIR /testbed\n"
+# the recipe's install, run at build time as the official images' setup runs it
+INSTALL_STEP = (
+    "RUN /bin/bash -c 'source /opt/miniconda3/bin/activate && conda activate testbed && {}'\n"
+)
 
 
 def _stamp(*parts: str) -> str:
@@ -113,21 +118,25 @@ def build_base(client: docker.DockerClient) -> str:
 def build_instances(
     client: docker.DockerClient, repos_dir: Path, instances: Iterable[Instance]
 ) -> dict[str, str]:
-    """Each row's image (``TEMPLATE``), its repository from the sample's ``repos_dir``."""
+    """Each row's image (``TEMPLATE``), its repository from the sample's ``repos_dir``, the
+    recipe's install run in it (the ledger's editable one)."""
     base_id = client.api.inspect_image(build_base(client))["Id"]
+    book = builtin_recipes()
     built = {}
     for inst in instances:
         tag = image_name(inst.instance_id, TEMPLATE)
+        install = book.for_instance(inst).install
+        dockerfile = INSTANCE_DOCKERFILE + (INSTALL_STEP.format(install) if install else "")
         owner, name = inst.repo.split("/", 1)
         source = repos_dir / f"{owner}__{name}"
         head = subprocess.run(
             ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True
         ).stdout.strip()
-        stamp = _stamp(base_id, inst.base_commit, head, INSTANCE_DOCKERFILE)
+        stamp = _stamp(base_id, inst.base_commit, head, dockerfile)
         if not _current(client, tag, stamp):
             with tempfile.TemporaryDirectory(prefix="swegreen-image-") as tmp:
                 ctx = Path(tmp)
-                (ctx / "Dockerfile").write_text(INSTANCE_DOCKERFILE)
+                (ctx / "Dockerfile").write_text(dockerfile)
                 testbed = ctx / "testbed"
                 subprocess.run(["git", "clone", "--quiet", str(source), str(testbed)], check=True)
                 subprocess.run(

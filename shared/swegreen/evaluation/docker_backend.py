@@ -250,7 +250,6 @@ class DockerEvaluator(PatchEvaluator):
         deadline = time.monotonic() + timeout
         row.begin("tests")
         await asyncio.to_thread(box.put_file, PREPARE_SCRIPT, phases.prepare.encode())
-        await asyncio.to_thread(box.put_file, EVAL_SCRIPT, phases.test.encode())
         prepare = await asyncio.to_thread(box.exec, ["/bin/bash", PREPARE_SCRIPT], timeout)
         log = prepare.output
         test = None
@@ -276,6 +275,9 @@ class DockerEvaluator(PatchEvaluator):
             if environment is not None:
                 # after what the image sets of them, as the engine adds its own
                 command = ["/bin/bash", "-c", WITH_RECORDER, "eval", EVAL_SCRIPT]
+            # written now, once nothing the install started runs: it could have written
+            # a script put there before (its own passes, exit 0)
+            await asyncio.to_thread(box.put_file, EVAL_SCRIPT, phases.test.encode())
             row.begin("tests")
             test = await asyncio.to_thread(box.exec, command, left, environment=environment)
             output = test.output
@@ -333,7 +335,7 @@ class DockerEvaluator(PatchEvaluator):
         system as the image has it, the environment as an install of the project leaves
         it, or the row ends ``workspace_tampering``; bytecode it wrote is dropped."""
         changes = install_changes.parse(await asyncio.to_thread(box.changes))
-        ours = (DOCKER_PATCH, EVAL_SCRIPT, PREPARE_SCRIPT)
+        ours = (DOCKER_PATCH, PREPARE_SCRIPT)  # the test phase's script is not there yet
         system = install_changes.outside(changes, ENV_PREFIX, WORKDIR, ours)
         system += install_changes.git_changes(changes, WORKDIR)
         if any(c.path == install_changes.GITCONFIG for c in changes):
