@@ -138,6 +138,27 @@ class RowContainer:
         code = self.client.api.exec_inspect(exec_id).get("ExitCode")
         return ExecResult(code if code is not None else -1, output, time.monotonic() - t0)
 
+    def put_files(
+        self,
+        files: dict[str, tuple[bytes, int]],
+        dirs: dict[str, int] | None = None,
+    ) -> None:
+        """Files at absolute paths (path -> (content, mode)), and new directories for them
+        (path -> mode), in one archive call: each call is a round trip to the daemon."""
+        buffer = io.BytesIO()
+        now = int(time.time())
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for path, dir_mode in (dirs or {}).items():
+                info = tarfile.TarInfo(path.lstrip("/"))
+                info.type, info.mode, info.mtime = tarfile.DIRTYPE, dir_mode, now
+                tar.addfile(info)
+            for path, (data, file_mode) in files.items():
+                info = tarfile.TarInfo(path.lstrip("/"))
+                info.size, info.mode, info.mtime = len(data), file_mode, now
+                tar.addfile(info, io.BytesIO(data))
+        if not self.client.api.put_archive(self.id, "/", buffer.getvalue()):
+            raise SandboxCrashed(f"copying {', '.join(files)} into the container was refused")
+
     def put_dir(self, path: str, files: dict[str, tuple[bytes, int]], mode: int = 0o755) -> None:
         """A new directory ``path`` holding ``files`` (name -> (content, mode))."""
         target = PurePosixPath(path)

@@ -76,7 +76,7 @@ _SITE = f"{ENV_PREFIX}/lib/python*/site-packages"
 # /testbed's names, then the environment's files that name it as an editable install
 EDITABLE_PROBE = (
     f"ls -A {WORKDIR}; echo ---; "
-    f"grep -ls {WORKDIR} {_SITE}/*.pth {_SITE}/*.egg-link {_SITE}/__editable__*; true"
+    f"grep -ls {WORKDIR} {_SITE}/*.pth {_SITE}/*.egg-link {_SITE}/__editable__*"
 )
 # The recorder's option and directory added to what the image's environment has of them.
 WITH_RECORDER = (
@@ -229,27 +229,31 @@ class DockerEvaluator(PatchEvaluator):
         instance = row.instance
         assert row.info is not None
         row.begin("apply")
-        skip = await self._reinstall_skip(box, recipe, row.info.paths)  # before the patch
-        await asyncio.to_thread(box.put_file, DOCKER_PATCH, text.encode("utf-8", "surrogateescape"))
+        # read before the patch: the image's own tree and environment
+        skip, runner = await self._before_patch(box, recipe, row.info.paths)
+        if recipe.install:
+            row.environment["eval_install"] = "skipped (no build input changed)" if skip else "ran"
+        phases = image_eval_phases(instance, recipe, skip_install=skip)
+        await asyncio.to_thread(
+            box.put_files,
+            {
+                DOCKER_PATCH: (text.encode("utf-8", "surrogateescape"), 0o644),
+                PREPARE_SCRIPT: (phases.prepare.encode(), 0o644),
+            },
+        )
         method = await self._apply(box, notes)
         if method is None:
             return self._does_not_apply(key, row, text)
         row.apply_method = method
         base = instance.base_commit
-        runner = await self._runner_files(box, recipe)
         row.tampered_files += await self._revert(box, base, row.info.paths, runner)
         if row.tampered_files:
             notes.append("put back before the tests: " + ", ".join(row.tampered_files))
 
-        if recipe.install:
-            row.environment["eval_install"] = "skipped (no build input changed)" if skip else "ran"
-        phases = image_eval_phases(instance, recipe, skip_install=skip)
-        script = phases.script
-        self.artifacts.write_text(key(art.EVAL_SCRIPT), script)
+        self.artifacts.write_text(key(art.EVAL_SCRIPT), phases.script)
         timeout = self.eval_timeout or recipe.eval_timeout or 1800.0
         deadline = time.monotonic() + timeout
         row.begin("tests")
-        await asyncio.to_thread(box.put_file, PREPARE_SCRIPT, phases.prepare.encode())
         prepare = await asyncio.to_thread(box.exec, ["/bin/bash", PREPARE_SCRIPT], timeout)
         log = prepare.output
         test = None
@@ -262,22 +266,22 @@ class DockerEvaluator(PatchEvaluator):
             if not runs_no_project_code(phases.prepare, trusted_lines(recipe)):
                 await asyncio.to_thread(box.stop_processes)
                 await self._judge_install(box, image_id, recipe, notes)
-            changed = await self._changed(box)
+            # only the sources count: a cache the install left could hold other code
+            changed = await self._changed(box, drop_bytecode=True)
             reverted = await self._revert(box, base, changed, runner)
             row.tampered_files += reverted
             if reverted:
                 notes.append("put back after the install: " + ", ".join(reverted))
-            # only the sources count: a cache the install left could hold other code
-            await asyncio.to_thread(box.shell, DROP_BYTECODE, SETUP_TIMEOUT)
             left = max(deadline - time.monotonic(), 1.0)
-            environment, record_key, mark = await self._recorder(box, recipe)
+            environment, record_key, mark, files, dirs = self._recorder(recipe)
             command = ["/bin/bash", EVAL_SCRIPT]
             if environment is not None:
                 # after what the image sets of them, as the engine adds its own
                 command = ["/bin/bash", "-c", WITH_RECORDER, "eval", EVAL_SCRIPT]
             # written now, once nothing the install started runs: it could have written
             # a script put there before (its own passes, exit 0)
-            await asyncio.to_thread(box.put_file, EVAL_SCRIPT, phases.test.encode())
+            files[EVAL_SCRIPT] = (phases.test.encode(), 0o644)
+            await asyncio.to_thread(box.put_files, files, dirs)
             row.begin("tests")
             test = await asyncio.to_thread(box.exec, command, left, environment=environment)
             output = test.output
@@ -300,24 +304,31 @@ class DockerEvaluator(PatchEvaluator):
             log_path.write_text(log)
             return self._grade(key, row, recipe, log_path, text, recorded, test.exit_code)
 
-    async def _recorder(
-        self, box: RowContainer, recipe: Recipe
-    ) -> tuple[dict[str, str] | None, bytes | None, str | None]:
+    @staticmethod
+    def _recorder(
+        recipe: Recipe,
+    ) -> tuple[
+        dict[str, str] | None,
+        bytes | None,
+        str | None,
+        dict[str, tuple[bytes, int]],
+        dict[str, int],
+    ]:
         """pytest's recorder for the test phase, where the test command is pytest: the
         plugin under a name of this run's own and its key (a file the plugin removes when
         pytest imports it, before any conftest or project module runs), copied in after
         the install; its record comes back on the test command's stderr, each line after a
-        marker of this run's own. (exec environment, key, marker), or Nones."""
+        marker of this run's own. (exec environment, key, marker, files and directory to
+        copy in), or Nones and nothing to copy."""
         if not covers(recipe.log_parser, recipe.test_cmd):
-            return None, None, None
+            return None, None, None, {}, {}
         record_key, mark = new_key(), new_mark()
         module = f"{RECORDER_MODULE}_{secrets.token_hex(8)}"
         folder = f"/run/swegreen-{secrets.token_hex(8)}"
         files = {
-            f"{module}.py": (plugin_source().encode(), 0o444),
-            "key": (record_key.encode(), 0o400),
+            f"{folder}/{module}.py": (plugin_source().encode(), 0o444),
+            f"{folder}/key": (record_key.encode(), 0o400),
         }
-        await asyncio.to_thread(box.put_dir, folder, files)
         environment = {
             "SWEGREEN_ADDOPTS": pytest_addopts(None, module),
             "SWEGREEN_PLUGINS": folder,
@@ -326,7 +337,7 @@ class DockerEvaluator(PatchEvaluator):
             "SWEGREEN_RECORD_KEY_FILE": f"{folder}/key",
             "SWEGREEN_REPO": WORKDIR,
         }
-        return environment, record_key.encode(), mark
+        return environment, record_key.encode(), mark, files, {folder: 0o755}
 
     async def _judge_install(
         self, box: RowContainer, image_id: str, recipe: Recipe, notes: list[str]
@@ -416,44 +427,46 @@ class DockerEvaluator(PatchEvaluator):
         await asyncio.to_thread(box.shell, "git checkout -- . ; git clean -fd")
         return None
 
-    async def _reinstall_skip(
+    async def _before_patch(
         self, box: RowContainer, recipe: Recipe, paths: Sequence[str]
-    ) -> bool:
-        """Whether upstream's eval-time install can change nothing here, by the engine's
-        rule (``reinstall_changes_nothing``): an editable install, no build input touched,
-        no top-level directory added to the image's ``/testbed``, and the image's
-        environment holding that editable install (a .pth, .egg-link or editable finder
-        naming ``/testbed``). Read from the image's files before the patch is applied."""
+    ) -> tuple[bool, frozenset[str]]:
+        """What is read of the image's own tree before the patch is applied, in one exec:
+        whether upstream's eval-time install can change nothing here (the engine's rule,
+        ``reinstall_changes_nothing``: an editable install, no build input touched, no
+        top-level directory added to ``/testbed``, and the environment holding that
+        editable install: a .pth, .egg-link or editable finder naming ``/testbed``), and
+        the repository's files the test command itself runs (sympy's ``bin/test``)."""
         heads = {p.partition("/")[0] for p in paths}
-        if not reinstall_changes_nothing(recipe.install, paths, heads):
-            return False  # not even with every top-level directory present
-        probe = await asyncio.to_thread(box.shell, EDITABLE_PROBE, SETUP_TIMEOUT)
-        top, _, markers = probe.output.partition("\n---\n")
-        return bool(markers.strip()) and reinstall_changes_nothing(
-            recipe.install, paths, top.splitlines()
-        )
-
-    async def _runner_files(self, box: RowContainer, recipe: Recipe) -> frozenset[str]:
-        """Files of the repository the test command itself runs (sympy's ``bin/test``)."""
+        # not even with every top-level directory present: no need to look
+        candidate = reinstall_changes_nothing(recipe.install, paths, heads)
         tokens = [
             t.removeprefix("./")
             for t in shlex.split(recipe.test_cmd)
             if t and not t.startswith(("-", "/"))
         ]
-        if not tokens:
-            return frozenset()
-        check = "; ".join(f"[ -f {shlex.quote(t)} ] && echo {shlex.quote(t)}" for t in tokens)
-        found = await asyncio.to_thread(box.shell, check + "; true", SETUP_TIMEOUT)
-        return frozenset(line for line in found.output.splitlines() if line in tokens)
-
-    async def _changed(self, box: RowContainer) -> list[str]:
-        """Paths that differ from HEAD (the base commit), untracked ones included."""
-        status = await asyncio.to_thread(
-            box.exec,
-            ["git", "status", "--porcelain", "-z", "--untracked-files=all", "--no-renames"],
-            SETUP_TIMEOUT,
-            environment=OWN_GIT,
+        if not candidate and not tokens:
+            return False, frozenset()
+        check = "".join(f"[ -f {shlex.quote(t)} ] && echo {shlex.quote(t)}; " for t in tokens)
+        # /testbed's names --- editable installs naming it --- the runner files present
+        probe = (EDITABLE_PROBE if candidate else "echo ---") + "; echo ---; " + check
+        found = await asyncio.to_thread(box.shell, probe + "true", SETUP_TIMEOUT)
+        top, _, rest = found.output.partition("---\n")
+        markers, _, runners = rest.partition("---\n")
+        skip = (
+            candidate
+            and bool(markers.strip())
+            and reinstall_changes_nothing(recipe.install, paths, top.splitlines())
         )
+        return skip, frozenset(line for line in runners.splitlines() if line in tokens)
+
+    async def _changed(self, box: RowContainer, drop_bytecode: bool = False) -> list[str]:
+        """Paths that differ from HEAD (the base commit), untracked ones included;
+        ``drop_bytecode``: every ``__pycache__`` of the checkout removed first (one exec)."""
+        status_argv = "git status --porcelain -z --untracked-files=all --no-renames"
+        argv = ["git", *status_argv.split()[1:]]
+        if drop_bytecode:
+            argv = ["/bin/bash", "-c", f"{DROP_BYTECODE}; exec {status_argv}"]
+        status = await asyncio.to_thread(box.exec, argv, SETUP_TIMEOUT, environment=OWN_GIT)
         if not status.ok:
             raise SandboxCrashed(f"git status failed in the container: {status.output[-500:]}")
         return [entry[3:] for entry in status.output.split("\0") if len(entry) > 3]
