@@ -6,9 +6,9 @@
 * ``harness_rows``: the rows in swebench 5.0.2's dataset shape (``image``, ``eval_script``,
   ``log_parser``, ``eval_type``), the image pointed at a local tag: the columns the offline
   Verified rows lack, so that 5.0.2's ``make_test_spec`` and ``run_evaluation`` accept them.
-* ``run_official``: 5.0.2's ``run_evaluation`` (its module's ``main``), or its
-  ``run_instance`` with ``skip_patch`` (the harness's negative-test mode: it skips an empty
-  prediction otherwise), in a folder of its own, and each row's report read back.
+* ``run_official``: 5.0.2's ``run_evaluation`` (its command line), or its
+  ``run_instances`` with ``skip_patch`` (the harness's negative-test mode: it skips an
+  empty prediction otherwise), in a folder of its own, and each row's report read back.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def harness_rows(
 
 RUN_EMPTY = """
 import json, sys
-from swebench.harness.run_evaluation import run_instances, _docker_client
+from swebench.harness.run_evaluation import run_instances
 from swebench.harness.utils import load_swebench_dataset
 rows = load_swebench_dataset(sys.argv[1], "test", set(sys.argv[3].split(",")))
 preds = {r["instance_id"]: {"instance_id": r["instance_id"], "model_patch": "",

@@ -159,22 +159,6 @@ class RowContainer:
         if not self.client.api.put_archive(self.id, "/", buffer.getvalue()):
             raise SandboxCrashed(f"copying {', '.join(files)} into the container was refused")
 
-    def put_dir(self, path: str, files: dict[str, tuple[bytes, int]], mode: int = 0o755) -> None:
-        """A new directory ``path`` holding ``files`` (name -> (content, mode))."""
-        target = PurePosixPath(path)
-        buffer = io.BytesIO()
-        now = int(time.time())
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            info = tarfile.TarInfo(target.name)
-            info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, now
-            tar.addfile(info)
-            for name, (data, file_mode) in files.items():
-                info = tarfile.TarInfo(f"{target.name}/{name}")
-                info.size, info.mode, info.mtime = len(data), file_mode, now
-                tar.addfile(info, io.BytesIO(data))
-        if not self.client.api.put_archive(self.id, str(target.parent), buffer.getvalue()):
-            raise SandboxCrashed(f"copying {path} into the container was refused")
-
     def changes(self) -> list[dict[str, object]]:
         """What differs from the image, as the daemon records it (no program of the
         container's takes part): ``[{"Path": ..., "Kind": 0 changed, 1 added, 2 deleted}]``."""

@@ -221,8 +221,8 @@ def split_phases(
 ) -> EvalPhases:
     """Split an eval script's commands where the test files are reset (the last
     ``git checkout`` or ``rm -f`` before the start marker, else the test patch's
-    ``git apply``). The
-    test phase starts again from the working directory and the exports made before.
+    ``git apply``). The test phase starts again from the working directory and the
+    exports made before.
     ``pin_path``: the test phase's own commands before the start marker (the reset and
     the test patch's ``git apply``) find their tools there, not on the environment's
     PATH, whose first directory the participant's install may have filled."""
