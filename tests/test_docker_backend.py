@@ -173,7 +173,8 @@ def assert_the_harness_agrees(
     # One limit for every row, as the harness has: the ledger's (the shortest), so its
     # hanging prediction times out there as here.
     timeout = min(book.for_instance(i).eval_timeout or 1800 for i in rows)
-    official = run_official(work, dataset, "crafted", list(crafted), crafted, int(timeout), 2)
+    # 4 workers: most of a harness row is the wait for its container's stop (10 s)
+    official = run_official(work, dataset, "crafted", list(crafted), crafted, int(timeout), 4)
     for row in results:
         found = official[row.instance_id]
         report, logs = found["report"], Path(str(found["logs"]))
