@@ -326,9 +326,7 @@ def official_lines(
     apply_test_patch = f"git apply -v - <<'{HEREDOC}'\n{instance.test_patch}\n{HEREDOC}"
     test_command = " ".join([recipe.test_cmd, *directives])
     activate = list(CONDA_ACTIVATE) if conda else []
-    evals = recipe.eval_commands
-    if conda and recipe.upstream_eval_commands is not None:
-        evals = recipe.upstream_eval_commands
+    evals = image_eval_commands(recipe) if conda else recipe.eval_commands
     lines = [*activate, f"cd {workdir}", *evals]
     lines += [
         f"git config --global --add safe.directory {workdir}",
@@ -349,6 +347,13 @@ def official_lines(
         reset_tests,
     ]
     return lines
+
+
+def image_eval_commands(recipe: Recipe) -> tuple[str, ...]:
+    """The eval commands as upstream's script runs them in its image."""
+    if recipe.upstream_eval_commands is not None:
+        return tuple(recipe.upstream_eval_commands)
+    return tuple(recipe.eval_commands)
 
 
 def image_eval_phases(instance: Instance, recipe: Recipe, skip_install: bool = False) -> EvalPhases:

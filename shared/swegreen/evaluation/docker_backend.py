@@ -32,6 +32,7 @@ from swegreen.core.errors import SandboxCrashed, TestTimeout, WorkspaceTampering
 from swegreen.core.eval_script import (
     IMAGE_ACTIVATION,
     declares_dependencies,
+    image_eval_commands,
     image_eval_phases,
     reinstall_changes_nothing,
     runs_no_project_code,
@@ -89,10 +90,7 @@ WITH_RECORDER = (
 def trusted_lines(recipe: Recipe) -> tuple[str, ...]:
     """The prepare phase's lines that run only the image's programs, never the patch's:
     the conda activation and upstream's eval commands (django's locale-gen)."""
-    evals = recipe.eval_commands
-    if recipe.upstream_eval_commands is not None:
-        evals = recipe.upstream_eval_commands
-    return (*IMAGE_ACTIVATION, *(e.strip() for e in evals))
+    return (*IMAGE_ACTIVATION, *(e.strip() for e in image_eval_commands(recipe)))
 
 
 class DockerEvaluator(PatchEvaluator):
@@ -462,10 +460,10 @@ class DockerEvaluator(PatchEvaluator):
     async def _changed(self, box: RowContainer, drop_bytecode: bool = False) -> list[str]:
         """Paths that differ from HEAD (the base commit), untracked ones included;
         ``drop_bytecode``: every ``__pycache__`` of the checkout removed first (one exec)."""
-        status_argv = "git status --porcelain -z --untracked-files=all --no-renames"
-        argv = ["git", *status_argv.split()[1:]]
+        git_status = "git status --porcelain -z --untracked-files=all --no-renames"
+        argv = git_status.split()
         if drop_bytecode:
-            argv = ["/bin/bash", "-c", f"{DROP_BYTECODE}; exec {status_argv}"]
+            argv = ["/bin/bash", "-c", f"{DROP_BYTECODE}; exec {git_status}"]
         status = await asyncio.to_thread(box.exec, argv, SETUP_TIMEOUT, environment=OWN_GIT)
         if not status.ok:
             raise SandboxCrashed(f"git status failed in the container: {status.output[-500:]}")
