@@ -227,6 +227,49 @@ def test_what_the_patch_and_its_install_change_of_the_tests_is_put_back(
     assert "network" not in by_patch.environment
 
 
+def reversed_patch(patch: str) -> str:
+    """``patch`` undone: its ``+`` and ``-`` lines swapped, without blob ids (one hunk)."""
+    lines = []
+    for line in patch.splitlines(keepends=True):
+        if line.startswith(("index ", "diff --git")):
+            continue
+        if line.startswith("@@"):
+            old, new = line.split()[1:3]
+            line = f"@@ -{new[1:]} +{old[1:]} @@\n"
+        elif line.startswith(("---", "+++")):
+            pass
+        elif line[:1] in "+-":
+            line = {"+": "-", "-": "+"}[line[0]] + line[1:]
+        lines.append(line)
+    return "".join(lines)
+
+
+def test_the_official_chain_s_fallbacks_apply_in_the_container(
+    sample: SampleBenchmark, settings: LocalSettings, gateway: Gateway
+) -> None:
+    """The whole chain runs in one exec: a patch only GNU patch's fuzz applies is applied
+    by it (and graded), and a patch already in the tree counts as applied, by the
+    reverse check, as upstream's chain says."""
+    dataset = load_dataset(str(sample.dataset))
+    row = next(i for i in dataset.instances if i.instance_id == "sample__calculator-1")
+    gold = "".join(ln for ln in row.patch.splitlines(keepends=True) if not ln.startswith("index"))
+    assert " def mean(values):\n" in gold
+    fuzzy = gold.replace(" def mean(values):\n", " def mean(numbers):\n", 1)
+    engine = docker_engine(settings, sample, gateway)
+    try:
+        by_fuzz, undone = (
+            asyncio.run(engine.evaluator.evaluate("docker-chain", row, PatchResult(p, "x")))
+            for p in (fuzzy, reversed_patch(gold))
+        )
+    finally:
+        engine.close()
+    assert by_fuzz.apply_method.startswith("patch --batch --forward --fuzz=5"), by_fuzz.detail
+    assert by_fuzz.status.value == "resolved", by_fuzz.detail
+    # already there: the tree is left as it is, so the fix is absent
+    assert undone.apply_method == "already applied", undone.detail
+    assert (undone.status.value, undone.reason) == ("no_op", "no_f2p_pass")
+
+
 def test_an_image_that_cannot_be_had_is_an_error_row_that_says_why(
     run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, gateway: Gateway
 ) -> None:

@@ -12,7 +12,7 @@ import io
 import tarfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -180,8 +180,7 @@ class RowContainer:
         return self.exec(["/bin/bash", "-c", script], timeout, environment=environment)
 
     def remove(self) -> None:
-        with contextlib.suppress(NotFound):
-            self.client.api.remove_container(self.id, force=True)
+        remove_container(self.client, self.id)
 
 
 def read_files(
@@ -205,15 +204,15 @@ def read_files(
     return found
 
 
-@contextlib.contextmanager
-def pristine(client: docker.DockerClient, image: str, name: str) -> Iterator[str]:
+def make_pristine(client: docker.DockerClient, image: str, name: str) -> str:
     """A container of ``image`` that is never started: its files are the image's, which
-    nothing of a row's has touched (read with ``read_files``)."""
-    created = client.api.create_container(
-        image, command=["true"], name=name, network_disabled=True
-    )["Id"]
-    try:
-        yield created
-    finally:
-        with contextlib.suppress(NotFound):
-            client.api.remove_container(created, force=True)
+    nothing of a row's has touched (read with ``read_files``; removed with
+    ``remove_container``)."""
+    return client.api.create_container(image, command=["true"], name=name, network_disabled=True)[
+        "Id"
+    ]
+
+
+def remove_container(client: docker.DockerClient, container: str) -> None:
+    with contextlib.suppress(NotFound):
+        client.api.remove_container(container, force=True)

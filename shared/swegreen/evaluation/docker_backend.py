@@ -12,12 +12,15 @@ exec's own output and graded by the official grader; the container removed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
 import secrets
 import shlex
 import tempfile
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -25,7 +28,15 @@ from docker.errors import APIError
 from swebench.harness.constants import CONTAINER_PATCH_FILE as DOCKER_PATCH
 
 from swegreen.containers import install_changes
-from swegreen.containers.container import WORKDIR, Limits, RowContainer, pristine, read_files
+from swegreen.containers.container import (
+    WORKDIR,
+    ExecResult,
+    Limits,
+    RowContainer,
+    make_pristine,
+    read_files,
+    remove_container,
+)
 from swegreen.containers.images import Images
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import SandboxCrashed, TestTimeout, WorkspaceTampering
@@ -63,6 +74,7 @@ from swegreen.stores import artifacts as art
 
 EVAL_SCRIPT = "/eval.sh"
 PREPARE_SCRIPT = "/eval_prepare.sh"
+LEAN_PREPARE_SCRIPT = "/eval_prepare_lean.sh"  # without the reinstall that changes nothing
 ENV_PREFIX = "/opt/miniconda3/envs/testbed"  # the official images' environment
 LABEL = "swegreen.row"
 SETUP_TIMEOUT = 300.0  # git and file checks before the tests
@@ -73,6 +85,11 @@ DROP_BYTECODE = (
 # name: core.fsmonitor, an alias); the checkout's own is judged after the install
 OWN_GIT = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
 BUILD_DIRS = frozenset({"build", ".tox", ".eggs"})
+# the checkout's bytecode dropped, then what differs from HEAD, untracked files included
+_LIST_CHANGES = (
+    f"{DROP_BYTECODE}; export {' '.join(f'{k}={v}' for k, v in OWN_GIT.items())}; "
+    "exec git status --porcelain -z --untracked-files=all --no-renames"
+)
 _SITE = f"{ENV_PREFIX}/lib/python*/site-packages"
 # /testbed's names, then the environment's files that name it as an editable install
 EDITABLE_PROBE = (
@@ -85,6 +102,17 @@ WITH_RECORDER = (
     'PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$SWEGREEN_PLUGINS"; '
     'unset SWEGREEN_ADDOPTS SWEGREEN_PLUGINS; exec /bin/bash "$1"'
 )  # tamper.BUILD_EXCLUDES, as path parts
+
+
+@dataclass(frozen=True)
+class Probe:
+    reinstall: bool  # the eval-time install may change nothing: read the tree to be sure
+    tokens: tuple[str, ...]  # the test command's words that may name a repository file
+
+
+def _status_paths(status: str) -> list[str]:
+    """The paths of ``git status --porcelain -z --no-renames``."""
+    return [entry[3:] for entry in status.split("\0") if len(entry) > 3]
 
 
 def trusted_lines(recipe: Recipe) -> tuple[str, ...]:
@@ -227,19 +255,19 @@ class DockerEvaluator(PatchEvaluator):
         instance = row.instance
         assert row.info is not None
         row.begin("apply")
-        # read before the patch: the image's own tree and environment
-        skip, runner = await self._before_patch(box, recipe, row.info.paths)
+        probe = self._probe(recipe, row.info.paths)
+        full = image_eval_phases(instance, recipe)
+        lean = image_eval_phases(instance, recipe, skip_install=True) if probe.reinstall else None
+        files = {
+            DOCKER_PATCH: (text.encode("utf-8", "surrogateescape"), 0o644),
+            PREPARE_SCRIPT: (full.prepare.encode(), 0o644),
+        }
+        if lean is not None:  # which of the two runs is known once the image's tree is read
+            files[LEAN_PREPARE_SCRIPT] = (lean.prepare.encode(), 0o644)
+        await asyncio.to_thread(box.put_files, files)
+        method, skip, runner = await self._apply(box, recipe, row.info.paths, probe, notes)
         if recipe.install:
             row.environment["eval_install"] = "skipped (no build input changed)" if skip else "ran"
-        phases = image_eval_phases(instance, recipe, skip_install=skip)
-        await asyncio.to_thread(
-            box.put_files,
-            {
-                DOCKER_PATCH: (text.encode("utf-8", "surrogateescape"), 0o644),
-                PREPARE_SCRIPT: (phases.prepare.encode(), 0o644),
-            },
-        )
-        method = await self._apply(box, notes)
         if method is None:
             return self._does_not_apply(key, row, text)
         row.apply_method = method
@@ -248,25 +276,33 @@ class DockerEvaluator(PatchEvaluator):
         if row.tampered_files:
             notes.append("put back before the tests: " + ", ".join(row.tampered_files))
 
+        phases = lean if skip and lean is not None else full
         self.artifacts.write_text(key(art.EVAL_SCRIPT), phases.script)
         timeout = self.eval_timeout or recipe.eval_timeout or 1800.0
         deadline = time.monotonic() + timeout
+        # nothing but the image's programs runs in the install phase: the checkout's
+        # changes are listed in the same exec, right after it
+        trusted = runs_no_project_code(phases.prepare, trusted_lines(recipe))
         row.begin("tests")
-        prepare = await asyncio.to_thread(box.exec, ["/bin/bash", PREPARE_SCRIPT], timeout)
+        prepare, listed, listing = await self._prepare(
+            box, LEAN_PREPARE_SCRIPT if phases is lean else PREPARE_SCRIPT, trusted, timeout
+        )
         log = prepare.output
         test = None
         recorded: Recorded | None = None
         if prepare.exit_code is not None:
             # the checks between the phases are the backend's own time, not the script's
             row.begin("apply")
-            # nothing the install started runs on, and nothing of the container's is used
-            # until the daemon's record says the install left the system as it was
-            if not runs_no_project_code(phases.prepare, trusted_lines(recipe)):
+            row.durations.tests -= listing
+            row.durations.apply += listing
+            if listed is None:
+                # nothing the install started runs on, and nothing of the container's is
+                # used until the daemon's record says the install left the system as it was
                 await asyncio.to_thread(box.stop_processes)
-                await self._judge_install(box, image_id, recipe, notes)
+                dropped = await self._judge_install(box, image_id, recipe, notes)
+                listed = await self._changed(box, dropped)
             # only the sources count: a cache the install left could hold other code
-            changed = await self._changed(box, drop_bytecode=True)
-            reverted = await self._revert(box, base, changed, runner)
+            reverted = await self._revert(box, base, listed, runner)
             row.tampered_files += reverted
             if reverted:
                 notes.append("put back after the install: " + ", ".join(reverted))
@@ -301,6 +337,33 @@ class DockerEvaluator(PatchEvaluator):
             log_path = Path(tmp) / art.TEST_OUTPUT
             log_path.write_text(log)
             return self._grade(key, row, recipe, log_path, text, recorded, test.exit_code)
+
+    async def _prepare(
+        self, box: RowContainer, script: str, trusted: bool, timeout: float
+    ) -> tuple[ExecResult, list[str] | None, float]:
+        """The eval script's install phase; where it runs only the image's programs
+        (``trusted``), the checkout's bytecode dropped and its changes listed in the same
+        exec, after a marker of this row's own and the time: (its exec, the changed paths
+        or None, the seconds the listing took, which are the backend's own)."""
+        if not trusted:
+            return await asyncio.to_thread(box.exec, ["/bin/bash", script], timeout), None, 0.0
+        mark = f"@@swegreen-prepared-{secrets.token_hex(8)}@@"
+        then = f"printf '%s%s ' {mark} \"$(date +%s.%N)\"; {_LIST_CHANGES}"
+        done = await asyncio.to_thread(
+            box.exec, ["/bin/bash", "-c", f"/bin/bash {script}; {then}"], timeout
+        )
+        ended = time.time()
+        output, found, rest = done.output.rpartition(mark)
+        if done.exit_code is None or not found:
+            return ExecResult(done.exit_code, done.output, done.seconds), None, 0.0
+        stamp, _, status = rest.partition(" ")
+        if done.exit_code != 0:
+            raise SandboxCrashed(f"the checkout's changes could not be listed: {status[-500:]}")
+        try:
+            listing = min(max(ended - float(stamp), 0.0), done.seconds)
+        except ValueError:
+            listing = 0.0
+        return ExecResult(0, output, done.seconds - listing), _status_paths(status), listing
 
     @staticmethod
     def _recorder(
@@ -339,21 +402,47 @@ class DockerEvaluator(PatchEvaluator):
 
     async def _judge_install(
         self, box: RowContainer, image_id: str, recipe: Recipe, notes: list[str]
-    ) -> None:
+    ) -> list[str]:
         """What the install changed, by the daemon's record (install_changes.py): the
         system as the image has it, the environment as an install of the project leaves
-        it, or the row ends ``workspace_tampering``; bytecode it wrote is dropped."""
+        it, or the row ends ``workspace_tampering``. Returns the bytecode it wrote, to drop.
+        The image's own files are read from a container of it never started, made while
+        the daemon computes its record."""
+        name = f"swegreen-pristine-{uuid.uuid4().hex[:12]}"
+        made = asyncio.create_task(
+            asyncio.to_thread(make_pristine, self.client, image_id, name)
+        )  # fmt: skip
+        try:
+            return await self._judged(box, made, recipe, notes)
+        finally:
+            with contextlib.suppress(APIError):
+                await asyncio.to_thread(remove_container, self.client, await made)
+
+    async def _judged(
+        self, box: RowContainer, made: asyncio.Task[str], recipe: Recipe, notes: list[str]
+    ) -> list[str]:
+        async def image_files(paths: list[str]) -> dict[str, str | None]:
+            try:
+                return await asyncio.to_thread(read_files, self.client, await made, paths)
+            except APIError as exc:
+                raise SandboxCrashed(
+                    f"the image's files could not be read: {exc.explanation or exc}"
+                ) from None
+
         changes = install_changes.parse(await asyncio.to_thread(box.changes))
-        ours = (DOCKER_PATCH, PREPARE_SCRIPT)  # the test phase's script is not there yet
+        ours = (DOCKER_PATCH, PREPARE_SCRIPT, LEAN_PREPARE_SCRIPT)  # no test script yet
         system = install_changes.outside(changes, ENV_PREFIX, WORKDIR, ours)
         system += install_changes.git_changes(changes, WORKDIR)
         if any(c.path == install_changes.GITCONFIG for c in changes):
             gitconfig = install_changes.GITCONFIG
-            now_cfg = (await asyncio.to_thread(box.read_files, [gitconfig]))[gitconfig]
-            old_cfg = (await self._image_files(image_id, [gitconfig]))[gitconfig]
+            now_cfg, old_cfg = await asyncio.gather(
+                asyncio.to_thread(box.read_files, [gitconfig]), image_files([gitconfig])
+            )
             system += [
                 f"{gitconfig} ({setting})"
-                for setting in install_changes.gitconfig_added(now_cfg, old_cfg)
+                for setting in install_changes.gitconfig_added(
+                    now_cfg[gitconfig], old_cfg[gitconfig]
+                )
             ]
         if system:
             raise WorkspaceTampering(
@@ -362,14 +451,16 @@ class DockerEvaluator(PatchEvaluator):
             )
         env = install_changes.EnvChanges.of(changes, ENV_PREFIX, WORKDIR)
         now_paths, before_paths = env.wanted()
-        now = await asyncio.to_thread(box.read_files, now_paths) if now_paths else {}
-        before = await self._image_files(image_id, before_paths) if before_paths else {}
+        now, before = await asyncio.gather(
+            asyncio.to_thread(box.read_files, now_paths), image_files(before_paths)
+        )
         commands = command_words(recipe.test_cmd)
         bad = env.violations(now, before, commands)
         if changed := env.changed(path for path, _ in bad):
             # written again with the bytes the image has (a develop reinstall's launchers)
-            mine = await asyncio.to_thread(box.read_files, changed)
-            image = await self._image_files(image_id, changed)
+            mine, image = await asyncio.gather(
+                asyncio.to_thread(box.read_files, changed), image_files(changed)
+            )
             same = frozenset(p for p in changed if mine[p] is not None and mine[p] == image[p])
             bad = env.violations(now, before, commands, same)
         if bad:
@@ -380,94 +471,102 @@ class DockerEvaluator(PatchEvaluator):
                 + (" ..." if len(bad) > 8 else "")
             )
         dropped = env.bytecode()
-        if dropped:
-            rm = ["/bin/rm", "-f", "--", *dropped]  # the system's, which the record vouches for
-            done = await asyncio.to_thread(box.exec, rm, SETUP_TIMEOUT)
-            if not done.ok:
-                raise SandboxCrashed(f"bytecode could not be dropped: {done.output[-500:]}")
         notes.append(
             f"the install's changes checked by the daemon's record: {len(changes)} paths, "
             f"{len(env.reinstalled())} distribution metadata, {len(dropped)} bytecode dropped"
         )
+        return dropped
 
-    async def _image_files(self, image_id: str, paths: list[str]) -> dict[str, str | None]:
-        """Files as the image has them: read from a container of it never started."""
-        name = f"swegreen-pristine-{uuid.uuid4().hex[:12]}"
-
-        def read() -> dict[str, str | None]:
-            with pristine(self.client, image_id, name) as created:
-                return read_files(self.client, created, paths)
-
-        try:
-            return await asyncio.to_thread(read)
-        except APIError as exc:
-            raise SandboxCrashed(
-                f"the image's files could not be read: {exc.explanation or exc}"
-            ) from None
-
-    async def _apply(self, box: RowContainer, notes: list[str]) -> str | None:
-        """The official chain (run_evaluation.run_instance), in the container."""
-        for attempt, command in enumerate(GIT_APPLY_CMDS):
-            if attempt:
-                await asyncio.to_thread(box.shell, "git checkout -- . ; git clean -fd")
-            done = await asyncio.to_thread(
-                box.exec, [*shlex.split(command), DOCKER_PATCH], SETUP_TIMEOUT
-            )
-            notes.append(f"$ {command} patch.diff  -> exit {done.exit_code}\n{done.output}")
-            if done.ok:
-                return command
-        reverse = await asyncio.to_thread(
-            box.exec, ["git", "apply", "--check", "--reverse", DOCKER_PATCH], SETUP_TIMEOUT
-        )
-        notes.append(f"$ git apply --check --reverse -> exit {reverse.exit_code}")
-        if reverse.ok:
-            return "already applied"
-        await asyncio.to_thread(box.shell, "git checkout -- . ; git clean -fd")
-        return None
-
-    async def _before_patch(
-        self, box: RowContainer, recipe: Recipe, paths: Sequence[str]
-    ) -> tuple[bool, frozenset[str]]:
-        """What is read of the image's own tree before the patch is applied, in one exec:
-        whether upstream's eval-time install can change nothing here (the engine's rule,
-        ``reinstall_changes_nothing``: an editable install, no build input touched, no
+    @staticmethod
+    def _probe(recipe: Recipe, paths: Sequence[str]) -> Probe:
+        """What is to be read of the image's own tree before the patch (the engine's rule,
+        ``reinstall_changes_nothing``): whether upstream's eval-time install may change
+        nothing here (an editable install, no build input touched; to be confirmed: no
         top-level directory added to ``/testbed``, and the environment holding that
-        editable install: a .pth, .egg-link or editable finder naming ``/testbed``), and
-        the repository's files the test command itself runs (sympy's ``bin/test``)."""
+        editable install, a .pth, .egg-link or editable finder naming ``/testbed``), and
+        which of the repository's files the test command may itself run (sympy's
+        ``bin/test``)."""
         heads = {p.partition("/")[0] for p in paths}
-        # not even with every top-level directory present: no need to look
-        candidate = reinstall_changes_nothing(recipe.install, paths, heads)
-        tokens = [
+        tokens = tuple(
             t.removeprefix("./")
             for t in shlex.split(recipe.test_cmd)
             if t and not t.startswith(("-", "/"))
-        ]
-        if not candidate and not tokens:
-            return False, frozenset()
-        check = "".join(f"[ -f {shlex.quote(t)} ] && echo {shlex.quote(t)}; " for t in tokens)
-        # /testbed's names --- editable installs naming it --- the runner files present
-        probe = (EDITABLE_PROBE if candidate else "echo ---") + "; echo ---; " + check
-        found = await asyncio.to_thread(box.shell, probe + "true", SETUP_TIMEOUT)
-        top, _, rest = found.output.partition("---\n")
-        markers, _, runners = rest.partition("---\n")
-        skip = (
-            candidate
-            and bool(markers.strip())
-            and reinstall_changes_nothing(recipe.install, paths, top.splitlines())
         )
-        return skip, frozenset(line for line in runners.splitlines() if line in tokens)
+        # not even with every top-level directory present: no need to look
+        return Probe(reinstall_changes_nothing(recipe.install, paths, heads), tokens)
 
-    async def _changed(self, box: RowContainer, drop_bytecode: bool = False) -> list[str]:
-        """Paths that differ from HEAD (the base commit), untracked ones included;
-        ``drop_bytecode``: every ``__pycache__`` of the checkout removed first (one exec)."""
-        git_status = "git status --porcelain -z --untracked-files=all --no-renames"
-        argv = git_status.split()
-        if drop_bytecode:
-            argv = ["/bin/bash", "-c", f"{DROP_BYTECODE}; exec {git_status}"]
-        status = await asyncio.to_thread(box.exec, argv, SETUP_TIMEOUT, environment=OWN_GIT)
+    async def _apply(
+        self,
+        box: RowContainer,
+        recipe: Recipe,
+        paths: Sequence[str],
+        probe: Probe,
+        notes: list[str],
+    ) -> tuple[str | None, bool, frozenset[str]]:
+        """In one exec: the image's tree read as ``probe`` says, then the official chain
+        (run_evaluation.run_instance), with its reset between attempts and the reverse
+        check at the end, each step's exit after a marker of this row's own. (The command
+        that applied the patch or None, whether the eval-time install is left out, the
+        runner files present.)"""
+        mark = f"@@swegreen-step-{secrets.token_hex(8)}@@"
+        steps = []
+        if probe.reinstall or probe.tokens:
+            check = "".join(
+                f"[ -f {shlex.quote(t)} ] && echo {shlex.quote(t)}; " for t in probe.tokens
+            )
+            # /testbed's names --- editable installs naming it --- the runner files present
+            looked = EDITABLE_PROBE if probe.reinstall else "echo ---"
+            steps.append(f"{{ {looked}; echo ---; {check}}} 2>&1; echo {mark} 0")
+        reset = "{ git checkout -- . ; git clean -fd; } >/dev/null 2>&1"
+        for attempt, command in enumerate(GIT_APPLY_CMDS):
+            argv = shlex.join([*shlex.split(command), DOCKER_PATCH])
+            steps.append(
+                (reset + "; " if attempt else "")
+                + f"{argv} 2>&1; r=$?; echo; echo {mark} $r; [ $r = 0 ] && exit 0"
+            )
+        reverse = shlex.join(["git", "apply", "--check", "--reverse", DOCKER_PATCH])
+        steps.append(f"{reverse} >/dev/null 2>&1; r=$?; echo {mark} $r; [ $r = 0 ] && exit 0")
+        steps.append(reset + "; exit 1")
+        done = await asyncio.to_thread(box.shell, "\n".join(steps), SETUP_TIMEOUT)
+        if done.exit_code is None:
+            raise SandboxCrashed(f"applying the patch ran past {SETUP_TIMEOUT:g} s")
+        parts = re.split(rf"{mark} (-?\d+)\n", done.output)
+        outputs, codes = parts[:-1:2], [int(c) for c in parts[1::2]]
+        skip, runner = False, frozenset[str]()
+        if probe.reinstall or probe.tokens:
+            if not codes:
+                raise SandboxCrashed(f"the image's tree could not be read: {done.output[-500:]}")
+            top, _, rest = outputs.pop(0).partition("---\n")
+            markers, _, runners = rest.partition("---\n")
+            codes.pop(0)
+            skip = (
+                probe.reinstall
+                and bool(markers.strip())
+                and reinstall_changes_nothing(recipe.install, paths, top.splitlines())
+            )
+            runner = frozenset(line for line in runners.splitlines() if line in probe.tokens)
+        for command, output, code in zip(GIT_APPLY_CMDS, outputs, codes, strict=False):
+            notes.append(f"$ {command} patch.diff  -> exit {code}\n{output.removesuffix(chr(10))}")
+            if code == 0:
+                return command, skip, runner
+        if len(codes) > len(GIT_APPLY_CMDS):
+            notes.append(f"$ git apply --check --reverse -> exit {codes[-1]}")
+            if codes[-1] == 0:
+                return "already applied", skip, runner
+        return None, skip, runner
+
+    async def _changed(self, box: RowContainer, dropped: Sequence[str] = ()) -> list[str]:
+        """Paths that differ from HEAD (the base commit), untracked ones included, after
+        ``dropped`` (an install's bytecode in the environment) and every ``__pycache__``
+        of the checkout are removed (one exec; the system's programs, which the daemon's
+        record vouches for)."""
+        argv = ["/bin/bash", "-c", f'/bin/rm -f -- "$@" && {_LIST_CHANGES}', "changed", *dropped]
+        status = await asyncio.to_thread(box.exec, argv, SETUP_TIMEOUT)
         if not status.ok:
-            raise SandboxCrashed(f"git status failed in the container: {status.output[-500:]}")
-        return [entry[3:] for entry in status.output.split("\0") if len(entry) > 3]
+            raise SandboxCrashed(
+                f"the checkout's changes could not be listed: {status.output[-500:]}"
+            )
+        return _status_paths(status.output)
 
     async def _revert(
         self, box: RowContainer, base: str, paths: Sequence[str], runner: frozenset[str]
