@@ -15,7 +15,10 @@ the harness skips a row whose report exists):
            two scripted participants in the interactive mode: ``explore`` (looks around,
            applies the gold patch in its workbench, submits what git shows) and ``snoop``
            (counts the commits its workbench's history holds);
-  table    verdicts and failing tests side by side, and the wall times (markdown).
+  speed    ``--rounds`` rounds of gold, one row at a time, the Docker backend and the
+           harness on the same image one right after the other;
+  table    verdicts and failing tests side by side, and the speed rounds' medians
+           (markdown).
 
     python benchmarks/harness_side_by_side.py --rows ROWS.txt \\
         --repo-url-template '/mirrors/{owner}+{name}/repo' [--phases engine,images,...]
@@ -31,6 +34,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,16 +62,22 @@ from tests.docker_support.real_images import TEMPLATE, build_instance, env_of  #
 
 DATASET = ROOT.parent / "shared" / "data" / "swebench_verified.jsonl"
 PATCHES = ("gold", "empty")
-PHASES = ("engine", "images", "harness", "docker", "interactive", "table")
+PHASES = ("engine", "images", "harness", "docker", "interactive", "speed", "table")
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - ")
 
 
-def swegreen_run(args: argparse.Namespace, patches: str, backend: str, env: dict) -> None:
-    ids = ",".join(args.ids)
+def swegreen_run(
+    args: argparse.Namespace,
+    patches: str,
+    backend: str,
+    env: dict,
+    run_id: str | None = None,
+    ids: list[str] | None = None,
+) -> None:
     command = [
         sys.executable, "-m", "swegreen", "run", "--dataset", str(args.dataset),
-        "--instance-ids", ids, "--max-rows", "-1", "--patches", patches,
-        "--run-id", f"{args.prefix}-{backend}-{patches}",
+        "--instance-ids", ",".join(ids or args.ids), "--max-rows", "-1", "--patches", patches,
+        "--run-id", run_id or f"{args.prefix}-{backend}-{patches}",
         "--output-dir", str(args.work / "results"),
         "--repo-url-template", args.repo_url_template, "--no-progress",
         "--environments", backend,
@@ -81,9 +91,11 @@ def swegreen_run(args: argparse.Namespace, patches: str, backend: str, env: dict
         raise SystemExit(f"{' '.join(command[:4])} ... exited {done.returncode}")
 
 
-def result(args: argparse.Namespace, backend: str, patches: str, iid: str) -> dict | None:
-    path = args.work / "results" / f"{args.prefix}-{backend}-{patches}" / "instances"
-    path = path / iid / "result.json"
+def result(
+    args: argparse.Namespace, backend: str, patches: str, iid: str, run_id: str | None = None
+) -> dict | None:
+    path = args.work / "results" / (run_id or f"{args.prefix}-{backend}-{patches}")
+    path = path / "instances" / iid / "result.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
 
@@ -157,6 +169,64 @@ def phase_docker(args: argparse.Namespace) -> None:
             swegreen_run(args, patches, "docker", env)
         if gw.refused:
             raise SystemExit(f"refused by the gateway: {sorted(set(gw.refused))}")
+
+
+def phase_speed(args: argparse.Namespace, rows: dict[str, Instance], scripts: dict) -> None:
+    """``--rounds`` rounds of gold, one row at a time: the Docker backend (through the
+    gateway) and the harness on the same image one right after the other, which goes
+    first alternating by round (the first warms the image's files for the second)."""
+    dataset = harness_dataset(args, rows, scripts)
+    built = json.loads((args.work / "images.json").read_text())
+    gold = {i.instance_id: i.patch for i in rows.values()}
+    upstream = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    folder = tempfile.mkdtemp(prefix="swg-gw-", dir="/tmp")
+    with running(upstream, f"{folder}/docker.sock") as gw:
+        env = {**os.environ, "DOCKER_HOST": f"unix://{gw.listen}"}
+        for r in range(1, args.rounds + 1):
+            run_id = f"{args.prefix}-speed{r}"
+            for iid in (i for i in args.ids if i in built):
+
+                def backend(iid: str = iid, run_id: str = run_id) -> None:
+                    mine = f"{run_id}-docker-{iid}"  # a run never shrinks: one a row
+                    if result(args, "docker", "gold", iid, mine) is None:
+                        swegreen_run(args, "gold", "docker", env, mine, [iid])
+
+                def harness(iid: str = iid, run_id: str = run_id) -> None:
+                    run_official(args.work / "harness", dataset, run_id, [iid], gold)
+
+                for step in (backend, harness) if r % 2 else (harness, backend):
+                    step()
+                print(f"round {r}: {iid}", file=sys.stderr)
+        if gw.refused:
+            raise SystemExit(f"refused by the gateway: {sorted(set(gw.refused))}")
+
+
+def speed_table(args: argparse.Namespace) -> None:
+    """Per row, the median over the rounds run so far (and the rounds counted)."""
+    print("\n| row | rounds | Docker backend: row (s) | its eval script (s) | its own cost (s) "
+          "| harness: row (s) | to its report (s) | its eval script (s) | backend's row "
+          "against the harness's report |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for iid in args.ids:
+        mine, theirs = [], []
+        for r in range(1, args.rounds + 1):
+            run_id = f"{args.prefix}-speed{r}"
+            dock = result(args, "docker", "gold", iid, f"{run_id}-docker-{iid}")
+            logs = args.work / "harness" / "logs" / "run_evaluation" / run_id / "gold" / iid
+            h = harness_times(logs)
+            if dock is None or h is None or not dock["tests_ran"]:
+                continue
+            d = dock["durations"]
+            own = d["total"] - d["tests"] - d["env_build"] - d["participant"]
+            mine.append((d["total"], d["tests"], own))
+            theirs.append(h)
+        if not mine:
+            continue
+        m = [statistics.median(col) for col in zip(*mine, strict=True)]
+        h = [statistics.median(col) for col in zip(*theirs, strict=True)]
+        than = "faster" if m[0] <= h[1] else "**slower**"
+        print(f"| {iid} | {len(mine)} | {m[0]:.1f} | {m[1]:.1f} | {m[2]:.2f} | {h[0]:.1f} | "
+              f"{h[1]:.1f} | {h[2]:.1f} | {than} |")  # fmt: skip
 
 
 def phase_interactive(args: argparse.Namespace) -> None:
@@ -273,7 +343,7 @@ def phase_table(args: argparse.Namespace) -> int:
     built = json.loads((args.work / "images.json").read_text())
     print("| row | patches | engine | Docker backend | official harness | all three agree |")
     print("|---|---|---|---|---|---|")
-    times, disagreements = [], 0
+    disagreements = 0
     for iid in args.ids:
         for patches in PATCHES:
             engine = result(args, "engine", patches, iid)
@@ -293,17 +363,6 @@ def phase_table(args: argparse.Namespace) -> int:
             disagreements += not same
             print(f"| {iid} | {patches} | {statuses[0]} | {statuses[1]} | "
                   f"{official_verdict(report)} | {'yes' if same else '**no**'} |")  # fmt: skip
-            h = harness_times(logs)
-            d = dock["durations"]
-            if h and dock["tests_ran"]:
-                own = d["total"] - d["tests"] - d["env_build"] - d["participant"]
-                times.append((iid, patches, d["total"], d["tests"], own, *h))
-    print("\n| row | patches | Docker backend: row (s) | its eval script (s) | its own cost (s) "
-          "| harness: row (s) | to its report (s) | its eval script (s) |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for iid, patches, total, tests, own, htotal, hreport, htests in times:
-        print(f"| {iid} | {patches} | {total:.1f} | {tests:.1f} | {own:.2f} | "
-              f"{htotal:.1f} | {hreport:.1f} | {htests:.1f} |")  # fmt: skip
     print(f"\n{disagreements} disagreement(s)")
     return 1 if disagreements else 0
 
@@ -318,6 +377,7 @@ def main() -> int:
     parser.add_argument("--prefix", default="sbs", help="run ids' prefix")
     parser.add_argument("--cache", type=Path, help="the engine's cache (default: its own)")
     parser.add_argument("--phases", default=",".join(PHASES))
+    parser.add_argument("--rounds", type=int, default=3, help="the speed phase's rounds")
     args = parser.parse_args()
     args.ids = [ln.strip() for ln in args.rows.read_text().splitlines() if ln.strip()]
     args.work = args.work.resolve()
@@ -342,7 +402,7 @@ def main() -> int:
     if unknown := set(phases) - set(PHASES):
         raise SystemExit(f"unknown phase(s) {sorted(unknown)}: choose from {', '.join(PHASES)}")
     scripts = upstream_scripts(args.rows_jsonl, args.work / "upstream") if (
-        {"images", "harness"} & set(phases)) else {}  # fmt: skip
+        {"images", "harness", "speed"} & set(phases)) else {}  # fmt: skip
     if "engine" in phases:
         for patches in PATCHES:
             swegreen_run(args, patches, "engine", dict(os.environ))
@@ -354,7 +414,13 @@ def main() -> int:
         phase_docker(args)
     if "interactive" in phases:
         phase_interactive(args)
-    return phase_table(args) if "table" in phases else 0
+    if "speed" in phases:
+        phase_speed(args, rows, scripts)
+    if "table" not in phases:
+        return 0
+    verdicts = phase_table(args)
+    speed_table(args)
+    return verdicts
 
 
 if __name__ == "__main__":

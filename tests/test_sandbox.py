@@ -829,3 +829,30 @@ def test_without_a_network_namespace_an_offline_run_gets_no_ip_socket(
         assert expected in result.output, (network, loopback, result.output)
         refused = expected == "ip-refused" and platform.machine() in ("x86_64", "aarch64")
         assert ("uring-errno 1\n" in result.output) == refused, result.output
+
+
+def test_the_seccomp_filter_file_is_one_per_user_and_never_another_s(tmp_path: Path) -> None:
+    """Every process of a user shares one filter file (a killed process leaves none of
+    its own behind); a file at that name that is not exactly this uid's filter, or not
+    its own, is never used."""
+    from swegreen.sandbox.isolation import _holds, _seccomp_file
+
+    first, again = _seccomp_file(tmp_path), _seccomp_file(tmp_path)
+    assert first == again and first.read_bytes() == seccomp.keyring_filter()
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]
+    first.write_bytes(b"\0" * 8)  # another filter at that name is written over
+    assert _seccomp_file(tmp_path) == first and first.read_bytes() == seccomp.keyring_filter()
+    first.chmod(0o666)  # writable by others: not trusted, replaced
+    assert _seccomp_file(tmp_path) == first and first.stat().st_mode & 0o777 == 0o644
+    first.unlink()
+    first.symlink_to(tmp_path / "elsewhere.bpf")  # a link is never followed
+    (tmp_path / "elsewhere.bpf").write_bytes(seccomp.keyring_filter())
+    assert _seccomp_file(tmp_path) == first and not first.is_symlink()
+    if os.geteuid() == 0:  # root may replace another uid's file: it is made its own
+        os.chown(first, 4242, 4242)
+        assert _seccomp_file(tmp_path) == first and first.stat().st_uid == 0
+    first.unlink()
+    first.mkdir()  # nothing can be put at the name: a private copy, removed at exit
+    private = _seccomp_file(tmp_path)
+    assert private != first and private.read_bytes() == seccomp.keyring_filter()
+    assert _holds(private, seccomp.keyring_filter())

@@ -6,10 +6,13 @@ network and mount namespaces, cgroups), the policy a run is held to, and what it
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -443,11 +446,41 @@ def _drop_to(uid: int | None) -> list[str]:
     ]
 
 
-def _seccomp_file() -> Path:
-    """This process's copy of the compiled filter (a private temporary file)."""
-    fd, name = tempfile.mkstemp(prefix="swegreen-seccomp-", suffix=".bpf")
-    os.close(fd)
-    path = seccomp.write_filter(Path(name))
-    path.chmod(0o644)  # setpriv has switched to the sandbox's uid when the shell opens it
-    atexit.register(lambda: path.unlink(missing_ok=True))
-    return path
+def _seccomp_file(folder: Path | None = None) -> Path:
+    """The compiled filter as a file bubblewrap's shell reads: one per user and filter,
+    named by its digest in the temporary directory and shared by this user's processes
+    (a private file each, removed at exit, was left behind by every process killed).
+    Anyone may make files there, so one is used only if it is this uid's own regular
+    file, writable by no one else, holding exactly the filter; else a private copy."""
+    data = seccomp.keyring_filter()
+    folder = folder or Path(tempfile.gettempdir())
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    shared = folder / f"swegreen-seccomp-{os.geteuid()}-{digest}.bpf"
+    if _holds(shared, data):
+        return shared
+    fd, name = tempfile.mkstemp(prefix="swegreen-seccomp-", suffix=".tmp", dir=folder)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+        os.fchmod(out.fileno(), 0o644)  # setpriv has switched to the sandbox's uid then
+    private = Path(name)
+    with contextlib.suppress(OSError):  # another user's file there: /tmp's sticky bit
+        os.replace(private, shared)
+    if _holds(shared, data):
+        return shared
+    atexit.register(lambda: private.unlink(missing_ok=True))
+    return private
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """``path`` is this uid's regular file, not a link, writable by no one else, holding
+    ``data``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        os.close(fd)
+        return False
+    with os.fdopen(fd, "rb") as f:
+        return f.read(len(data) + 1) == data

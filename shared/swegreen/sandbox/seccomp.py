@@ -17,7 +17,6 @@ from __future__ import annotations
 import errno
 import platform
 import struct
-from pathlib import Path
 
 # linux/audit.h
 AUDIT_ARCH_X86_64 = 0xC000003E
@@ -134,14 +133,3 @@ def no_network_filter() -> bytes:
 
 def supported() -> bool:
     return platform.machine() in ("x86_64", "amd64", "aarch64", "arm64")
-
-
-def write_filter(path: Path) -> Path:
-    """The filter, compiled, at ``path`` (what bubblewrap reads from its fd)."""
-    data = keyring_filter()
-    if not path.exists() or path.read_bytes() != data:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    return path
