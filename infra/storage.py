@@ -7,6 +7,8 @@ from aws_cdk import aws_dynamodb as ddb
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from swegreen.aws.dynamo_store import RUNNING_INDEX, RUNNING_KEY
+
 
 class Storage(Construct):
     def __init__(self, scope: Construct, id: str, *, retain: bool) -> None:
@@ -24,6 +26,14 @@ class Storage(Construct):
                 point_in_time_recovery_enabled=True
             ),
             removal_policy=policy,
+        )
+        # The runs that are running (a sparse index: dynamo_store.RUNNING_KEY is set only
+        # then), which Resolve reads with Query, never a Scan of every row.
+        self.table.add_global_secondary_index(
+            index_name=RUNNING_INDEX,
+            partition_key=ddb.Attribute(name=RUNNING_KEY, type=ddb.AttributeType.STRING),
+            projection_type=ddb.ProjectionType.INCLUDE,
+            non_key_attributes=["state"],
         )
         # powertools' idempotency records for row writes.
         self.idempotency = ddb.Table(

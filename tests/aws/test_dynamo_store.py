@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 import pytest
 
-from swegreen.aws.dynamo_store import DynamoStore
+from swegreen.aws.dynamo_store import RUNNING_INDEX, RUNNING_KEY, DynamoStore
 from swegreen.core.classify import Status
 from swegreen.core.errors import StoreError
 from swegreen.core.ids import MAX_ID_CHARS
@@ -49,6 +49,14 @@ def store(dynamodb: Any, request: pytest.FixtureRequest) -> DynamoStore:
         AttributeDefinitions=[
             {"AttributeName": "pk", "AttributeType": "S"},
             {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": RUNNING_KEY, "AttributeType": "S"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": RUNNING_INDEX,
+                "KeySchema": [{"AttributeName": RUNNING_KEY, "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["state"]},
+            }
         ],
         BillingMode="PAY_PER_REQUEST",
     )
@@ -172,6 +180,28 @@ def test_a_stopped_execution_ends_its_run_once_even_before_it_started(store: Dyn
     assert store.get_run("r3") is None
     with pytest.raises(StoreError, match=r"run r3 ended \(cancelled\) before it started"):
         store.begin_run(record("r3"))
+
+
+def test_the_running_runs_are_read_from_their_index_and_a_stopped_one_leaves_it(
+    store: DynamoStore,
+) -> None:
+    """Resolve's view of the runs sharing the quotas: a Query of the sparse index (its
+    grant has no Scan), which a run leaves when it finishes, is stopped or is estimated,
+    and enters again when it is resumed; the rows of the runs are never read."""
+    for run_id in ("r1", "r2", "r3", "r4"):
+        store.begin_run(record(run_id))
+    store.save_result("r1", result("a"))
+    finished = store.get_run("r2")
+    assert finished is not None
+    store.update_run(finished.model_copy(update={"state": "finished"}))
+    assert store.mark_stopped("r3", "cancelled", "the execution was stopped: by a user")
+    estimated = store.get_run("r4")
+    assert estimated is not None
+    store.update_run(estimated.model_copy(update={"state": "estimated"}))
+    assert [r.run_id for r in store.list_running()] == ["r1"]
+    assert store.list_running()[0].instance_ids == ["a", "b"]  # the whole record
+    store.begin_run(record("r2"))  # resumed: running again
+    assert sorted(r.run_id for r in store.list_running()) == ["r1", "r2"]
 
 
 def test_a_run_whose_ids_pass_400_kb_keeps_every_item_small_and_every_row(

@@ -15,6 +15,7 @@ from infra.front_door import RUN_REQUEST_SCHEMA
 from infra.sandbox import CACHE_MOUNT, GRADER_USER, SANDBOX_UID
 from infra.settings import StackSettings
 from infra.states import MAP_RESULTS
+from swegreen.aws.dynamo_store import RUNNING_INDEX, RUNNING_KEY
 from swegreen.aws.endpoints import EndpointSpec
 from swegreen.aws.pipeline import (
     SANDBOX_URL_SECONDS,
@@ -378,6 +379,26 @@ def test_storage_is_encrypted_private_and_keyed_as_the_local_store(
     )
     for table in resources(template, "AWS::DynamoDB::Table").values():
         assert table["Properties"]["SSESpecification"] == {"SSEEnabled": True}
+
+
+def test_resolve_reads_the_running_runs_through_their_index(template: dict[str, Any]) -> None:
+    """The sparse index the store queries for the runs sharing the quotas exists, and
+    Resolve's Query reaches it (a grant on the table alone does not cover its indexes)."""
+    [results] = [
+        t for t in resources(template, "AWS::DynamoDB::Table").values()
+        if "GlobalSecondaryIndexes" in t["Properties"]
+    ]  # fmt: skip
+    [index] = results["Properties"]["GlobalSecondaryIndexes"]
+    assert index["IndexName"] == RUNNING_INDEX
+    assert index["KeySchema"] == [{"AttributeName": RUNNING_KEY, "KeyType": "HASH"}]
+    queries = [
+        json.dumps(statement["Resource"])
+        for name, policy in resources(template, "AWS::IAM::Policy").items()
+        if name.startswith("WorkflowResolve")
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "dynamodb:Query" in statement["Action"]
+    ]
+    assert queries and all("/index/*" in q for q in queries), queries
 
 
 def test_every_log_group_has_a_retention(template: dict[str, Any]) -> None:

@@ -31,6 +31,12 @@ IDS_PER_ITEM = 2000  # ids of up to 128 characters (ids.py): at most 262 KB an i
 # Rows waiting for a participant (one partition, whatever the run: the Watch function
 # reads them all). "#" is never in a run id (ids.py), so no run's partition is this one.
 WAITING_PK = "#WAITING"
+# A sparse index of the runs that are running: a run's item carries RUNNING_KEY only while
+# its state is "running", so Resolve reads the runs that share the account's quotas with
+# one Query (its grant), not a Scan of every row of every run.
+RUNNING_INDEX = "running-runs"
+RUNNING_KEY = "running"
+RUNNING = "1"
 
 
 class DynamoStore:
@@ -98,8 +104,9 @@ class DynamoStore:
         item = self._run_item(record)
         names = [k for k in item if k not in ("pk", "sk")]
         expression = "SET " + ", ".join(f"#{n} = :{n}" for n in names)
-        if "summary" not in item:  # a resumed run has no leaderboard until it finishes again
-            expression += " REMOVE summary"
+        gone = [n for n in ("summary", RUNNING_KEY) if n not in item]
+        if gone:  # a resumed run has no leaderboard until it finishes again
+            expression += " REMOVE " + ", ".join(gone)
         self.table.update_item(
             Key={"pk": record.run_id, "sk": RUN_SK},
             UpdateExpression=expression,
@@ -113,7 +120,9 @@ class DynamoStore:
         try:
             self.table.update_item(
                 Key={"pk": run_id, "sk": RUN_SK},
-                UpdateExpression="SET #state = :state, #error = :error, updated_at = :now",
+                UpdateExpression=(
+                    f"SET #state = :state, #error = :error, updated_at = :now REMOVE {RUNNING_KEY}"
+                ),
                 ConditionExpression="#state = :running",
                 ExpressionAttributeNames={"#state": "state", "#error": "error"},
                 ExpressionAttributeValues={
@@ -159,6 +168,23 @@ class DynamoStore:
             for i in items
             if "record" in i
         ]
+        return sorted((r for r in runs if r is not None), key=lambda r: r.updated_at)
+
+    def list_running(self) -> list[RunRecord]:
+        """The runs whose state is running, from the sparse index (eventually
+        consistent: a run that began a moment ago may be missing)."""
+        items: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "IndexName": RUNNING_INDEX,
+            "KeyConditionExpression": Key(RUNNING_KEY).eq(RUNNING),
+        }
+        while True:
+            page = self.table.query(**kwargs)
+            items += page.get("Items", [])
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        runs = (self.get_run(i["pk"]) for i in items if i.get("state") == "running")
         return sorted((r for r in runs if r is not None), key=lambda r: r.updated_at)
 
     def save_result(self, run_id: str, result: InstanceResult) -> None:
@@ -277,6 +303,8 @@ class DynamoStore:
             "state": record.state,
             "updated_at": record.updated_at,
         }
+        if record.state == "running":
+            item[RUNNING_KEY] = RUNNING
         if record.summary is not None:
             # What GET /runs/{id} returns without parsing the record (API Gateway mapping).
             item["summary"] = json.dumps(record.summary)

@@ -99,6 +99,10 @@ class ResultStore(Protocol):
 
     def list_runs(self) -> list[RunRecord]: ...
 
+    def list_running(self) -> list[RunRecord]:
+        """The runs whose state is running (those that share a quota)."""
+        ...
+
     def save_result(self, run_id: str, result: InstanceResult) -> None:
         """Write the row (an upsert); an ``error`` row never replaces a verdict."""
         ...

@@ -80,6 +80,9 @@ class SqliteStore:
             rows = self._db.execute("SELECT record FROM runs ORDER BY updated_at").fetchall()
         return [RunRecord.model_validate_json(r[0]) for r in rows]
 
+    def list_running(self) -> list[RunRecord]:
+        return [r for r in self.list_runs() if r.state == "running"]
+
     def save_result(self, run_id: str, result: InstanceResult) -> None:
         with self._lock:
             self._db.execute(

@@ -244,8 +244,8 @@ class ResolveStep(PipelineBase):
         """Rows at once that the other running runs were given: they share the quotas."""
         return sum(
             int((r.provenance.get("capacity") or {}).get("rows", 0))
-            for r in self.store.list_runs()
-            if r.state == "running" and r.run_id != run_id
+            for r in self.store.list_running()
+            if r.run_id != run_id
         )
 
     def forecast(
