@@ -17,8 +17,11 @@ the harness skips a row whose report exists):
            (counts the commits its workbench's history holds);
   speed    ``--rounds`` rounds of gold, one row at a time, the Docker backend and the
            harness on the same image one right after the other;
-  table    verdicts and failing tests side by side, and the speed rounds' medians
-           (markdown).
+  touched  gold with a comment added to the row's build file (setup.py, setup.cfg or
+           pyproject.toml), three ways: the eval-time install runs, and is judged in
+           the Docker backend, on an honest patch;
+  table    verdicts and failing tests side by side, the speed rounds' medians, and
+           the touched rows (markdown).
 
     python benchmarks/harness_side_by_side.py --rows ROWS.txt \\
         --repo-url-template '/mirrors/{owner}+{name}/repo' [--phases engine,images,...]
@@ -31,6 +34,7 @@ the latest tables.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import re
@@ -62,7 +66,7 @@ from tests.docker_support.real_images import TEMPLATE, build_instance, env_of  #
 
 DATASET = ROOT.parent / "shared" / "data" / "swebench_verified.jsonl"
 PATCHES = ("gold", "empty")
-PHASES = ("engine", "images", "harness", "docker", "interactive", "speed", "table")
+PHASES = ("engine", "images", "harness", "docker", "interactive", "speed", "touched", "table")
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - ")
 
 
@@ -199,6 +203,84 @@ def phase_speed(args: argparse.Namespace, rows: dict[str, Instance], scripts: di
                 print(f"round {r}: {iid}", file=sys.stderr)
         if gw.refused:
             raise SystemExit(f"refused by the gateway: {sorted(set(gw.refused))}")
+
+
+BUILD_FILES = ("setup.py", "setup.cfg", "pyproject.toml")
+
+
+def touched_patches(args: argparse.Namespace, rows: dict[str, Instance]) -> dict[str, str]:
+    """Each row's gold patch and a comment added at the end of its first build file at
+    the base commit (setup.py, setup.cfg, pyproject.toml): an honest patch that makes the
+    eval-time install run (for editable installs too) and changes nothing it builds."""
+    made = {}
+    for iid in args.ids:
+        inst = rows[iid]
+        owner, name = inst.repo.split("/", 1)
+        mirror = args.repo_url_template.format(owner=owner, name=name, repo=inst.repo)
+        for build in BUILD_FILES:
+            shown = subprocess.run(
+                ["git", "-C", mirror, "show", f"{inst.base_commit}:{build}"],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if shown.returncode == 0 and f"b/{build}\n" not in inst.patch:
+                old = shown.stdout.splitlines(keepends=True)
+                comment = "# an honest change to a build input\n"
+                new = [*old[:-1], old[-1] if old[-1].endswith("\n") else old[-1] + "\n", comment]
+                diff = "".join(difflib.unified_diff(old, new, f"a/{build}", f"b/{build}"))
+                made[iid] = inst.patch + f"diff --git a/{build} b/{build}\n" + diff
+                break
+    return made
+
+
+def phase_touched(args: argparse.Namespace, rows: dict[str, Instance], scripts: dict) -> None:
+    """The touched patches (``touched_patches``) graded three ways: the same verdict as
+    gold, with the eval-time install run and judged in the Docker backend."""
+    built = json.loads((args.work / "images.json").read_text())
+    patches = {i: p for i, p in touched_patches(args, rows).items() if i in built}
+    ids = list(patches)
+    path = args.work / "touched.jsonl"
+    path.write_text("".join(
+        json.dumps({"instance_id": i, "model_patch": p, "model_name_or_path": "touched"}) + "\n"
+        for i, p in patches.items()
+    ))  # fmt: skip
+    swegreen_run(args, str(path), "engine", dict(os.environ), f"{args.prefix}-engine-touched", ids)
+    upstream = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    folder = tempfile.mkdtemp(prefix="swg-gw-", dir="/tmp")
+    with running(upstream, f"{folder}/docker.sock") as gw:
+        env = {**os.environ, "DOCKER_HOST": f"unix://{gw.listen}"}
+        swegreen_run(args, str(path), "docker", env, f"{args.prefix}-docker-touched", ids)
+        if gw.refused:
+            raise SystemExit(f"refused by the gateway: {sorted(set(gw.refused))}")
+    dataset = harness_dataset(args, rows, scripts)
+    run_official(args.work / "harness", dataset, f"{args.prefix}-touched", ids, patches,
+                 model="touched")  # fmt: skip
+
+
+def touched_table(args: argparse.Namespace) -> int:
+    path = args.work / "touched.jsonl"
+    if not path.is_file():
+        return 0
+    print("\n| row | build file touched | engine | Docker backend | its eval-time install "
+          "| official harness | all three agree |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    disagreements = 0
+    for line in path.read_text().splitlines():
+        iid = json.loads(line)["instance_id"]
+        touched = re.findall(r"^diff --git a/(\S+)", json.loads(line)["model_patch"], re.M)[-1]
+        engine = result(args, "engine", "", iid, f"{args.prefix}-engine-touched")
+        dock = result(args, "docker", "", iid, f"{args.prefix}-docker-touched")
+        logs = args.work / "harness" / "logs" / "run_evaluation" / f"{args.prefix}-touched"
+        report_path = logs / "touched" / iid / "report.json"
+        report = json.loads(report_path.read_text())[iid] if report_path.is_file() else None
+        if engine is None or dock is None:
+            continue
+        same = agrees(engine, report) and agrees(dock, report)
+        disagreements += not same
+        install = (dock.get("environment") or {}).get("eval_install")
+        print(f"| {iid} | {touched} | {engine['status']} ({engine['reason']}) | "
+              f"{dock['status']} ({dock['reason']}) | {install} | {official_verdict(report)} | "
+              f"{'yes' if same else '**no**'} |")  # fmt: skip
+    return disagreements
 
 
 def speed_table(args: argparse.Namespace) -> None:
@@ -402,7 +484,7 @@ def main() -> int:
     if unknown := set(phases) - set(PHASES):
         raise SystemExit(f"unknown phase(s) {sorted(unknown)}: choose from {', '.join(PHASES)}")
     scripts = upstream_scripts(args.rows_jsonl, args.work / "upstream") if (
-        {"images", "harness", "speed"} & set(phases)) else {}  # fmt: skip
+        {"images", "harness", "speed", "touched"} & set(phases)) else {}  # fmt: skip
     if "engine" in phases:
         for patches in PATCHES:
             swegreen_run(args, patches, "engine", dict(os.environ))
@@ -416,11 +498,13 @@ def main() -> int:
         phase_interactive(args)
     if "speed" in phases:
         phase_speed(args, rows, scripts)
+    if "touched" in phases:
+        phase_touched(args, rows, scripts)
     if "table" not in phases:
         return 0
     verdicts = phase_table(args)
     speed_table(args)
-    return verdicts
+    return 1 if touched_table(args) or verdicts else 0
 
 
 if __name__ == "__main__":
