@@ -458,17 +458,23 @@ def _seccomp_file(folder: Path | None = None) -> Path:
     shared = folder / f"swegreen-seccomp-{os.geteuid()}-{digest}.bpf"
     if _holds(shared, data):
         return shared
-    fd, name = tempfile.mkstemp(prefix="swegreen-seccomp-", suffix=".tmp", dir=folder)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-        os.fchmod(out.fileno(), 0o644)  # setpriv has switched to the sandbox's uid then
-    private = Path(name)
+    private = _private_copy(folder, data)
     with contextlib.suppress(OSError):  # another user's file there: /tmp's sticky bit
         os.replace(private, shared)
     if _holds(shared, data):
         return shared
+    if not private.exists():  # moved there, then taken by another user since
+        private = _private_copy(folder, data)
     atexit.register(lambda: private.unlink(missing_ok=True))
     return private
+
+
+def _private_copy(folder: Path, data: bytes) -> Path:
+    fd, name = tempfile.mkstemp(prefix="swegreen-seccomp-", suffix=".tmp", dir=folder)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+        os.fchmod(out.fileno(), 0o644)  # setpriv has switched to the sandbox's uid then
+    return Path(name)
 
 
 def _holds(path: Path, data: bytes) -> bool:
