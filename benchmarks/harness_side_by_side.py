@@ -34,6 +34,7 @@ the latest tables.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
 import os
@@ -43,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -164,15 +166,22 @@ def phase_harness(args: argparse.Namespace, rows: dict[str, Instance], scripts: 
             print(f"{iid} {patches}: harness resolved={report and report['resolved']}")
 
 
-def phase_docker(args: argparse.Namespace) -> None:
+@contextlib.contextmanager
+def gateway_env() -> Iterator[dict[str, str]]:
+    """The environment of a ``swegreen`` command that reaches the daemon through the
+    gateway stand-in; a call it refused fails the phase."""
     upstream = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     folder = tempfile.mkdtemp(prefix="swg-gw-", dir="/tmp")
     with running(upstream, f"{folder}/docker.sock") as gw:
-        env = {**os.environ, "DOCKER_HOST": f"unix://{gw.listen}"}
-        for patches in PATCHES:
-            swegreen_run(args, patches, "docker", env)
+        yield {**os.environ, "DOCKER_HOST": f"unix://{gw.listen}"}
         if gw.refused:
             raise SystemExit(f"refused by the gateway: {sorted(set(gw.refused))}")
+
+
+def phase_docker(args: argparse.Namespace) -> None:
+    with gateway_env() as env:
+        for patches in PATCHES:
+            swegreen_run(args, patches, "docker", env)
 
 
 def phase_speed(args: argparse.Namespace, rows: dict[str, Instance], scripts: dict) -> None:
@@ -182,10 +191,7 @@ def phase_speed(args: argparse.Namespace, rows: dict[str, Instance], scripts: di
     dataset = harness_dataset(args, rows, scripts)
     built = json.loads((args.work / "images.json").read_text())
     gold = {i.instance_id: i.patch for i in rows.values()}
-    upstream = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    folder = tempfile.mkdtemp(prefix="swg-gw-", dir="/tmp")
-    with running(upstream, f"{folder}/docker.sock") as gw:
-        env = {**os.environ, "DOCKER_HOST": f"unix://{gw.listen}"}
+    with gateway_env() as env:
         for r in range(1, args.rounds + 1):
             run_id = f"{args.prefix}-speed{r}"
             for iid in (i for i in args.ids if i in built):
@@ -201,8 +207,6 @@ def phase_speed(args: argparse.Namespace, rows: dict[str, Instance], scripts: di
                 for step in (backend, harness) if r % 2 else (harness, backend):
                     step()
                 print(f"round {r}: {iid}", file=sys.stderr)
-        if gw.refused:
-            raise SystemExit(f"refused by the gateway: {sorted(set(gw.refused))}")
 
 
 BUILD_FILES = ("setup.py", "setup.cfg", "pyproject.toml")
@@ -244,13 +248,8 @@ def phase_touched(args: argparse.Namespace, rows: dict[str, Instance], scripts: 
         for i, p in patches.items()
     ))  # fmt: skip
     swegreen_run(args, str(path), "engine", dict(os.environ), f"{args.prefix}-engine-touched", ids)
-    upstream = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    folder = tempfile.mkdtemp(prefix="swg-gw-", dir="/tmp")
-    with running(upstream, f"{folder}/docker.sock") as gw:
-        env = {**os.environ, "DOCKER_HOST": f"unix://{gw.listen}"}
+    with gateway_env() as env:
         swegreen_run(args, str(path), "docker", env, f"{args.prefix}-docker-touched", ids)
-        if gw.refused:
-            raise SystemExit(f"refused by the gateway: {sorted(set(gw.refused))}")
     dataset = harness_dataset(args, rows, scripts)
     run_official(args.work / "harness", dataset, f"{args.prefix}-touched", ids, patches,
                  model="touched")  # fmt: skip
