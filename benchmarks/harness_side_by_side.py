@@ -105,11 +105,17 @@ def result(
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def built_images(args: argparse.Namespace) -> dict[str, dict]:
+    """The rows' images built so far (phase images), by instance id; a row without one
+    is left out of the phases that need it."""
+    path = args.work / "images.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def phase_images(args: argparse.Namespace, rows: dict[str, Instance], scripts: dict) -> None:
     client = docker.from_env()
     book = verified_recipes()
-    built = json.loads((args.work / "images.json").read_text()) if (
-        args.work / "images.json").is_file() else {}  # fmt: skip
+    built = built_images(args)
     for iid in args.ids:
         log = args.work / "results" / f"{args.prefix}-engine-gold" / "instances" / iid
         if not (log / "run_instance.log").is_file() or result(args, "engine", "gold", iid) is None:
@@ -152,7 +158,7 @@ def harness_dataset(args: argparse.Namespace, rows: dict[str, Instance], scripts
 
 def phase_harness(args: argparse.Namespace, rows: dict[str, Instance], scripts: dict) -> None:
     dataset = harness_dataset(args, rows, scripts)
-    built = json.loads((args.work / "images.json").read_text())
+    built = built_images(args)
     gold = {i.instance_id: i.patch for i in rows.values()}
     for patches in PATCHES:
         for iid in args.ids:
@@ -189,7 +195,7 @@ def phase_speed(args: argparse.Namespace, rows: dict[str, Instance], scripts: di
     gateway) and the harness on the same image one right after the other, which goes
     first alternating by round (the first warms the image's files for the second)."""
     dataset = harness_dataset(args, rows, scripts)
-    built = json.loads((args.work / "images.json").read_text())
+    built = built_images(args)
     gold = {i.instance_id: i.patch for i in rows.values()}
     with gateway_env() as env:
         for r in range(1, args.rounds + 1):
@@ -239,7 +245,7 @@ def touched_patches(args: argparse.Namespace, rows: dict[str, Instance]) -> dict
 def phase_touched(args: argparse.Namespace, rows: dict[str, Instance], scripts: dict) -> None:
     """The touched patches (``touched_patches``) graded three ways: the same verdict as
     gold, with the eval-time install run and judged in the Docker backend."""
-    built = json.loads((args.work / "images.json").read_text())
+    built = built_images(args)
     patches = {i: p for i, p in touched_patches(args, rows).items() if i in built}
     ids = list(patches)
     path = args.work / "touched.jsonl"
@@ -318,7 +324,7 @@ def phase_interactive(args: argparse.Namespace) -> None:
     from tests.helpers import start, stop
     from tests.test_agent import assess
 
-    built = json.loads((args.work / "images.json").read_text())
+    built = built_images(args)
     ids = [i for i in args.ids if i in built]
     out = args.work / "interactive"
     upstream = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
@@ -421,7 +427,7 @@ def agrees(row: dict, report: dict | None) -> bool:
 
 
 def phase_table(args: argparse.Namespace) -> int:
-    built = json.loads((args.work / "images.json").read_text())
+    built = built_images(args)
     print("| row | patches | engine | Docker backend | official harness | all three agree |")
     print("|---|---|---|---|---|---|")
     disagreements = 0
