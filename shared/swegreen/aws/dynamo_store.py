@@ -79,17 +79,14 @@ class DynamoStore:
         if "id_items" not in item:  # written before the ids had items of their own
             return record
         ids: list[str] = []
-        kwargs: dict[str, Any] = {
-            "KeyConditionExpression": Key("pk").eq(run_id) & Key("sk").begins_with(IDS_PREFIX),
-            "ConsistentRead": True,
+        chunks = {
+            i["sk"]: json.loads(i["ids"])
+            for i in self._items(
+                self.table.query,
+                KeyConditionExpression=Key("pk").eq(run_id) & Key("sk").begins_with(IDS_PREFIX),
+                ConsistentRead=True,
+            )
         }
-        chunks: dict[str, list[str]] = {}
-        while True:
-            page = self.table.query(**kwargs)
-            chunks.update({i["sk"]: json.loads(i["ids"]) for i in page.get("Items", [])})
-            if "LastEvaluatedKey" not in page:
-                break
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         for n in range(int(item["id_items"])):
             ids += chunks.get(self._ids_sk(n), [])
         return record.model_copy(update={"instance_ids": ids})
@@ -152,17 +149,11 @@ class DynamoStore:
         return True
 
     def list_runs(self) -> list[RunRecord]:
-        items: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {
-            "FilterExpression": "sk = :run",
-            "ExpressionAttributeValues": {":run": RUN_SK},
-        }
-        while True:
-            page = self.table.scan(**kwargs)
-            items += page.get("Items", [])
-            if "LastEvaluatedKey" not in page:
-                break
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        items = self._items(
+            self.table.scan,
+            FilterExpression="sk = :run",
+            ExpressionAttributeValues={":run": RUN_SK},
+        )
         runs = [
             self.get_run(i["pk"]) if "id_items" in i else RunRecord.model_validate_json(i["record"])
             for i in items
@@ -173,17 +164,11 @@ class DynamoStore:
     def list_running(self) -> list[RunRecord]:
         """The runs whose state is running, from the sparse index (eventually
         consistent: a run that began a moment ago may be missing)."""
-        items: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {
-            "IndexName": RUNNING_INDEX,
-            "KeyConditionExpression": Key(RUNNING_KEY).eq(RUNNING),
-        }
-        while True:
-            page = self.table.query(**kwargs)
-            items += page.get("Items", [])
-            if "LastEvaluatedKey" not in page:
-                break
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        items = self._items(
+            self.table.query,
+            IndexName=RUNNING_INDEX,
+            KeyConditionExpression=Key(RUNNING_KEY).eq(RUNNING),
+        )
         runs = (self.get_run(i["pk"]) for i in items if i.get("state") == "running")
         return sorted((r for r in runs if r is not None), key=lambda r: r.updated_at)
 
@@ -227,19 +212,14 @@ class DynamoStore:
             )
 
     def get_results(self, run_id: str) -> dict[str, InstanceResult]:
-        kwargs: dict[str, Any] = {
-            "KeyConditionExpression": Key("pk").eq(run_id) & Key("sk").begins_with(ROW_PREFIX),
-            "ConsistentRead": True,
-        }
         rows: dict[str, InstanceResult] = {}
-        while True:
-            page = self.table.query(**kwargs)
-            for item in page.get("Items", []):
-                result = InstanceResult.model_validate_json(item["result"])
-                rows[result.instance_id] = result
-            if "LastEvaluatedKey" not in page:
-                break
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        for item in self._items(
+            self.table.query,
+            KeyConditionExpression=Key("pk").eq(run_id) & Key("sk").begins_with(ROW_PREFIX),
+            ConsistentRead=True,
+        ):
+            result = InstanceResult.model_validate_json(item["result"])
+            rows[result.instance_id] = result
         return dict(sorted(rows.items()))
 
     def put_waiting(self, run_id: str, instance_id: str, token: str, data: str) -> None:
@@ -257,23 +237,28 @@ class DynamoStore:
 
     def list_waiting(self) -> list[dict[str, str]]:
         """Every waiting row: its ``sk`` (run id # instance id), ``token`` and ``data``."""
-        kwargs: dict[str, Any] = {
-            "KeyConditionExpression": Key("pk").eq(WAITING_PK),
-            "ConsistentRead": True,
-        }
-        items: list[dict[str, str]] = []
-        while True:
-            page = self.table.query(**kwargs)
-            items += [
-                {"sk": i["sk"], "token": i["token"], "data": i["data"]}
-                for i in page.get("Items", [])
-            ]
-            if "LastEvaluatedKey" not in page:
-                return items
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return [
+            {"sk": i["sk"], "token": i["token"], "data": i["data"]}
+            for i in self._items(
+                self.table.query,
+                KeyConditionExpression=Key("pk").eq(WAITING_PK),
+                ConsistentRead=True,
+            )
+        ]
 
     def delete_waiting(self, sk: str) -> None:
         self.table.delete_item(Key={"pk": WAITING_PK, "sk": sk})
+
+    @staticmethod
+    def _items(call: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        """Every item of a Query or Scan, page after page (DynamoDB stops a page at 1 MB)."""
+        items: list[dict[str, Any]] = []
+        while True:
+            page = call(**kwargs)
+            items += page.get("Items", [])
+            if "LastEvaluatedKey" not in page:
+                return items
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     @staticmethod
     def _ids_sk(n: int) -> str:
