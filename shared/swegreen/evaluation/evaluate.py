@@ -350,8 +350,7 @@ class Evaluator(PatchEvaluator):
                 )
             patch_file = testbed.workspace / art.PATCH
             patch_file.write_text(text, encoding="utf-8", errors="surrogateescape")
-            # the tree's top-level names before the patch: one it adds is a new package
-            top = [p.name for p in testbed.repo.iterdir() if p.name != ".git"]
+            top = testbed.top_names()
             applied = await apply_patch(testbed.repo, patch_file, self.testbeds.git_env(testbed))
             notes.append(applied.log)
             if not applied.applied:

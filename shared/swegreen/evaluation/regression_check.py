@@ -99,7 +99,7 @@ class RegressionCheck:
         the install where it can change something), run ``directives``, parse the log."""
         patch_file = testbed.workspace / "regression-check.diff"
         patch_file.write_text(patch, encoding="utf-8", errors="surrogateescape")
-        top = [p.name for p in testbed.repo.iterdir() if p.name != ".git"]
+        top = testbed.top_names()
         applied = await apply_patch(testbed.repo, patch_file, self.testbeds.git_env(testbed))
         if not applied.applied:
             raise CheckFailed("the patch did not apply again in the check's testbed")

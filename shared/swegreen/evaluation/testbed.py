@@ -144,6 +144,11 @@ class Testbed:
     def repo(self) -> Path:
         return self.workspace / "repo"
 
+    def top_names(self) -> list[str]:
+        """The checkout's top-level names (read before a patch: a package it adds at the
+        top is new, and an editable install does not see it: ``reinstall_skip``)."""
+        return [p.name for p in self.repo.iterdir() if p.name != ".git"]
+
     @property
     def scratch(self) -> Path:
         """HOME and TMPDIR of the test run (outside the workspace's top-level directory)."""
