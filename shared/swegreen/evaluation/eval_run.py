@@ -40,11 +40,14 @@ from swegreen.sandbox.recorder import (
     RecordChannel,
     Recorded,
     covers,
+    hash_seed,
     install_plugin,
+    install_runner_recorder,
     key_pipe,
     new_key,
     pytest_addopts,
     python_path,
+    runner_kind,
 )
 from swegreen.sandbox.tamper import Guard, drop_bytecode, runner_files
 from swegreen.sandbox.tools import SYSTEM_PATH, tool
@@ -256,21 +259,30 @@ class EvalRuns(TestbedsBase):
         path.write_text(script)
         files = list(self.sandbox.cpu_view(policy, host))
         env = dict(env)
-        record = covers(recipe.log_parser, recipe.test_cmd)
+        runner = runner_kind(recipe.log_parser)
+        record = runner is not None or covers(recipe.log_parser, recipe.test_cmd)
         channel = RecordChannel(host / "record")
         key = new_key()
         key_fd: int | None = None
         if record:
             plugins = host / "plugins"
-            module = install_plugin(plugins)
-            env["PYTEST_ADDOPTS"] = pytest_addopts(env.get("PYTEST_ADDOPTS"), module)
+            inside = PLUGIN_DIR_INSIDE if self.sandbox.bwrap else str(plugins)
+            if runner is not None:
+                recorder = install_runner_recorder(
+                    plugins, runner, str(testbed.repo), runner_files(recipe.test_cmd, testbed.repo)
+                )
+                env.update(recorder.environ(inside))
+                if runner == "sympy":
+                    env["PYTHONHASHSEED"] = hash_seed()
+            else:
+                module = install_plugin(plugins)
+                env["PYTEST_ADDOPTS"] = pytest_addopts(env.get("PYTEST_ADDOPTS"), module)
+            env["PYTHONPATH"] = python_path(env.get("PYTHONPATH"), inside)
             if self.sandbox.bwrap:
                 env["SWEGREEN_RECORD"] = INSIDE_PATH
-                env["PYTHONPATH"] = python_path(env.get("PYTHONPATH"), PLUGIN_DIR_INSIDE)
                 files += [(channel.path, INSIDE_PATH), (plugins, PLUGIN_DIR_INSIDE)]
             else:
                 env["SWEGREEN_RECORD"] = str(channel.path)
-                env["PYTHONPATH"] = python_path(env.get("PYTHONPATH"), str(plugins))
                 # lent where they are (Landlock lends by path; process mode ignores it)
                 files += [(channel.path, str(channel.path)), (plugins, str(plugins))]
             await channel.open()

@@ -50,7 +50,13 @@ from swegreen.evaluation.apply import apply_patch
 from swegreen.evaluation.base_validation import BaseValidator
 from swegreen.evaluation.regression_check import RegressionCheck
 from swegreen.evaluation.testbeds import Testbeds
-from swegreen.sandbox.recorder import Recorded, contradictions, forced_outcomes
+from swegreen.sandbox.recorder import (
+    Recorded,
+    contradictions,
+    forced_outcomes,
+    runner_kind,
+    unrecorded_passes,
+)
 from swegreen.sandbox.tamper import protected_reason
 from swegreen.stores import artifacts as art
 
@@ -226,7 +232,8 @@ class PatchEvaluator:
             )
         forced: dict[str, str] = {}
         if recorded is not None:
-            found = contradictions(recorded, grade.status_map, exit_code)
+            runner = runner_kind(recipe.log_parser)
+            found = contradictions(recorded, grade.status_map, exit_code, runner)
             if found:
                 return self._tampered_log(key, row, grade, found)
             instance = row.instance
@@ -238,6 +245,8 @@ class PatchEvaluator:
                 frozenset(p for c in inspect_patch(patch).files for p in c.paths),
                 lambda path: protected_reason(path) is not None,
             )
+            graded = [*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS]
+            forced.update(unrecorded_passes(recorded, grade.status_map, graded))
         base = (row.base_validation or {}).get("statuses")
         if isinstance(base, dict) and grade.log_ok:
             forced.update(skipped_against_base(grade.status_map, base, row.instance.PASS_TO_PASS))
@@ -278,8 +287,9 @@ class PatchEvaluator:
         result = row.result(
             Status.ERROR,
             Reason.LOG_TAMPERING,
-            "the test log contradicts what pytest itself recorded (something in the test "
-            "process printed results or forced its exit code):\n" + "\n".join(shown),
+            "the test log contradicts what the test runner itself recorded (something in "
+            "the test process printed results, forced its exit code or changed the "
+            "runner):\n" + "\n".join(shown),
             counts=TestCounts(0, len(row.instance.FAIL_TO_PASS), 0, len(row.instance.PASS_TO_PASS)),
             applied=True,
             tests_ran=True,

@@ -28,12 +28,15 @@ from importlib import resources
 from pathlib import Path
 
 MODULE = "_swegreen_recorder"
+RUNNER_MODULE = "_swegreen_runner"
 INSIDE_PATH = "/run/swegreen/record"
 PLUGIN_DIR_INSIDE = "/run/swegreen/plugins"
-# Log parsers whose test command is pytest (directly or through tox); the others (django,
-# sympy) run their own runners, which the recorder does not cover yet.
-NOT_PYTEST = frozenset({"parse_log_django", "parse_log_sympy"})
-FAILED_CALL = frozenset({"failed", "error"})
+# Log parsers whose test command is not pytest but a runner of its own, and what records
+# it (data/swegreen_runner_recorder.py): django's runtests.py (unittest underneath) and
+# sympy's bin/test.
+RUNNERS = {"parse_log_django": "unittest", "parse_log_sympy": "sympy"}
+NOT_PYTEST = frozenset(RUNNERS)
+FAILED_CALL = frozenset({"failed", "error", "tampered"})
 PASSED_IN_LOG = frozenset({"PASSED", "XFAIL"})
 FAILING_SESSION = frozenset({1, 2, 3, 4})  # tests failed, interrupted, internal/usage error
 
@@ -42,8 +45,63 @@ def covers(log_parser: str, test_cmd: str) -> bool:
     return log_parser not in NOT_PYTEST and ("pytest" in test_cmd or "tox" in test_cmd)
 
 
+def runner_kind(log_parser: str) -> str | None:
+    """The runner recorder's kind for a recipe's log parser (None: pytest, or nothing)."""
+    return RUNNERS.get(log_parser)
+
+
 def plugin_source() -> str:
-    return (resources.files("swegreen") / "data" / "swegreen_pytest_recorder.py").read_text()
+    return _data("swegreen_pytest_recorder.py")
+
+
+def _data(name: str) -> str:
+    return (resources.files("swegreen") / "data" / name).read_text()
+
+
+@dataclass(frozen=True)
+class RunnerRecorder:
+    """Where the runner recorder was written: its module name (for
+    ``SWEGREEN_RUNNER_MODULE``) and its spec file's name, both in the plugin directory."""
+
+    module: str
+    spec: str
+
+    def environ(self, plugin_dir: str) -> dict[str, str]:
+        """What the test command's environment gets (``plugin_dir``: the directory as the
+        test command sees it, already on its PYTHONPATH)."""
+        return {
+            "SWEGREEN_RUNNER_MODULE": self.module,
+            "SWEGREEN_RUNNER_SPEC": f"{plugin_dir}/{self.spec}",
+        }
+
+
+def install_runner_recorder(
+    directory: Path, kind: str, repo: str, runner_files: frozenset[str]
+) -> RunnerRecorder:
+    """Write the runner recorder under a module name of this run's own, its spec (the
+    runner's kind, the repository as the tests see it, the runner modules outside the test
+    directories) and the ``sitecustomize`` that imports it into ``directory``."""
+    token = secrets.token_hex(8)
+    recorder = RunnerRecorder(f"{RUNNER_MODULE}_{token}", f"runner-spec-{token}.json")
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o755)
+    spec = {"kind": kind, "repo": repo, "runner_files": sorted(runner_files)}
+    for name, text in (
+        (f"{recorder.module}.py", _data("swegreen_runner_recorder.py")),
+        ("sitecustomize.py", _data("swegreen_sitecustomize.py")),
+        (recorder.spec, json.dumps(spec)),
+    ):
+        target = directory / name
+        target.write_text(text)
+        target.chmod(0o644)
+    return recorder
+
+
+def hash_seed() -> str:
+    """A PYTHONHASHSEED for sympy's test command: with one set, ``sympy.test()`` runs the
+    tests in bin/test's own process (which the recorder watches) instead of a child it
+    starts with a seed of its own; drawn as sympy draws it, so the tests see a random one."""
+    return str(secrets.randbelow(2**32))
 
 
 KEY_FD_VARIABLE = "SWEGREEN_RECORD_KEY_FD"
@@ -135,6 +193,9 @@ class Recorded:
     tampered: list[str] = field(default_factory=list)
     forged: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    # a runner recorder's record (django's, sympy's): its kind, and whether it saw the end
+    runner: str | None = None
+    runner_finished: bool = False
 
     @classmethod
     def parse(cls, text: str, key: bytes | None = None) -> Recorded:
@@ -167,7 +228,15 @@ class Recorded:
 
     def _take(self, event: dict[str, object], pid: int) -> None:
         kind, number = event.get("event"), event.get("session")
-        if kind == "start" and isinstance(number, int):
+        if kind == "runner-start" and self.runner is None:
+            self.runner = str(event.get("runner"))
+        elif kind == "runner-finish":
+            self.runner_finished = True
+        elif kind == "test" and isinstance(event.get("names"), list):
+            names = event["names"]
+            for name in names if all(isinstance(n, str) for n in names) else ():
+                self.outcomes[name] = str(event.get("outcome"))
+        elif kind == "start" and isinstance(number, int):
             self.sessions.setdefault((pid, number), None)
         elif kind == "finish" and isinstance(number, int) and (pid, number) in self.sessions:
             status = event.get("status")
@@ -216,24 +285,34 @@ def _verified(line: str, key: bytes | None) -> dict[str, object] | None:
     return event if isinstance(event, dict) else None
 
 
-def contradictions(rec: Recorded, status_map: dict[str, str], code: int | None) -> list[str]:
+def contradictions(
+    rec: Recorded, status_map: dict[str, str], code: int | None, runner: str | None = None
+) -> list[str]:
     """Where the test log says something pytest did not see, or the record shows the test
     process tampering with what it reports (empty: nothing). ``code`` is the test
     command's exit code as the engine saw it: the test phase's own exit status (its script
     ends with ``exit $SWEBENCH_TEST_EXIT_CODE``), which nothing the test prints can
     change. The session checks apply to the first session the test command started: a
-    second one (a decoy that passes) changes nothing."""
+    second one (a decoy that passes) changes nothing. ``runner``: the runner recorder
+    that was started (``runner_kind``), whose record must exist wherever the log shows a
+    test passed."""
     found = []
+    who = f"the {runner} runner" if runner else "pytest"
     if rec.forged:
         found.append(
-            f"{len(rec.forged)} line(s) in pytest's record were not written by the recorder "
+            f"{len(rec.forged)} line(s) in {who}'s record were not written by the recorder "
             f"(first: {rec.forged[0][:120]})"
         )
-    found += [f"pytest's {what}" for what in rec.tampered]
+    found += [f"{who}'s {what}" for what in rec.tampered]
     for nodeid, outcome in sorted(rec.outcomes.items()):
         logged = status_map.get(nodeid)
         if outcome in FAILED_CALL and logged in PASSED_IN_LOG:
-            found.append(f"{nodeid}: pytest recorded {outcome}, the log says {logged}")
+            found.append(f"{nodeid}: {who} recorded {outcome}, the log says {logged}")
+    passing = any(s in PASSED_IN_LOG for s in status_map.values())
+    if runner and passing and rec.runner is None:
+        found.append(f"{who}'s recorder never started, yet the log says tests passed")
+    elif runner and passing and code == 0 and not rec.runner_finished:
+        found.append(f"{who} never finished, yet the test command exited 0")
     if rec.sessions and code == 0:
         status = next(iter(rec.sessions.values()))
         if status in FAILING_SESSION:
@@ -241,6 +320,25 @@ def contradictions(rec: Recorded, status_map: dict[str, str], code: int | None) 
         elif status is None and any(s in PASSED_IN_LOG for s in status_map.values()):
             found.append("pytest never finished its session, yet the test command exited 0")
     return found
+
+
+def unrecorded_passes(
+    rec: Recorded, status_map: dict[str, str], graded: list[str]
+) -> dict[str, str]:
+    """Graded tests the log shows passing that a runner recorder's record does not show
+    as passed (it never saw them run, or saw them end otherwise): name -> why. The
+    engine counts them as failing. Empty for pytest's record, which only contradicts."""
+    if rec.runner is None:
+        return {}
+    return {
+        name: (
+            f"integrity: the log says {status_map[name]}, the {rec.runner} runner's record "
+            f"{'says ' + rec.outcomes[name] if name in rec.outcomes else 'never saw it run'}: "
+            "counted as failing"
+        )
+        for name in graded
+        if status_map.get(name) in PASSED_IN_LOG and rec.outcomes.get(name) != "passed"
+    }
 
 
 # Statuses the official grader counts as passing: XFAIL always, SKIPPED for a

@@ -29,6 +29,13 @@ TEST_CONFIG_FILES = frozenset(
     {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini"}
 )
 STARTUP_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
+# The modules of a runner that lives inside the library it tests, outside its test
+# directories: sympy's before 1.6 (``sympy/utilities/runtests.py`` and the helpers its
+# tests import from ``pytest.py``; ``sympy/testing/`` from 1.6, a test directory), and any
+# ``runtests.py``. No Verified gold patch touches one (tests/test_tamper.py); sympy-13877's
+# touches ``utilities/randtest.py``, which is therefore not among them.
+RUNNER_MODULE = "runtests.py"
+RUNNER_HELPERS = "/utilities/pytest.py"
 # Files that hold test configuration in some sections only: protected when those change.
 SECTIONED = {
     "setup.cfg": ("tool:pytest", "pytest", "tox:", "testenv"),
@@ -57,6 +64,8 @@ def protected_reason(path: str, runner_files: frozenset[str] = frozenset()) -> s
         return "a test file"
     if name in STARTUP_HOOKS or name.endswith(".pth"):
         return "an interpreter start-up hook"
+    if name == RUNNER_MODULE or path.endswith(RUNNER_HELPERS):
+        return "the test runner's own module"
     return None
 
 

@@ -1,0 +1,692 @@
+"""swegreen's runner recorder: each test's outcome under unittest (django's runtests.py) and
+sympy's own runner, seen by code loaded before any of the project's.
+
+The pytest recorder is a pytest plugin; django's and sympy's runners have no plugin point
+that loads before the project (runtests.py imports django first; sympy's runner lives
+inside sympy). So the test phase starts Python with this module imported by a
+``sitecustomize`` of the engine's (a read-only directory on PYTHONPATH, the module under a
+name of the run's own), in the first Python process only: the variable that names it is
+removed as it is read. What it does, before the project runs:
+
+- notes the identity and code of unittest's machinery (``TestCase.run`` and the helpers
+  it calls, the result classes, the suites, the loader, the assertion methods) and of the
+  builtins the runners call;
+- puts a finder first on ``sys.meta_path`` that loads the benchmark's modules (the test
+  files, and the runner modules the engine names: ``django/test/``, sympy's
+  ``runtests.py`` and ``pytest.py``) from their source, never from bytecode, and keeps
+  the code objects that compile made and each module's namespace as its body left it;
+- unittest: runs every test through a witness of its result, so that what
+  ``TestCase.run`` itself reported (``addSuccess``, ``addFailure``, ...) is recorded
+  whatever the result class does with it; before a test runs, the function it will call
+  must be (or reach, through its decorators) the code its file compiles to for that name;
+- sympy: wraps the runner's reporter (the calls ``SymPyTests.test_file`` makes for each
+  test) and its ``compile``, so that each test function is checked against its file's
+  compile before it runs.
+
+After every test and at exit it compares all of that with what it noted; a change is a
+``tamper`` event. Events are signed as the pytest recorder signs them (HMAC-SHA256 with
+a key from an inherited pipe, a counter per line). The engine counts a graded test as
+passed only where this record shows it passed.
+
+Kept compatible with every Python a SWE-bench environment has (3.5+): no f-strings, no
+annotations.
+"""
+
+import builtins
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import sys
+
+_SPEC_VARIABLE = "SWEGREEN_RUNNER_SPEC"
+_TEST_DIRS = ("test", "tests", "testing")
+
+
+def _take_key():
+    """The key from its pipe (``SWEGREEN_RECORD_KEY_FD``) or, in a container, from the
+    file ``SWEGREEN_RECORD_KEY_FILE`` names (removed once read); read once."""
+    import stat
+
+    path = os.environ.pop("SWEGREEN_RECORD_KEY_FILE", "")
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(256)
+            os.unlink(path)
+        except OSError:
+            return b""
+        key = data.strip()
+        return key if len(key) == 64 else b""
+    try:
+        fd = int(os.environ.pop("SWEGREEN_RECORD_KEY_FD", ""))
+    except ValueError:
+        return b""
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return b""
+        os.set_blocking(fd, False)
+        data = os.read(fd, 256)
+    except OSError:
+        return b""
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    key = data.strip()
+    return key if len(key) == 64 else b""
+
+
+def _read_spec():
+    path = os.environ.pop(_SPEC_VARIABLE, "")
+    try:
+        with open(path) as fh:
+            spec = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return spec if isinstance(spec, dict) else {}
+
+
+_KEY = _take_key()
+_SPEC = _read_spec()
+_PATH = os.environ.pop("SWEGREEN_RECORD", "")
+_MARK = os.environ.pop("SWEGREEN_RECORD_MARK", "").encode("ascii", "replace")
+_REPO = os.path.realpath(_SPEC.get("repo") or ".")
+_KIND = _SPEC.get("kind", "")
+_RUNNER_FILES = frozenset(_SPEC.get("runner_files") or ())
+_state = {"fd": None, "seq": 0, "told": set(), "current": None, "file": None}
+
+
+def _open():
+    if not _PATH or not _KEY or not _KIND:
+        return None
+    if _PATH == "stderr":
+        with contextlib.suppress(OSError):
+            return os.dup(2)
+        return None
+    try:
+        fd = os.open(_PATH, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    import fcntl
+
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
+
+
+def _emit(event):
+    fd = _state["fd"]
+    if fd is None:
+        return
+    _state["seq"] += 1
+    event = dict(event, seq=_state["seq"], pid=os.getpid())
+    body = json.dumps(event, sort_keys=True)
+    mac = hmac.new(_KEY, body.encode("utf-8"), hashlib.sha256).hexdigest()
+    line = _MARK + (json.dumps({"e": body, "mac": mac}) + "\n").encode("utf-8")
+    with contextlib.suppress(OSError):
+        os.write(fd, line)
+
+
+def _tamper(what, when):
+    if what in _state["told"]:
+        return
+    _state["told"].add(what)
+    _emit({"event": "tamper", "what": what, "when": when})
+
+
+# -- what must not change: objects and their code, by name --------------------------------
+
+_CODE = type(_open.__code__)
+# label -> (the object, its code or None, the names of its class dict or None); the
+# machinery is checked after every test, the test modules' namespaces at the end
+_WATCHED = {}
+_WATCHED_TESTS = {}
+
+
+def _code_of(obj):
+    obj = getattr(obj, "__func__", obj)
+    obj = getattr(obj, "fget", obj)
+    code = getattr(obj, "__code__", None)
+    return code if isinstance(code, _CODE) else None
+
+
+def _watch_namespace(into, label, namespace, owner, depth=0):
+    """Note every function, method and class of ``namespace`` (a module's or a class's
+    dict) that ``owner`` defines (its classes' own dicts too, two levels down)."""
+    for name, value in list(namespace.items()):
+        if name.startswith("__") and name.endswith("__") and not callable(value):
+            continue
+        here = label + "." + name
+        if isinstance(value, type):
+            if getattr(value, "__module__", None) != owner or depth > 1:
+                continue
+            into[here] = (value, None, _methods(value))
+            _watch_namespace(into, here, dict(vars(value)), owner, depth + 1)
+        elif callable(value) or isinstance(value, (staticmethod, classmethod, property)):
+            into[here] = (value, _code_of(value), None)
+
+
+_MISSING = object()
+
+
+def _methods(cls):
+    """The names of a class's own callables (its data, such as the ``tearDown_exceptions``
+    unittest itself sets on a class, may change)."""
+    return frozenset(
+        n
+        for n, v in vars(cls).items()
+        if callable(v) or isinstance(v, (staticmethod, classmethod, property))
+    )
+
+
+def _lookup(label):
+    parts = label.split(".")
+    for i in range(len(parts), 0, -1):
+        module = sys.modules.get(".".join(parts[:i]))
+        if module is not None:
+            obj = module
+            for part in parts[i:]:
+                space = getattr(obj, "__dict__", {})
+                if part not in space:
+                    return _MISSING
+                obj = space[part]
+            return obj
+    return _MISSING
+
+
+def _mock(obj):
+    """unittest.mock's stand-ins: a test's own patch, undone when it ends."""
+    module = getattr(type(obj), "__module__", "") or ""
+    code = _code_of(obj)
+    return module.startswith("unittest.mock") or (
+        code is not None and code.co_filename.endswith(os.path.join("unittest", "mock.py"))
+    )
+
+
+def _audit(when, final=False):
+    watched = list(_WATCHED.items())
+    if final:
+        watched += list(_WATCHED_TESTS.items())
+    for label, (obj, code, names) in watched:
+        now = _lookup(label)
+        if now is _MISSING:
+            now = None
+        if now is not obj:
+            if not final and _mock(now):
+                continue
+            _tamper(label + " was replaced", when)
+        elif code is not None and _code_of(obj) is not code:
+            _tamper(label + "'s code was replaced", when)
+        elif names is not None and _methods(obj) != names:
+            changed = sorted(_methods(obj) ^ names)
+            if not final and all(_mock(vars(obj).get(n)) for n in changed if n in vars(obj)):
+                continue
+            _tamper(label + " gained or lost members: " + ", ".join(changed)[:200], when)
+    for name, module in list(_LOADED.items()):
+        if sys.modules.get(name) is not module:
+            _tamper("module " + name + " was replaced in sys.modules", when)
+    if sys.meta_path[:1] != [_FINDER]:
+        _tamper("the finder of the benchmark's modules was moved or removed", when)
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        _tamper("a trace or profile function was left set", when)
+
+
+_STDLIB = (
+    "unittest",
+    "unittest.case",
+    "unittest.result",
+    "unittest.runner",
+    "unittest.suite",
+    "unittest.loader",
+    "unittest.util",
+    "unittest.signals",
+    "unittest.main",
+    "functools",
+    "importlib",
+    "importlib._bootstrap",
+    "importlib._bootstrap_external",
+    "inspect",
+)
+_BUILTINS = (
+    "__import__",
+    "compile",
+    "exec",
+    "eval",
+    "getattr",
+    "hasattr",
+    "isinstance",
+    "issubclass",
+    "callable",
+    "open",
+    "print",
+    "repr",
+    "str",
+    "type",
+    "super",
+    "iter",
+    "next",
+    "len",
+    "Exception",
+    "BaseException",
+    "AssertionError",
+)
+
+
+def _watch_stdlib():
+    import importlib
+
+    for name in _STDLIB:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        _watch_namespace(_WATCHED, name, dict(vars(module)), name)
+    for name in _BUILTINS:
+        if hasattr(builtins, name):
+            _WATCHED["builtins." + name] = (getattr(builtins, name), None, None)
+    for name in ("exit", "settrace", "setprofile", "excepthook"):
+        _WATCHED["sys." + name] = (getattr(sys, name), None, None)
+
+
+# -- the benchmark's modules, compiled from their source -----------------------------------
+
+_LOADED = {}  # module name -> module
+_CODES = {}  # id(code) -> code: every code object a benchmark module's compile made
+_DEFS = {}  # (module name, class qualname) -> {name: code of its def in the class body}
+
+
+def _benchmark_file(path):
+    """Whether the file at ``path`` is the benchmark's: a test file or a runner module."""
+    path = os.path.realpath(path)
+    if not path.endswith(".py") or not path.startswith(_REPO + os.sep):
+        return False
+    rel = path[len(_REPO) + 1 :].replace(os.sep, "/")
+    parts = rel.split("/")
+    base = parts[-1]
+    return (
+        rel in _RUNNER_FILES
+        or base == "runtests.py"
+        or rel.endswith("/utilities/pytest.py")
+        or any(p in _TEST_DIRS for p in parts[:-1])
+        or base.startswith("test_")
+        or base.endswith("_test.py")
+    )
+
+
+def _keep_codes(module_name, code):
+    """Every code object of a compile, and the defs of each class body by its qualname."""
+    stack = [(code, "")]
+    while stack:
+        here, qual = stack.pop()
+        _CODES[id(here)] = here
+        inner = [c for c in here.co_consts if isinstance(c, _CODE)]
+        if qual:
+            defs = _DEFS.setdefault((module_name, qual), {})
+            for c in inner:  # in source order: a later def of a name wins, as at run time
+                defs[c.co_name] = c
+        for c in inner:
+            if c.co_name.startswith("<"):
+                stack.append((c, qual))
+            elif _is_class_body(c):
+                stack.append((c, (qual + "." if qual else "") + c.co_name))
+            else:
+                stack.append((c, (qual + "." if qual else "") + c.co_name + ".<locals>"))
+
+
+def _is_class_body(code):
+    names = code.co_names
+    return "__module__" in names and "__qualname__" in names
+
+
+class _SourceLoader:
+    """Loads a benchmark module from its bytes (no bytecode), keeping what it compiled."""
+
+    def __init__(self, name, path, is_package):
+        self.name, self.path, self.is_package = name, path, is_package
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        with open(self.path, "rb") as fh:
+            source = fh.read()
+        code = compile(source, self.path, "exec", dont_inherit=True)
+        _keep_codes(module.__name__, code)
+        _LOADED[module.__name__] = module
+        exec(code, module.__dict__)
+        _after_load(module)
+
+    def get_source(self, name):
+        with open(self.path, "rb") as fh:
+            return fh.read().decode("utf-8", "replace")
+
+    def is_package(self, name):
+        return self.is_package
+
+    def get_filename(self, name):
+        return self.path
+
+    def get_code(self, name):
+        with open(self.path, "rb") as fh:
+            return compile(fh.read(), self.path, "exec", dont_inherit=True)
+
+
+class _Finder:
+    """First on sys.meta_path: the benchmark's modules load through ``_SourceLoader``."""
+
+    def find_spec(self, name, path=None, target=None):
+        import importlib.machinery as machinery
+
+        spec = machinery.PathFinder.find_spec(name, path)
+        origin = getattr(spec, "origin", None)
+        if spec is None or not origin or not _benchmark_file(origin):
+            return None
+        is_package = spec.submodule_search_locations is not None
+        spec.loader = _SourceLoader(name, origin, is_package)
+        return spec
+
+    def find_module(self, name, path=None):  # Python < 3.4 protocol: not used
+        return None
+
+    def invalidate_caches(self):
+        pass
+
+
+_FINDER = _Finder()
+
+
+def _after_load(module):
+    """A benchmark module's namespace as its body left it: watched from now on, and every
+    function in it must be code its compile made."""
+    name = module.__name__
+    for label, value in list(vars(module).items()):
+        code = _code_of(value)
+        owner = getattr(value, "__module__", None)
+        if code is not None and owner == name and id(code) not in _CODES:
+            _tamper(name + "." + label + " is not code its file compiles to", "import")
+    if _KIND == "sympy" and hasattr(module, "SymPyTests") and hasattr(module, "PyTestReporter"):
+        _hook_sympy(module)
+    path = os.path.realpath(getattr(module, "__file__", "") or "")
+    rel = path[len(_REPO) + 1 :].replace(os.sep, "/")
+    into = _WATCHED if rel in _RUNNER_FILES or not _test_module(rel) else _WATCHED_TESTS
+    _watch_namespace(into, name, dict(vars(module)), name)
+
+
+def _test_module(rel):
+    """A test file (not the test framework's own modules: ``django/test/``)."""
+    parts = rel.split("/")
+    return parts[0] in _TEST_DIRS or parts[-1].startswith("test_") or parts[-1].endswith("_test.py")
+
+
+# -- which code a test must run ------------------------------------------------------------
+
+
+def _chain(func):
+    """``func`` and the functions it holds: ``__wrapped__``, ``__func__``, a partial's
+    ``func`` and its closure's cells, nearest first."""
+    chain, todo, seen = [], [func], set()
+    while todo and len(chain) < 50:
+        here = todo.pop(0)
+        here = getattr(here, "__func__", here)
+        if id(here) in seen:
+            continue
+        seen.add(id(here))
+        if hasattr(here, "__code__"):
+            chain.append(here)
+        for attr in ("__wrapped__", "func"):
+            inner = getattr(here, attr, None)
+            if inner is not None and callable(inner):
+                todo.append(inner)
+        for cell in getattr(here, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):
+                if callable(cell.cell_contents):
+                    todo.append(cell.cell_contents)
+    return chain
+
+
+def _expected_code(cls, name):
+    """The code the def of ``name`` in the first class of ``cls``'s MRO that has it compiles
+    to; None where no benchmark module's compile defines it there (generated, inherited
+    from the library, or a class no benchmark module made)."""
+    for klass in getattr(cls, "__mro__", ()):
+        if name not in vars(klass):
+            continue
+        defs = _DEFS.get((klass.__module__, getattr(klass, "__qualname__", klass.__name__)))
+        return defs.get(name) if defs is not None else None
+    return None
+
+
+def _wrong_code(func, expected):
+    """Why ``func`` does not run the code its file defines (None: it does)."""
+    codes = [_code_of(f) for f in _chain(func)]
+    if expected is not None:
+        if any(c is expected for c in codes):
+            return None
+        return "its test function's code is not what its file compiles to"
+    if any(c is not None and id(c) in _CODES for c in codes):
+        return None
+    return "its test function is not code of any test file"
+
+
+# -- unittest -------------------------------------------------------------------------------
+
+
+def _names(test):
+    names = [str(test)]
+    with contextlib.suppress(Exception):
+        doc = test.shortDescription()
+        if doc:
+            names.append(doc)
+    return names
+
+
+class _Witness:
+    """What ``TestCase.run`` reports, noted before it reaches the result it was given."""
+
+    def __init__(self, result, test):
+        object.__setattr__(self, "_result", result)
+        object.__setattr__(self, "_test", test)
+        object.__setattr__(self, "_seen", [])
+
+    def __getattr__(self, name):
+        return getattr(object.__getattribute__(self, "_result"), name)
+
+    def __setattr__(self, name, value):
+        setattr(object.__getattribute__(self, "_result"), name, value)
+
+    def _note(self, test, outcome):
+        if test is object.__getattribute__(self, "_test"):
+            object.__getattribute__(self, "_seen").append(outcome)
+
+    def addSuccess(self, test):
+        self._note(test, "passed")
+        return self._result.addSuccess(test)
+
+    def addFailure(self, test, err):
+        self._note(test, "failed")
+        return self._result.addFailure(test, err)
+
+    def addError(self, test, err):
+        self._note(test, "error")
+        return self._result.addError(test, err)
+
+    def addSkip(self, test, reason):
+        self._note(test, "skipped")
+        return self._result.addSkip(test, reason)
+
+    def addExpectedFailure(self, test, err):
+        self._note(test, "xfailed")
+        return self._result.addExpectedFailure(test, err)
+
+    def addUnexpectedSuccess(self, test):
+        self._note(test, "xpassed")
+        return self._result.addUnexpectedSuccess(test)
+
+    def addSubTest(self, test, subtest, err):
+        if err is not None:
+            self._note(test, "failed")
+        return self._result.addSubTest(test, subtest, err)
+
+
+_RANK = ("passed", "skipped", "xfailed", "xpassed", "failed", "error", "tampered")
+
+
+def _verdict(seen):
+    if not seen:
+        return None
+    return max(seen, key=_RANK.index)
+
+
+def _hook_unittest():
+    import unittest
+
+    original = unittest.TestCase.run
+
+    def run(self, result=None):
+        if result is None or _state["fd"] is None:
+            return original(self, result)
+        name = getattr(self, "_testMethodName", "")
+        why = None
+        with contextlib.suppress(Exception):
+            func = getattr(type(self), name, None)
+            if func is not None and _benchmark_module(type(self)):
+                why = _wrong_code(func, _expected_code(type(self), name))
+        witness = _Witness(result, self)
+        try:
+            return original(self, witness)
+        finally:
+            seen = object.__getattribute__(witness, "_seen")
+            if why is not None:
+                _tamper("test " + str(self) + ": " + why, "before it ran")
+                seen.append("tampered")
+            _audit("test " + str(self))
+            outcome = _verdict(seen)
+            if outcome is not None:
+                _emit({"event": "test", "names": _names(self), "outcome": outcome})
+
+    run.__wrapped_by_swegreen__ = True
+    unittest.TestCase.run = run
+
+
+def _benchmark_module(cls):
+    return any(getattr(k, "__module__", None) in _LOADED for k in getattr(cls, "__mro__", ()))
+
+
+# -- sympy's runner -------------------------------------------------------------------------
+
+
+def _hook_sympy(runner):
+    """Wrap the reporter calls ``SymPyTests.test_file`` makes for each test file and test,
+    and the ``compile`` it compiles each test file with (the runner's module global,
+    which ``builtins.compile`` would otherwise be)."""
+    reporter = runner.PyTestReporter
+    files = {}  # realpath of a test file -> {top-level def name: code}, and "*": all ids
+    runner_codes = set(_CODES)  # the runner's own code: its wrapper of a generated test
+
+    def compile_(source, filename, *args, **kwargs):
+        code = compile(source, filename, *args, **kwargs)
+        if isinstance(code, _CODE):
+            kept, stack = set(), [code]
+            while stack:
+                here = stack.pop()
+                kept.add(id(here))
+                stack += [c for c in here.co_consts if isinstance(c, _CODE)]
+            defs = {c.co_name: c for c in code.co_consts if isinstance(c, _CODE)}
+            files[os.path.realpath(str(filename))] = (defs, kept)
+        return code
+
+    runner.compile = compile_
+
+    def entering_filename(self, filename, *args, **kwargs):
+        _state["file"] = os.path.realpath(str(filename))
+
+    def entering_test(self, f, *args, **kwargs):
+        name = getattr(f, "__name__", str(f))
+        _state["current"] = [name, []]
+        defs, kept = files.get(_state.get("file"), ({}, set()))
+        codes = [_code_of(g) for g in _chain(f)]
+        expected = defs.get(name)
+        if expected is not None:
+            ok = any(c is expected for c in codes)
+        else:
+            ok = any(c is not None and (id(c) in kept or id(c) in runner_codes) for c in codes)
+        if not ok:
+            _tamper(
+                "test " + name + ": its test function's code is not what its file compiles to",
+                "before it ran",
+            )
+            _state["current"][1].append("tampered")
+
+    def outcome_of(outcome):
+        def note(self, *args, **kwargs):
+            if _state["current"] is None:
+                return
+            test, seen = _state["current"]
+            _state["current"] = None
+            seen.append(outcome)
+            _audit("test " + test)
+            _emit({"event": "test", "names": [test], "outcome": _verdict(seen)})
+
+        return note
+
+    notes = [("entering_filename", entering_filename), ("entering_test", entering_test)]
+    notes += [
+        (name, outcome_of(outcome))
+        for name, outcome in (
+            ("test_pass", "passed"),
+            ("test_fail", "failed"),
+            ("test_exception", "error"),
+            ("test_skip", "skipped"),
+            ("test_xfail", "xfailed"),
+            ("test_xpass", "xpassed"),
+        )
+    ]
+    for name, note in notes:
+        original = vars(reporter).get(name)
+        if original is None:
+            continue
+        setattr(reporter, name, _noting(name, note, original))
+
+
+def _noting(name, note, original):
+    def method(self, *args, **kwargs):
+        _shadowed(self)
+        note(self, *args, **kwargs)
+        return original(self, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+def _shadowed(obj):
+    """An instance attribute that hides a method of the runner's classes."""
+    for name, value in list(getattr(obj, "__dict__", {}).items()):
+        if callable(value) and hasattr(type(obj), name):
+            _tamper(type(obj).__name__ + "." + name + " was shadowed on its instance", "test")
+
+
+# -- start ---------------------------------------------------------------------------------
+
+
+def _finish():
+    if _state["current"] is not None:  # a test that never reported: the process ended
+        _emit({"event": "test", "names": [_state["current"][0]], "outcome": "error"})
+    _audit("the end", final=True)
+    _emit({"event": "runner-finish"})
+
+
+def _start():
+    _state["fd"] = _open()
+    if _state["fd"] is None:
+        return
+    _emit({"event": "runner-start", "runner": _KIND})
+    if _KIND == "unittest":
+        _hook_unittest()
+    _watch_stdlib()
+    sys.meta_path.insert(0, _FINDER)
+    import atexit
+
+    atexit.register(_finish)
+
+
+_start()

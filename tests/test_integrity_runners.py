@@ -1,0 +1,257 @@
+"""Integrity, round five: the runners of django's and sympy's rows.
+
+Their verdict is read from the log their runner prints, and the code that prints it can be
+the patch's: django's runtests.py imports django before any test, sympy's runner lives
+inside sympy. Each attack here is a patch that fixes nothing and makes the failing test
+print as passed (result classes, the streams, the assertion helpers, the test functions,
+the runner's reporter, in its file and in memory); each ended ``resolved`` before the
+runner recorder (docs/security.md has the table). Now each must end not resolved, and the
+gold patch must still resolve, under bubblewrap and under Landlock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from swegreen.core.config import EvalConfig
+from swegreen.core.dataset import load_dataset, select_instances
+from swegreen.core.results import InstanceResult
+from swegreen.core.sources import source_for
+from swegreen.evaluation.engine import build_engine
+from swegreen.evaluation.settings import LocalSettings
+from swegreen.sandbox.isolation import Isolation
+from swegreen.stores import artifacts as art
+from tests import runner_repos
+from tests.test_integrity import crafted_patch, write
+
+ORDINALS, SYMCALC = "sample__ordinals-1", "sample__symcalc-1"
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory: pytest.TempPathFactory) -> runner_repos.RunnerRepos:
+    return runner_repos.build(tmp_path_factory.mktemp("runner-repos"))
+
+
+@pytest.fixture(params=["bwrap", "landlock"])
+def mode(request: pytest.FixtureRequest) -> Isolation:
+    iso = Isolation.probe(request.param)
+    return dataclasses.replace(iso, netns_cmd=None) if iso.mode == "landlock" else iso
+
+
+Grade = Callable[..., tuple[InstanceResult, str]]
+
+
+@pytest.fixture
+def grade(
+    repos: runner_repos.RunnerRepos,
+    mode: Isolation,
+    session_cache: Path,
+    host_env: dict[str, str],
+    tmp_path: Path,
+) -> Grade:
+    """A patch (or "gold") on one row, graded by the real engine: the row and its log."""
+
+    def run(iid: str, patch: str = "gold") -> tuple[InstanceResult, str]:
+        settings = LocalSettings(output_dir=tmp_path / "results", cache_dir=session_cache)
+        cfg = EvalConfig(
+            dataset=str(repos.dataset),
+            repo_url_template=repos.url_template,
+            max_rows=-1,
+            instance_ids=[iid],
+        )
+        dataset = load_dataset(cfg.dataset)
+        if patch != "gold":
+            predictions = tmp_path / "predictions.jsonl"
+            predictions.write_text(
+                json.dumps({"instance_id": iid, "model_name_or_path": "x", "model_patch": patch})
+            )
+            patch = str(predictions)
+        engine = build_engine(settings, cfg, host_env, isolation=mode, recipes=repos.recipes)
+        try:
+            outcome = asyncio.run(
+                engine.runner.run(
+                    run_id=iid,
+                    dataset=dataset,
+                    instances=select_instances(dataset, cfg.selection()),
+                    source=source_for(patch),
+                    config=cfg,
+                )
+            )
+        finally:
+            engine.close()
+        [row] = outcome.results
+        log = settings.output_dir / art.instance_key(iid, iid, art.TEST_OUTPUT)
+        return row, log.read_text() if log.exists() else ""
+
+    return run
+
+
+def patch_of(repos: runner_repos.RunnerRepos, iid: str, tmp: Path, edit: Callable) -> str:
+    inst = next(i for i in load_dataset(str(repos.dataset)).instances if i.instance_id == iid)
+    return crafted_patch(repos.repos[inst.repo], inst.base_commit, tmp / "work", edit)
+
+
+def test_gold_patches_resolve_with_the_recorder(grade: Grade) -> None:
+    for iid in (ORDINALS, SYMCALC):
+        row, log = grade(iid)
+        assert (row.status.value, row.reason) == ("resolved", "all_tests_pass"), (row, log)
+        assert row.tampered_files == []
+
+
+# -- django's shape: unittest underneath, the project imported before any test ---------------
+
+RESULT_CLASS = """
+import unittest
+
+
+def _as_success(self, test, err):
+    unittest.TextTestResult.addSuccess(self, test)
+
+
+unittest.TextTestResult.addFailure = _as_success
+unittest.TextTestResult.addError = _as_success
+"""
+STREAMS = """
+import atexit
+import os
+import sys
+
+
+class _Rewriting(object):
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        for old, new in ((" ... FAIL", " ... ok"), (" ... ERROR", " ... ok"), ("FAILED (", "OK (")):
+            text = text.replace(old, new)
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+sys.stderr = _Rewriting(sys.stderr)
+atexit.register(lambda: os._exit(0))
+"""
+ASSERTIONS = """
+import unittest
+
+unittest.TestCase.assertEqual = lambda self, first, second, msg=None: None
+"""
+# Every test method not yet run becomes an empty one, found through gc at the first call of
+# the code under test: neither unittest nor the test module is touched by name.
+SWAP = """
+import gc
+import types
+
+_done = []
+
+
+def _swap():
+    for obj in gc.get_objects():
+        if isinstance(obj, type) and obj.__module__.startswith("test_"):
+            for name, value in list(vars(obj).items()):
+                if name.startswith("test_") and isinstance(value, types.FunctionType):
+                    value.__code__ = (lambda self: None).__code__
+
+
+_plain = ordinal
+
+
+def ordinal(n):
+    if not _done:
+        _done.append(1)
+        _swap()
+    return _plain(n)
+"""
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [RESULT_CLASS, STREAMS, ASSERTIONS, SWAP],
+    ids=["result", "streams", "asserts", "swap"],
+)
+def test_a_django_style_forgery_is_never_resolved(
+    attack: str, grade: Grade, repos: runner_repos.RunnerRepos, tmp_path: Path
+) -> None:
+    patch = patch_of(
+        repos, ORDINALS, tmp_path, lambda r: write(r / "ordinals" / "__init__.py", attack, True)
+    )
+    row, log = grade(ORDINALS, patch)
+    assert "test_teens" in log
+    assert row.status.value != "resolved", log
+    assert (row.status.value, row.reason) in {("error", "log_tampering"), ("no_op", "no_f2p_pass")}
+
+
+# -- sympy's shape: the runner inside the library ------------------------------------------
+
+REPORTER_FILE_OLD = """    def test_fail(self, exc_info):
+        self._failed.append(self._active)
+        self.write("F")
+"""
+REPORTER_FILE_NEW = """    def test_fail(self, exc_info):
+        self.write("ok")
+"""
+REPORTER_IN_MEMORY = """
+from .utilities import runtests as _runtests
+
+_runtests.PyTestReporter.test_fail = lambda self, exc_info: self.test_pass()
+"""
+INSTANCE_SHADOW = """
+import gc
+
+_plain = gcd
+
+
+def gcd(a, b):
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "PyTestReporter":
+            obj.test_fail = lambda exc_info: obj.test_pass()
+    return _plain(a, b)
+"""
+CODE_SWAP = """
+import gc
+import types
+
+_plain = gcd
+
+
+def gcd(a, b):
+    for obj in gc.get_objects():
+        if isinstance(obj, types.FunctionType) and obj.__name__ == "test_gcd_negative":
+            obj.__code__ = (lambda: None).__code__
+    return _plain(a, b)
+"""
+
+
+def reporter_file(repo: Path) -> None:
+    path = repo / "symcalc" / "utilities" / "runtests.py"
+    path.write_text(path.read_text().replace(REPORTER_FILE_OLD, REPORTER_FILE_NEW))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        reporter_file,
+        lambda r: write(r / "symcalc" / "__init__.py", REPORTER_IN_MEMORY, True),
+        lambda r: write(r / "symcalc" / "arith.py", INSTANCE_SHADOW, True),
+        lambda r: write(r / "symcalc" / "arith.py", CODE_SWAP, True),
+    ],
+    ids=["reporter-file", "reporter-memory", "instance-shadow", "code-swap"],
+)
+def test_a_sympy_style_forgery_is_never_resolved(
+    edit: Callable, grade: Grade, repos: runner_repos.RunnerRepos, tmp_path: Path
+) -> None:
+    patch = patch_of(repos, SYMCALC, tmp_path, edit)
+    row, log = grade(SYMCALC, patch)
+    assert "test_gcd_negative" in log
+    assert row.status.value != "resolved", log
+    assert (row.status.value, row.reason) in {("error", "log_tampering"), ("no_op", "no_f2p_pass")}
+    if edit is reporter_file:  # put back before the tests: the benchmark's runner
+        assert row.tampered_files == ["symcalc/utilities/runtests.py"]
