@@ -32,16 +32,15 @@ Kept compatible with every Python and pytest a SWE-bench environment has (3.5+, 
 """
 
 import contextlib
-import hashlib
-import hmac
-import json
 import os
 
 import pytest
 
+# The record channel is a module of its own under a name of the run's own, which the
+# engine writes in place of ``swegreen_record_channel`` here (sandbox/recorder.py).
+from swegreen_record_channel import _channel, _emit, _open_channel
+
 _state = {
-    "fd": None,
-    "seq": 0,
     "session": 0,
     "baseline": None,
     "told": set(),
@@ -50,52 +49,6 @@ _state = {
 }
 
 
-def _take_key():
-    """Read the key from its pipe, once, and close it (nothing if it is not a pipe); in a
-    container, from the file ``SWEGREEN_RECORD_KEY_FILE`` names, removed once read."""
-    import stat
-
-    path = os.environ.pop("SWEGREEN_RECORD_KEY_FILE", "")
-    if path:
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read(256)
-            os.unlink(path)
-        except OSError:
-            return b""
-        key = data.strip()
-        return key if len(key) == 64 else b""
-    try:
-        fd = int(os.environ.pop("SWEGREEN_RECORD_KEY_FD", ""))
-    except ValueError:
-        return b""
-    try:
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            return b""  # not ours: left alone
-    except OSError:
-        return b""
-    try:
-        os.set_blocking(fd, False)
-        data = os.read(fd, 256)
-    except OSError:
-        return b""
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    key = data.strip()
-    return key if len(key) == 64 else b""
-
-
-_KEY = _take_key()
-_PATH = os.environ.pop("SWEGREEN_RECORD", "")
-# In a container the record goes to the test command's own stderr (the engine reads the
-# exec's output), each line after this marker: a copy of descriptor 2 taken now, before
-# pytest's capture points descriptor 2 elsewhere.
-_MARK = os.environ.pop("SWEGREEN_RECORD_MARK", "").encode("ascii", "replace")
-_STDERR = None
-if _PATH == "stderr":
-    with contextlib.suppress(OSError):
-        _STDERR = os.dup(2)
 _REPO = os.environ.get("SWEGREEN_REPO", "")
 _HOOKS = (
     "pytest_runtest_protocol",
@@ -110,32 +63,9 @@ _HOOKS = (
 
 
 def _open():
-    if not _PATH or not _KEY or not _REPO or os.environ.get("PYTEST_XDIST_WORKER"):
+    if not _REPO or os.environ.get("PYTEST_XDIST_WORKER"):
         return None
-    if _PATH == "stderr":
-        return _STDERR
-    try:
-        fd = os.open(_PATH, os.O_WRONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    import fcntl
-
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
-    return fd
-
-
-def _emit(event):
-    fd = _state["fd"]
-    if fd is None:
-        return
-    _state["seq"] += 1
-    event = dict(event, seq=_state["seq"], pid=os.getpid())
-    body = json.dumps(event, sort_keys=True)
-    mac = hmac.new(_KEY, body.encode("utf-8"), hashlib.sha256).hexdigest()
-    line = _MARK + (json.dumps({"e": body, "mac": mac}) + "\n").encode("utf-8")
-    with contextlib.suppress(OSError):
-        os.write(fd, line)
+    return _open_channel()
 
 
 def _inside(root, repo):
@@ -361,7 +291,7 @@ def _hookimpls(config):
 
 
 def _audit(config, when):
-    if _state["fd"] is None or _state["baseline"] is None:
+    if _channel["fd"] is None or _state["baseline"] is None:
         return
     changed = []
     now = _functions()
@@ -388,8 +318,8 @@ def pytest_configure(config):
     root = str(getattr(config, "rootdir", ""))
     if not root or not _REPO or not _inside(root, _REPO):
         return
-    if _state["fd"] is None:
-        _state["fd"] = _open()
+    if _channel["fd"] is None:
+        _channel["fd"] = _open()
     _state["session"] += 1
     config._swegreen_session = _state["session"]
     _emit({"event": "start", "session": _state["session"]})

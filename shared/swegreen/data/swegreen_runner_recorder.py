@@ -34,47 +34,16 @@ annotations.
 
 import builtins
 import contextlib
-import hashlib
-import hmac
 import json
 import os
 import sys
 
+# The record channel is a module of its own under a name of the run's own, which the
+# engine writes in place of ``swegreen_record_channel`` here (sandbox/recorder.py).
+from swegreen_record_channel import _channel, _emit, _open_channel
+
 _SPEC_VARIABLE = "SWEGREEN_RUNNER_SPEC"
 _TEST_DIRS = ("test", "tests", "testing")
-
-
-def _take_key():
-    """The key from its pipe (``SWEGREEN_RECORD_KEY_FD``) or, in a container, from the
-    file ``SWEGREEN_RECORD_KEY_FILE`` names (removed once read); read once."""
-    import stat
-
-    path = os.environ.pop("SWEGREEN_RECORD_KEY_FILE", "")
-    if path:
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read(256)
-            os.unlink(path)
-        except OSError:
-            return b""
-        key = data.strip()
-        return key if len(key) == 64 else b""
-    try:
-        fd = int(os.environ.pop("SWEGREEN_RECORD_KEY_FD", ""))
-    except ValueError:
-        return b""
-    try:
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            return b""
-        os.set_blocking(fd, False)
-        data = os.read(fd, 256)
-    except OSError:
-        return b""
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    key = data.strip()
-    return key if len(key) == 64 else b""
 
 
 def _read_spec():
@@ -87,44 +56,11 @@ def _read_spec():
     return spec if isinstance(spec, dict) else {}
 
 
-_KEY = _take_key()
 _SPEC = _read_spec()
-_PATH = os.environ.pop("SWEGREEN_RECORD", "")
-_MARK = os.environ.pop("SWEGREEN_RECORD_MARK", "").encode("ascii", "replace")
 _REPO = os.path.realpath(_SPEC.get("repo") or ".")
 _KIND = _SPEC.get("kind", "")
 _RUNNER_FILES = frozenset(_SPEC.get("runner_files") or ())
-_state = {"fd": None, "seq": 0, "told": set(), "current": None, "file": None}
-
-
-def _open():
-    if not _PATH or not _KEY or not _KIND:
-        return None
-    if _PATH == "stderr":
-        with contextlib.suppress(OSError):
-            return os.dup(2)
-        return None
-    try:
-        fd = os.open(_PATH, os.O_WRONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    import fcntl
-
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-    return fd
-
-
-def _emit(event):
-    fd = _state["fd"]
-    if fd is None:
-        return
-    _state["seq"] += 1
-    event = dict(event, seq=_state["seq"], pid=os.getpid())
-    body = json.dumps(event, sort_keys=True)
-    mac = hmac.new(_KEY, body.encode("utf-8"), hashlib.sha256).hexdigest()
-    line = _MARK + (json.dumps({"e": body, "mac": mac}) + "\n").encode("utf-8")
-    with contextlib.suppress(OSError):
-        os.write(fd, line)
+_state = {"told": set(), "current": None, "file": None}
 
 
 def _tamper(what, when):
@@ -136,9 +72,9 @@ def _tamper(what, when):
 
 # -- what must not change: objects and their code, by name --------------------------------
 
-_CODE = type(_open.__code__)
-_FUNCTION = type(_open)
-_METHOD = type(_take_key.__get__(0))  # a bound method
+_CODE = type(_read_spec.__code__)
+_FUNCTION = type(_read_spec)
+_METHOD = type(_read_spec.__get__(0))  # a bound method
 # label -> (the object, its code or None, the names of its class dict or None); the
 # machinery is checked after every test, the test modules' namespaces at the end
 _WATCHED = {}
@@ -567,7 +503,7 @@ def _hook_unittest():
     original = unittest.TestCase.run
 
     def run(self, result=None):
-        if result is None or _state["fd"] is None:
+        if result is None or _channel["fd"] is None:
             return original(self, result)
         name = getattr(self, "_testMethodName", "")
         why = None
@@ -700,8 +636,8 @@ def _finish():
 
 
 def _start():
-    _state["fd"] = _open()
-    if _state["fd"] is None:
+    _channel["fd"] = _open_channel() if _KIND else None
+    if _channel["fd"] is None:
         return
     _emit({"event": "runner-start", "runner": _KIND})
     if _KIND == "unittest":

@@ -64,11 +64,10 @@ from swegreen.sandbox.recorder import (
     covers,
     new_key,
     new_mark,
-    plugin_source,
     pytest_addopts,
+    pytest_recorder,
     split_marked,
 )
-from swegreen.sandbox.recorder import MODULE as RECORDER_MODULE
 from swegreen.sandbox.tamper import SECTIONED, protected_reason, sections_changed
 from swegreen.stores import artifacts as art
 
@@ -384,12 +383,11 @@ class DockerEvaluator(PatchEvaluator):
         if not covers(recipe.log_parser, recipe.test_cmd):
             return None, None, None, {}, {}
         record_key, mark = new_key(), new_mark()
-        module = f"{RECORDER_MODULE}_{secrets.token_hex(8)}"
+        written = pytest_recorder()
+        module = written.module
         folder = f"/run/swegreen-{secrets.token_hex(8)}"
-        files = {
-            f"{folder}/{module}.py": (plugin_source().encode(), 0o444),
-            f"{folder}/key": (record_key.encode(), 0o400),
-        }
+        files = {f"{folder}/{name}": (text.encode(), 0o444) for name, text in written.files.items()}
+        files[f"{folder}/key"] = (record_key.encode(), 0o400)
         environment = {
             "SWEGREEN_ADDOPTS": pytest_addopts(None, module),
             "SWEGREEN_PLUGINS": folder,

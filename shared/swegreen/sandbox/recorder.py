@@ -50,12 +50,42 @@ def runner_kind(log_parser: str) -> str | None:
     return RUNNERS.get(log_parser)
 
 
-def plugin_source() -> str:
-    return _data("swegreen_pytest_recorder.py")
-
-
 def _data(name: str) -> str:
     return (resources.files("swegreen") / "data" / name).read_text()
+
+
+CHANNEL = "swegreen_record_channel"  # the shared part of both recorders (data/)
+
+
+@dataclass(frozen=True)
+class RecorderFiles:
+    """A recorder as written for one run: its module name and its files (name -> text)."""
+
+    module: str
+    files: dict[str, str]
+
+
+def recorder_files(source: str, prefix: str) -> RecorderFiles:
+    """The recorder ``source`` (a file of data/) and the record channel it imports, each
+    under a module name of the run's own: nothing planted beforehand can shadow either,
+    since nothing could know the names."""
+    token = secrets.token_hex(8)
+    module, channel = f"{prefix}_{token}", f"_swegreen_channel_{token}"
+    text = _data(source).replace(f"from {CHANNEL} import", f"from {channel} import", 1)
+    return RecorderFiles(module, {f"{module}.py": text, f"{channel}.py": _data(f"{CHANNEL}.py")})
+
+
+def pytest_recorder() -> RecorderFiles:
+    return recorder_files("swegreen_pytest_recorder.py", MODULE)
+
+
+def _write(directory: Path, files: dict[str, str]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o755)
+    for name, text in files.items():
+        target = directory / name
+        target.write_text(text)
+        target.chmod(0o644)
 
 
 @dataclass(frozen=True)
@@ -81,19 +111,17 @@ def install_runner_recorder(
     """Write the runner recorder under a module name of this run's own, its spec (the
     runner's kind, the repository as the tests see it, the runner modules outside the test
     directories) and the ``sitecustomize`` that imports it into ``directory``."""
-    token = secrets.token_hex(8)
-    recorder = RunnerRecorder(f"{RUNNER_MODULE}_{token}", f"runner-spec-{token}.json")
-    directory.mkdir(parents=True, exist_ok=True)
-    directory.chmod(0o755)
+    written = recorder_files("swegreen_runner_recorder.py", RUNNER_MODULE)
+    recorder = RunnerRecorder(written.module, f"runner-spec-{written.module}.json")
     spec = {"kind": kind, "repo": repo, "runner_files": sorted(runner_files)}
-    for name, text in (
-        (f"{recorder.module}.py", _data("swegreen_runner_recorder.py")),
-        ("sitecustomize.py", _data("swegreen_sitecustomize.py")),
-        (recorder.spec, json.dumps(spec)),
-    ):
-        target = directory / name
-        target.write_text(text)
-        target.chmod(0o644)
+    _write(
+        directory,
+        {
+            **written.files,
+            "sitecustomize.py": _data("swegreen_sitecustomize.py"),
+            recorder.spec: json.dumps(spec),
+        },
+    )
     return recorder
 
 
@@ -137,13 +165,9 @@ def install_plugin(directory: Path) -> str:
     put on PYTHONPATH) under a module name of this run's own, and return that name.
     Nothing the participant's code planted beforehand can shadow it: it could not know
     the name, and could not write where the module is."""
-    name = f"{MODULE}_{secrets.token_hex(8)}"
-    directory.mkdir(parents=True, exist_ok=True)
-    directory.chmod(0o755)
-    target = directory / f"{name}.py"
-    target.write_text(plugin_source())
-    target.chmod(0o644)
-    return name
+    written = pytest_recorder()
+    _write(directory, written.files)
+    return written.module
 
 
 def pytest_addopts(existing: str | None, module: str) -> str:
