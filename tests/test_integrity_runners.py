@@ -11,7 +11,6 @@ gold patch must still resolve, under bubblewrap and under Landlock.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 from collections.abc import Callable
@@ -20,14 +19,14 @@ from pathlib import Path
 import pytest
 
 from swegreen.core.config import EvalConfig
-from swegreen.core.dataset import load_dataset, select_instances
+from swegreen.core.dataset import load_dataset
 from swegreen.core.results import InstanceResult
-from swegreen.core.sources import source_for
 from swegreen.evaluation.engine import build_engine
 from swegreen.evaluation.settings import LocalSettings
 from swegreen.sandbox.isolation import Isolation
 from swegreen.stores import artifacts as art
 from tests import runner_repos
+from tests.conftest import open_to_sandbox, run_rows
 from tests.test_integrity import crafted_patch, write
 
 ORDINALS, SYMCALC = "sample__ordinals-1", "sample__symcalc-1"
@@ -36,6 +35,13 @@ ORDINALS, SYMCALC = "sample__ordinals-1", "sample__symcalc-1"
 @pytest.fixture(scope="module")
 def repos(tmp_path_factory: pytest.TempPathFactory) -> runner_repos.RunnerRepos:
     return runner_repos.build(tmp_path_factory.mktemp("runner-repos"))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache of this module's own: its environments are not the sample's (tests count
+    those in the session's cache)."""
+    return open_to_sandbox(tmp_path_factory.mktemp("runner-cache"))
 
 
 @pytest.fixture(params=["bwrap", "landlock"])
@@ -51,21 +57,22 @@ Grade = Callable[..., tuple[InstanceResult, str]]
 def grade(
     repos: runner_repos.RunnerRepos,
     mode: Isolation,
-    session_cache: Path,
+    cache: Path,
     host_env: dict[str, str],
     tmp_path: Path,
 ) -> Grade:
     """A patch (or "gold") on one row, graded by the real engine: the row and its log."""
 
     def run(iid: str, patch: str = "gold") -> tuple[InstanceResult, str]:
-        settings = LocalSettings(output_dir=tmp_path / "results", cache_dir=session_cache)
+        settings = LocalSettings(
+            output_dir=tmp_path / "results", cache_dir=cache, python_downloads=False
+        )
         cfg = EvalConfig(
             dataset=str(repos.dataset),
             repo_url_template=repos.url_template,
             max_rows=-1,
             instance_ids=[iid],
         )
-        dataset = load_dataset(cfg.dataset)
         if patch != "gold":
             predictions = tmp_path / "predictions.jsonl"
             predictions.write_text(
@@ -74,18 +81,9 @@ def grade(
             patch = str(predictions)
         engine = build_engine(settings, cfg, host_env, isolation=mode, recipes=repos.recipes)
         try:
-            outcome = asyncio.run(
-                engine.runner.run(
-                    run_id=iid,
-                    dataset=dataset,
-                    instances=select_instances(dataset, cfg.selection()),
-                    source=source_for(patch),
-                    config=cfg,
-                )
-            )
+            [row] = run_rows(engine, cfg, iid, patch).results
         finally:
             engine.close()
-        [row] = outcome.results
         log = settings.output_dir / art.instance_key(iid, iid, art.TEST_OUTPUT)
         return row, log.read_text() if log.exists() else ""
 
