@@ -26,6 +26,7 @@ from docker.errors import ImageNotFound
 
 from swegreen.core.dataset import Instance
 from swegreen.core.images import image_name
+from swegreen.core.recipes import RecipeBook
 from swegreen.environments.catalog import builtin_recipes
 
 TEMPLATE = "swegreen-sample/sweb.eval.{arch}.{official_id}:latest"
@@ -116,12 +117,16 @@ def build_base(client: docker.DockerClient) -> str:
 
 
 def build_instances(
-    client: docker.DockerClient, repos_dir: Path, instances: Iterable[Instance]
+    client: docker.DockerClient,
+    repos_dir: Path,
+    instances: Iterable[Instance],
+    recipes: RecipeBook | None = None,
 ) -> dict[str, str]:
     """Each row's image (``TEMPLATE``), its repository from the sample's ``repos_dir``, the
-    recipe's install run in it (the ledger's editable one)."""
+    recipe's install run in it (the ledger's editable one); ``recipes``: the book the rows'
+    recipes are in (the built-in one by default)."""
     base_id = client.api.inspect_image(build_base(client))["Id"]
-    book = builtin_recipes()
+    book = recipes or builtin_recipes()
     built = {}
     for inst in instances:
         tag = image_name(inst.instance_id, TEMPLATE)

@@ -356,19 +356,25 @@ def image_eval_commands(recipe: Recipe) -> tuple[str, ...]:
     return tuple(recipe.eval_commands)
 
 
-def image_eval_phases(instance: Instance, recipe: Recipe, skip_install: bool = False) -> EvalPhases:
+def image_eval_phases(
+    instance: Instance,
+    recipe: Recipe,
+    skip_install: bool = False,
+    test_setup: str | None = None,
+) -> EvalPhases:
     """The official eval script as it runs inside the instance image (the Docker backend):
     the row's own ``eval_script`` when it has one, else 4.1.0's, conda activation kept,
     split where the test files are reset like the engine's (``split_phases``);
     ``skip_install``: the eval-time reinstall left out, said in the log, where it can
-    change nothing (the engine's rule)."""
+    change nothing (the engine's rule); ``test_setup``: the backend's own line just before
+    the start marker (``with_setup``)."""
     if instance.eval_script:
         lines = parse_eval_script(instance.eval_script)
     else:
         lines = official_lines(instance, recipe, conda=True)
     if skip_install and recipe.install:
         lines = _without_install(lines, recipe.install)
-    return split_phases(lines, "/testbed")
+    return split_phases(with_setup(lines, test_setup), "/testbed")
 
 
 def adapt_eval_script(script: str, workdir: str, test_wrapper: str | None = None) -> str:

@@ -62,10 +62,13 @@ from swegreen.sandbox.recorder import (
     MARK_VARIABLE,
     Recorded,
     covers,
+    hash_seed,
     new_key,
     new_mark,
     pytest_addopts,
     pytest_recorder,
+    runner_kind,
+    runner_recorder,
     split_marked,
 )
 from swegreen.sandbox.tamper import SECTIONED, protected_reason, sections_changed
@@ -101,6 +104,20 @@ WITH_RECORDER = (
     'PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$SWEGREEN_PLUGINS"; '
     'unset SWEGREEN_ADDOPTS SWEGREEN_PLUGINS; exec /bin/bash "$1"'
 )  # tamper.BUILD_EXCLUDES, as path parts
+
+
+@dataclass(frozen=True)
+class ContainerRecorder:
+    """What records a row's test command in its container (``DockerEvaluator._recorder``):
+    the exec's environment, the record's key and marker, the files to copy in (path ->
+    bytes, mode) in their folder, and the test phase's own line before the test command."""
+
+    environment: dict[str, str]
+    key: bytes
+    mark: str
+    files: dict[str, tuple[bytes, int]]
+    folder: str
+    setup: str | None
 
 
 @dataclass(frozen=True)
@@ -255,8 +272,14 @@ class DockerEvaluator(PatchEvaluator):
         assert row.info is not None
         row.begin("apply")
         probe = self._probe(recipe, row.info.paths)
-        full = image_eval_phases(instance, recipe)
-        lean = image_eval_phases(instance, recipe, skip_install=True) if probe.reinstall else None
+        recorder = self._recorder(recipe)
+        setup = recorder.setup if recorder is not None else None
+        full = image_eval_phases(instance, recipe, test_setup=setup)
+        lean = (
+            image_eval_phases(instance, recipe, skip_install=True, test_setup=setup)
+            if probe.reinstall
+            else None
+        )
         files = {
             DOCKER_PATCH: (text.encode("utf-8", "surrogateescape"), 0o644),
             PREPARE_SCRIPT: (full.prepare.encode(), 0o644),
@@ -306,21 +329,23 @@ class DockerEvaluator(PatchEvaluator):
             if reverted:
                 notes.append("put back after the install: " + ", ".join(reverted))
             left = max(deadline - time.monotonic(), 1.0)
-            environment, record_key, mark, files, dirs = self._recorder(recipe)
             command = ["/bin/bash", EVAL_SCRIPT]
-            if environment is not None:
+            files, dirs = {}, {}
+            if recorder is not None:
                 # after what the image sets of them, as the engine adds its own
                 command = ["/bin/bash", "-c", WITH_RECORDER, "eval", EVAL_SCRIPT]
+                files, dirs = dict(recorder.files), {recorder.folder: 0o755}
             # written now, once nothing the install started runs: it could have written
             # a script put there before (its own passes, exit 0)
             files[EVAL_SCRIPT] = (phases.test.encode(), 0o644)
             await asyncio.to_thread(box.put_files, files, dirs)
             row.begin("tests")
+            environment = recorder.environment if recorder is not None else None
             test = await asyncio.to_thread(box.exec, command, left, environment=environment)
             output = test.output
-            if mark is not None:
-                output, record_text = split_marked(output, mark)
-                recorded = Recorded.parse(record_text, record_key)
+            if recorder is not None:
+                output, record_text = split_marked(output, recorder.mark)
+                recorded = Recorded.parse(record_text, recorder.key)
                 self.artifacts.write_text(key(art.TEST_RECORD), recorded.text)
             log += output
         row.begin("grading")
@@ -365,38 +390,44 @@ class DockerEvaluator(PatchEvaluator):
         return ExecResult(0, output, done.seconds - listing), _status_paths(status), listing
 
     @staticmethod
-    def _recorder(
-        recipe: Recipe,
-    ) -> tuple[
-        dict[str, str] | None,
-        bytes | None,
-        str | None,
-        dict[str, tuple[bytes, int]],
-        dict[str, int],
-    ]:
-        """pytest's recorder for the test phase, where the test command is pytest: the
-        plugin under a name of this run's own and its key (a file the plugin removes when
-        pytest imports it, before any conftest or project module runs), copied in after
-        the install; its record comes back on the test command's stderr, each line after a
-        marker of this run's own. (exec environment, key, marker, files and directory to
-        copy in), or Nones and nothing to copy."""
-        if not covers(recipe.log_parser, recipe.test_cmd):
-            return None, None, None, {}, {}
+    def _recorder(recipe: Recipe) -> ContainerRecorder | None:
+        """The recorder for the test phase: pytest's plugin where the test command is
+        pytest, else the runner recorder for django's and sympy's runners (its
+        ``sitecustomize`` on PYTHONPATH, the variables that start it set by ``setup``, the
+        line just before the test command: conda's own Python, which the image's
+        activation runs before, must not take it). Each under names of this run's own,
+        with its key (a file the recorder removes when it is imported, before any of the
+        project's code runs), copied in after the install; the record comes back on the
+        test command's stderr, each line after a marker of this run's own. None where
+        nothing records the test command."""
+        kind = runner_kind(recipe.log_parser)
+        if kind is None and not covers(recipe.log_parser, recipe.test_cmd):
+            return None
         record_key, mark = new_key(), new_mark()
-        written = pytest_recorder()
-        module = written.module
         folder = f"/run/swegreen-{secrets.token_hex(8)}"
-        files = {f"{folder}/{name}": (text.encode(), 0o444) for name, text in written.files.items()}
-        files[f"{folder}/key"] = (record_key.encode(), 0o400)
         environment = {
-            "SWEGREEN_ADDOPTS": pytest_addopts(None, module),
             "SWEGREEN_PLUGINS": folder,
             "SWEGREEN_RECORD": "stderr",
             MARK_VARIABLE: mark,
             "SWEGREEN_RECORD_KEY_FILE": f"{folder}/key",
             "SWEGREEN_REPO": WORKDIR,
+            "SWEGREEN_ADDOPTS": "",
         }
-        return environment, record_key.encode(), mark, files, {folder: 0o755}
+        setup = None
+        if kind is None:
+            written = pytest_recorder()
+            texts = written.files
+            environment["SWEGREEN_ADDOPTS"] = pytest_addopts(None, written.module)
+        else:
+            runner = runner_recorder(kind, WORKDIR, frozenset())
+            texts = runner.files
+            variables = runner.environ(folder)
+            if kind == "sympy":
+                variables["PYTHONHASHSEED"] = hash_seed()
+            setup = "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in variables.items())
+        files = {f"{folder}/{name}": (text.encode(), 0o444) for name, text in texts.items()}
+        files[f"{folder}/key"] = (record_key.encode(), 0o400)
+        return ContainerRecorder(environment, record_key.encode(), mark, files, folder, setup)
 
     async def _judge_install(
         self, box: RowContainer, image_id: str, recipe: Recipe, notes: list[str]

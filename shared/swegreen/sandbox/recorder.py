@@ -90,11 +90,13 @@ def _write(directory: Path, files: dict[str, str]) -> None:
 
 @dataclass(frozen=True)
 class RunnerRecorder:
-    """Where the runner recorder was written: its module name (for
-    ``SWEGREEN_RUNNER_MODULE``) and its spec file's name, both in the plugin directory."""
+    """The runner recorder as written for one run: its module name (for
+    ``SWEGREEN_RUNNER_MODULE``), its spec file's name and every file of the plugin
+    directory (name -> text: the recorder, its channel, the spec, the ``sitecustomize``)."""
 
     module: str
     spec: str
+    files: dict[str, str]
 
     def environ(self, plugin_dir: str) -> dict[str, str]:
         """What the test command's environment gets (``plugin_dir``: the directory as the
@@ -105,23 +107,28 @@ class RunnerRecorder:
         }
 
 
+def runner_recorder(kind: str, repo: str, runner_files: frozenset[str]) -> RunnerRecorder:
+    """The runner recorder under a module name of this run's own, its spec (the runner's
+    kind, the repository as the tests see it, the runner modules outside the test
+    directories) and the ``sitecustomize`` that imports it."""
+    written = recorder_files("swegreen_runner_recorder.py", RUNNER_MODULE)
+    spec_name = f"runner-spec-{written.module}.json"
+    spec = {"kind": kind, "repo": repo, "runner_files": sorted(runner_files)}
+    files = {
+        **written.files,
+        "sitecustomize.py": _data("swegreen_sitecustomize.py"),
+        spec_name: json.dumps(spec),
+    }
+    return RunnerRecorder(written.module, spec_name, files)
+
+
 def install_runner_recorder(
     directory: Path, kind: str, repo: str, runner_files: frozenset[str]
 ) -> RunnerRecorder:
-    """Write the runner recorder under a module name of this run's own, its spec (the
-    runner's kind, the repository as the tests see it, the runner modules outside the test
-    directories) and the ``sitecustomize`` that imports it into ``directory``."""
-    written = recorder_files("swegreen_runner_recorder.py", RUNNER_MODULE)
-    recorder = RunnerRecorder(written.module, f"runner-spec-{written.module}.json")
-    spec = {"kind": kind, "repo": repo, "runner_files": sorted(runner_files)}
-    _write(
-        directory,
-        {
-            **written.files,
-            "sitecustomize.py": _data("swegreen_sitecustomize.py"),
-            recorder.spec: json.dumps(spec),
-        },
-    )
+    """``runner_recorder``, written into ``directory`` (the engine's, read-only to the
+    sandbox)."""
+    recorder = runner_recorder(kind, repo, runner_files)
+    _write(directory, recorder.files)
     return recorder
 
 
