@@ -6,7 +6,8 @@ inside sympy. Each attack here is a patch that fixes nothing and makes the faili
 print as passed (result classes, the streams, the assertion helpers, the test functions,
 the runner's reporter, in its file and in memory); each ended ``resolved`` before the
 runner recorder (docs/security.md has the table). Now each must end not resolved, and the
-gold patch must still resolve, under bubblewrap and under Landlock.
+gold patch must still resolve, under bubblewrap, under Landlock and in process mode (AWS's
+sandbox tasks).
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return open_to_sandbox(tmp_path_factory.mktemp("runner-cache"))
 
 
-@pytest.fixture(params=["bwrap", "landlock"])
+@pytest.fixture(params=["bwrap", "landlock", "process"])
 def mode(request: pytest.FixtureRequest) -> Isolation:
+    """The local sandboxes, and process mode (what AWS's sandbox tasks run the engine in,
+    the task itself being the sandbox)."""
     iso = Isolation.probe(request.param)
     return dataclasses.replace(iso, netns_cmd=None) if iso.mode == "landlock" else iso
 
