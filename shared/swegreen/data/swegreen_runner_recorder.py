@@ -94,20 +94,30 @@ def _code_of(obj):
     return None
 
 
-def _watch_namespace(into, label, namespace, owner, depth=0):
-    """Note every function, method and class of ``namespace`` (a module's or a class's
-    dict) that ``owner`` defines (its classes' own dicts too, two levels down)."""
+def _watch_namespace(into, owner, namespace, path=()):
+    """Note every function, method and class of ``namespace`` (module ``owner``'s dict,
+    or the dict of its class at ``path``) that ``owner`` defines (its classes' own dicts
+    too, two levels down)."""
     for name, value in list(namespace.items()):
         if name.startswith("__") and name.endswith("__") and not callable(value):
             continue
-        here = label + "." + name
+        here = (*path, name)
         if issubclass(type(value), type):
-            if vars(value).get("__module__") != owner or depth > 1:
+            if vars(value).get("__module__") != owner or len(path) > 1:
                 continue
-            into[here] = (value, None, _methods(value))
-            _watch_namespace(into, here, dict(vars(value)), owner, depth + 1)
+            _watch(into, owner, here, (value, None, _methods(value)))
+            _watch_namespace(into, owner, dict(vars(value)), here)
         elif callable(value) or type(value) in (staticmethod, classmethod, property):
-            into[here] = (value, _code_of(value), None)
+            _watch(into, owner, here, (value, _code_of(value), None))
+
+
+_PARTS = {}  # label -> (module name, the attribute path in it): each check's lookup
+
+
+def _watch(into, module, path, entry):
+    label = module + "." + ".".join(path)
+    _PARTS[label] = (module, path)
+    into[label] = entry
 
 
 _MISSING = object()
@@ -125,18 +135,14 @@ def _methods(cls):
 
 
 def _lookup(label):
-    parts = label.split(".")
-    for i in range(len(parts), 0, -1):
-        module = sys.modules.get(".".join(parts[:i]))
-        if module is not None:
-            obj = module
-            for part in parts[i:]:
-                space = getattr(obj, "__dict__", {})
-                if part not in space:
-                    return _MISSING
-                obj = space[part]
-            return obj
-    return _MISSING
+    module, path = _PARTS[label]
+    obj = sys.modules.get(module, _MISSING)
+    for part in path:
+        space = getattr(obj, "__dict__", {})
+        if part not in space:
+            return _MISSING
+        obj = space[part]
+    return obj
 
 
 def _mock(obj):
@@ -236,12 +242,12 @@ def _watch_stdlib():
             module = importlib.import_module(name)
         except ImportError:
             continue
-        _watch_namespace(_WATCHED, name, dict(vars(module)), name)
+        _watch_namespace(_WATCHED, name, dict(vars(module)))
     for name in _BUILTINS:
         if hasattr(builtins, name):
-            _WATCHED["builtins." + name] = (getattr(builtins, name), None, None)
+            _watch(_WATCHED, "builtins", (name,), (getattr(builtins, name), None, None))
     for name in ("exit", "settrace", "setprofile", "excepthook"):
-        _WATCHED["sys." + name] = (getattr(sys, name), None, None)
+        _watch(_WATCHED, "sys", (name,), (getattr(sys, name), None, None))
 
 
 # -- the benchmark's modules, compiled from their source -----------------------------------
@@ -249,6 +255,11 @@ def _watch_stdlib():
 _LOADED = {}  # module name -> module
 _CODES = {}  # id(code) -> code: every code object a benchmark module's compile made
 _DEFS = {}  # (module name, class qualname) -> {name: code of its def in the class body}
+
+
+def _in_repo(path):
+    path = str(path)
+    return path.startswith(_REPO + os.sep) or os.path.realpath(path).startswith(_REPO + os.sep)
 
 
 def _benchmark_file(path):
@@ -333,6 +344,8 @@ class _Finder:
     def find_spec(self, name, path=None, target=None):
         import importlib.machinery as machinery
 
+        if path is not None and not any(_in_repo(p) for p in path):
+            return None  # a submodule of a package outside the repository: not searched twice
         spec = machinery.PathFinder.find_spec(name, path)
         origin = getattr(spec, "origin", None)
         if spec is None or not origin or not _benchmark_file(origin):
@@ -364,7 +377,7 @@ def _after_load(module):
     path = os.path.realpath(getattr(module, "__file__", "") or "")
     rel = path[len(_REPO) + 1 :].replace(os.sep, "/")
     into = _WATCHED if rel in _RUNNER_FILES or not _test_module(rel) else _WATCHED_TESTS
-    _watch_namespace(into, name, dict(vars(module)), name)
+    _watch_namespace(into, name, dict(vars(module)))
 
 
 def _test_module(rel):
