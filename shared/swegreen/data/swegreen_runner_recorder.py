@@ -184,7 +184,7 @@ def _audit(when, final=False):
                 changed = [n for n in changed if not _mock(vars(obj)[n])]
             if changed:
                 _tamper(label + " gained or lost members: " + ", ".join(changed)[:200], when)
-    for name, module in list(_LOADED.items()):
+    for name, module in list(_MACHINERY.items()):
         if sys.modules.get(name) is not module:
             _tamper("module " + name + " was replaced in sys.modules", when)
     if sys.meta_path[:1] != [_FINDER]:
@@ -253,6 +253,7 @@ def _watch_stdlib():
 # -- the benchmark's modules, compiled from their source -----------------------------------
 
 _LOADED = {}  # module name -> module
+_MACHINERY = {}  # the runner's modules among them (not the tests', which tests may reload)
 _CODES = {}  # id(code) -> code: every code object a benchmark module's compile made
 _DEFS = {}  # (module name, class qualname) -> {name: code of its def in the class body}
 
@@ -319,8 +320,8 @@ class _SourceLoader:
             source = fh.read()
         code = compile(source, self.path, "exec", dont_inherit=True)
         _keep_codes(module.__name__, code)
+        exec(code, module.__dict__)  # a module that fails to import is not kept (tests do so)
         _LOADED[module.__name__] = module
-        exec(code, module.__dict__)
         _after_load(module)
 
     def get_source(self, name):
@@ -348,7 +349,9 @@ class _Finder:
             return None  # a submodule of a package outside the repository: not searched twice
         spec = machinery.PathFinder.find_spec(name, path)
         origin = getattr(spec, "origin", None)
-        if spec is None or not origin or not _benchmark_file(origin):
+        if spec is None or type(spec.loader) is not machinery.SourceFileLoader:
+            return None  # bytecode only, an extension, a zip (an egg): Python's own way
+        if not origin or not os.path.isfile(origin) or not _benchmark_file(origin):
             return None
         is_package = spec.submodule_search_locations is not None
         spec.loader = _SourceLoader(name, origin, is_package)
@@ -376,8 +379,10 @@ def _after_load(module):
         _hook_sympy(module)
     path = os.path.realpath(getattr(module, "__file__", "") or "")
     rel = path[len(_REPO) + 1 :].replace(os.sep, "/")
-    into = _WATCHED if rel in _RUNNER_FILES or not _test_module(rel) else _WATCHED_TESTS
-    _watch_namespace(into, name, dict(vars(module)))
+    machinery = rel in _RUNNER_FILES or not _test_module(rel)
+    if machinery:
+        _MACHINERY[name] = module
+    _watch_namespace(_WATCHED if machinery else _WATCHED_TESTS, name, dict(vars(module)))
 
 
 def _test_module(rel):
