@@ -20,6 +20,8 @@ the harness skips a row whose report exists):
   touched  gold with a comment added to the row's build file (setup.py, setup.cfg or
            pyproject.toml), three ways: the eval-time install runs, and is judged in
            the Docker backend, on an honest patch;
+  predictions  ``--predictions FILE`` (SWE-bench predictions: an attack, say) three
+           ways, the engine, the Docker backend and the harness, and their verdicts;
   table    verdicts and failing tests side by side, the speed rounds' medians, and
            the touched rows (markdown).
 
@@ -68,7 +70,17 @@ from tests.docker_support.real_images import TEMPLATE, build_instance, env_of  #
 
 DATASET = ROOT.parent / "shared" / "data" / "swebench_verified.jsonl"
 PATCHES = ("gold", "empty")
-PHASES = ("engine", "images", "harness", "docker", "interactive", "speed", "touched", "table")
+PHASES = (
+    "engine",
+    "images",
+    "harness",
+    "docker",
+    "interactive",
+    "speed",
+    "touched",
+    "predictions",
+    "table",
+)
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - ")
 
 
@@ -188,6 +200,33 @@ def phase_docker(args: argparse.Namespace) -> None:
     with gateway_env() as env:
         for patches in PATCHES:
             swegreen_run(args, patches, "docker", env)
+
+
+def phase_predictions(args: argparse.Namespace, rows: dict[str, Instance], scripts: dict) -> None:
+    """``--predictions`` graded by the engine, the Docker backend (through the gateway)
+    and the harness, on the rows that have an image; one line per row and grader."""
+    if args.predictions is None:
+        raise SystemExit("the predictions phase needs --predictions FILE")
+    given = {
+        p["instance_id"]: p["model_patch"]
+        for p in map(json.loads, args.predictions.read_text().splitlines())
+        if p["instance_id"] in rows
+    }
+    ids = [i for i in args.ids if i in given and i in built_images(args)]
+    name = f"{args.prefix}-{args.predictions.stem}"
+    swegreen_run(args, str(args.predictions), "engine", dict(os.environ), f"{name}-engine", ids)
+    with gateway_env() as env:
+        swegreen_run(args, str(args.predictions), "docker", env, f"{name}-docker", ids)
+    found = run_official(
+        args.work / "harness", harness_dataset(args, rows, scripts), name, ids, given,
+        model=args.predictions.stem,
+    )  # fmt: skip
+    for iid in ids:
+        for backend in ("engine", "docker"):
+            r = result(args, backend, "", iid, f"{name}-{backend}")
+            print(f"{iid} {backend}: {r and (r['status'], r['reason'])}")
+        report = found[iid]["report"]
+        print(f"{iid} harness: resolved={report and report['resolved']}")
 
 
 def phase_speed(args: argparse.Namespace, rows: dict[str, Instance], scripts: dict) -> None:
@@ -465,6 +504,7 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, help="the engine's cache (default: its own)")
     parser.add_argument("--phases", default=",".join(PHASES))
     parser.add_argument("--rounds", type=int, default=3, help="the speed phase's rounds")
+    parser.add_argument("--predictions", type=Path, help="the predictions phase's file")
     args = parser.parse_args()
     args.ids = [ln.strip() for ln in args.rows.read_text().splitlines() if ln.strip()]
     args.work = args.work.resolve()
@@ -489,7 +529,7 @@ def main() -> int:
     if unknown := set(phases) - set(PHASES):
         raise SystemExit(f"unknown phase(s) {sorted(unknown)}: choose from {', '.join(PHASES)}")
     scripts = upstream_scripts(args.rows_jsonl, args.work / "upstream") if (
-        {"images", "harness", "speed", "touched"} & set(phases)) else {}  # fmt: skip
+        {"images", "harness", "speed", "touched", "predictions"} & set(phases)) else {}  # fmt: skip
     if "engine" in phases:
         for patches in PATCHES:
             swegreen_run(args, patches, "engine", dict(os.environ))
@@ -505,6 +545,8 @@ def main() -> int:
         phase_speed(args, rows, scripts)
     if "touched" in phases:
         phase_touched(args, rows, scripts)
+    if "predictions" in phases:
+        phase_predictions(args, rows, scripts)
     if "table" not in phases:
         return 0
     verdicts = phase_table(args)

@@ -258,9 +258,27 @@ _CODES = {}  # id(code) -> code: every code object a benchmark module's compile 
 _DEFS = {}  # (module name, class qualname) -> {name: code of its def in the class body}
 
 
-def _in_repo(path):
-    path = str(path)
-    return path.startswith(_REPO + os.sep) or os.path.realpath(path).startswith(_REPO + os.sep)
+def _may_be_benchmark(name, path):
+    """Whether submodule ``name`` of a package at ``path`` can be a benchmark file
+    (``_benchmark_file``), from the names alone: most imports (the project's own modules,
+    a library's) need no search of ours."""
+    last = name.rpartition(".")[2]
+    for entry in path:
+        entry = os.path.realpath(str(entry))
+        if not entry.startswith(_REPO + os.sep):
+            continue
+        parts = entry[len(_REPO) + 1 :].split(os.sep)
+        if (
+            any(p in _TEST_DIRS for p in parts)
+            or last in _TEST_DIRS
+            or last.startswith("test_")
+            or last.endswith("_test")
+            or last == "runtests"
+            or (last == "pytest" and parts[-1] == "utilities")
+            or any(f.startswith("/".join(parts) + "/") for f in _RUNNER_FILES)
+        ):
+            return True
+    return False
 
 
 def _benchmark_file(path):
@@ -345,8 +363,8 @@ class _Finder:
     def find_spec(self, name, path=None, target=None):
         import importlib.machinery as machinery
 
-        if path is not None and not any(_in_repo(p) for p in path):
-            return None  # a submodule of a package outside the repository: not searched twice
+        if path is not None and not _may_be_benchmark(name, path):
+            return None  # left to Python's own finder, without a second search
         spec = machinery.PathFinder.find_spec(name, path)
         origin = getattr(spec, "origin", None)
         if spec is None or type(spec.loader) is not machinery.SourceFileLoader:
