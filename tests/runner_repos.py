@@ -54,7 +54,23 @@ ORDINALS = {
         "if __name__ == '__main__':\n"
         "    sys.exit(main(sys.argv[1:]))\n"
     ),
-    "tests/test_ordinal.py": (
+    "tests/test_ordinal.py": "",  # ordinal_tests(): below
+}
+ORDINALS_GOLD = {
+    "ordinals/words.py": (
+        "def ordinal(n):\n"
+        "    if n % 100 in (11, 12, 13):\n"
+        "        return '%dth' % n\n"
+        "    suffix = {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')\n"
+        "    return '%d%s' % (n, suffix)\n"
+    ),
+}
+
+
+def ordinal_tests(teens: bool) -> str:
+    """The ordinals' test file, with the fail-to-pass test (the test patch's) or not."""
+    return (
+        "import functools\n"
         "import unittest\n"
         "\n"
         "from ordinals import ordinal\n"
@@ -70,26 +86,27 @@ ORDINALS = {
         "    def test_plain(self):\n"
         '        """Numbers ending in 4 to 9 take th."""\n'
         "        self.assertEqual(ordinal(7), '7th')\n"
-    ),
-}
-ORDINALS_GOLD = {
-    "ordinals/words.py": (
-        "def ordinal(n):\n"
-        "    if n % 100 in (11, 12, 13):\n"
-        "        return '%dth' % n\n"
-        "    suffix = {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')\n"
-        "    return '%d%s' % (n, suffix)\n"
-    ),
-}
-ORDINALS_TEST = {
-    "tests/test_ordinal.py": ORDINALS["tests/test_ordinal.py"]
-    + (
+        + (
+            "\n"
+            "    def test_teens(self):\n"
+            "        self.assertEqual(ordinal(11), '11th')\n"
+            "        self.assertEqual(ordinal(112), '112th')\n"
+            if teens
+            else ""
+        )
+        + "\n"
         "\n"
-        "    def test_teens(self):\n"
-        "        self.assertEqual(ordinal(11), '11th')\n"
-        "        self.assertEqual(ordinal(112), '112th')\n"
-    ),
-}
+        "def _check(self, n, expected):\n"
+        "    self.assertEqual(ordinal(n), expected)\n"
+        "\n"
+        "\n"
+        "# generated, as django's register_tests makes them\n"
+        "OrdinalTests.test_generated_3 = functools.partialmethod(_check, 3, '3rd')\n"
+    )
+
+
+ORDINALS["tests/test_ordinal.py"] = ordinal_tests(teens=False)
+ORDINALS_TEST = {"tests/test_ordinal.py": ordinal_tests(teens=True)}
 
 SYMCALC_RUNNER = '''"""A runner inside the library, in sympy's shape."""
 import inspect
@@ -276,6 +293,8 @@ ROWS = {
             "test_first (test_ordinal.OrdinalTests.test_first)",
             "test_second (test_ordinal.OrdinalTests.test_second)",
             "Numbers ending in 4 to 9 take th.",
+            # a partialmethod's description is its class's docstring (django-12209's too)
+            "partial(func, *args, **keywords) - new function with partial application",
         ],
     ),
     "sample/symcalc": (

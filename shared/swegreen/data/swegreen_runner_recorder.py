@@ -64,10 +64,11 @@ _state = {"told": set(), "current": None, "file": None}
 
 
 def _tamper(what, when):
+    """Say ``what`` changed, once, and ``when`` it was noticed ("after test ...")."""
     if what in _state["told"]:
         return
     _state["told"].add(what)
-    _emit({"event": "tamper", "what": what, "when": when})
+    _emit({"event": "tamper", "said": what + " (noticed " + when + ")"})
 
 
 # -- what must not change: objects and their code, by name --------------------------------
@@ -392,7 +393,7 @@ def _after_load(module):
     for label, value in list(vars(module).items()):
         code = _code_of(value)
         if code is not None and code.co_filename == module.__file__ and id(code) not in _CODES:
-            _tamper(name + "." + label + " is not code its file compiles to", "import")
+            _tamper(name + "." + label + " is not code its file compiles to", "at import")
     if _KIND == "sympy" and hasattr(module, "SymPyTests") and hasattr(module, "PyTestReporter"):
         _hook_sympy(module)
     path = os.path.realpath(getattr(module, "__file__", "") or "")
@@ -414,8 +415,9 @@ def _test_module(rel):
 
 def _chain(func):
     """``func`` and the functions it holds: ``__wrapped__``, a bound method's function, a
-    partial's ``func`` and its closure's cells, nearest first; read from functions' own
-    dicts only (an object of the project's could answer any attribute with code)."""
+    partial's or partialmethod's ``func`` and its closure's cells, nearest first; read
+    from functions' own dicts only (an object of the project's could answer any attribute
+    with code)."""
     import functools
 
     chain, todo, seen = [], [func], set()
@@ -424,8 +426,8 @@ def _chain(func):
         kind = type(here)
         if kind in (_METHOD, staticmethod, classmethod):
             here, kind = here.__func__, type(here.__func__)
-        if kind is functools.partial:
-            todo.append(here.func)
+        if kind in (functools.partial, functools.partialmethod):
+            todo.append(here.func)  # django's register_tests makes tests of partialmethods
             continue
         if kind is not _FUNCTION or id(here) in seen:
             continue
@@ -555,7 +557,7 @@ def _hook_unittest():
             if why is not None:
                 _tamper("test " + str(self) + ": " + why, "before it ran")
                 seen.append("tampered")
-            _audit("test " + str(self))
+            _audit("after test " + str(self))
             outcome = _verdict(seen)
             if outcome is not None:
                 _emit({"event": "test", "names": _names(self), "outcome": outcome})
@@ -620,7 +622,7 @@ def _hook_sympy(runner):
             test, seen = _state["current"]
             _state["current"] = None
             seen.append(outcome)
-            _audit("test " + test)
+            _audit("after test " + test)
             _emit({"event": "test", "names": [test], "outcome": _verdict(seen)})
 
         return note
@@ -658,7 +660,8 @@ def _shadowed(obj):
     """An instance attribute that hides a method of the runner's classes."""
     for name, value in list(getattr(obj, "__dict__", {}).items()):
         if callable(value) and hasattr(type(obj), name):
-            _tamper(type(obj).__name__ + "." + name + " was shadowed on its instance", "test")
+            what = type(obj).__name__ + "." + name + " was shadowed on its instance"
+            _tamper(what, "during a test")
 
 
 # -- start ---------------------------------------------------------------------------------
@@ -667,7 +670,7 @@ def _shadowed(obj):
 def _finish():
     if _state["current"] is not None:  # a test that never reported: the process ended
         _emit({"event": "test", "names": [_state["current"][0]], "outcome": "error"})
-    _audit("the end", final=True)
+    _audit("at the end", final=True)
     _emit({"event": "runner-finish"})
 
 

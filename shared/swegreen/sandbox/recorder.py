@@ -272,6 +272,8 @@ class Recorded:
         elif kind == "finish" and isinstance(number, int) and (pid, number) in self.sessions:
             status = event.get("status")
             self.sessions[(pid, number)] = status if isinstance(status, int) else -1
+        elif kind == "tamper" and isinstance(event.get("said"), str):
+            self.tampered.append(str(event["said"]))  # the runner recorder's own sentence
         elif kind == "tamper":
             self.tampered.append(
                 f"{event.get('what')} was changed while the tests ran "
@@ -334,7 +336,7 @@ def contradictions(
             f"{len(rec.forged)} line(s) in {who}'s record were not written by the recorder "
             f"(first: {rec.forged[0][:120]})"
         )
-    found += [f"{who}'s {what}" for what in rec.tampered]
+    found += [f"{who}: {what}" if runner else f"{who}'s {what}" for what in rec.tampered]
     for nodeid, outcome in sorted(rec.outcomes.items()):
         logged = status_map.get(nodeid)
         if outcome in FAILED_CALL and logged in PASSED_IN_LOG:
