@@ -71,7 +71,7 @@ def recorded_tests(record: Path) -> int:
 
 def arms(kind: str, repo: Path, base: dict[str, str], work: Path) -> dict[str, dict[str, str]]:
     plugins = work / "plugins"
-    recorder = runner_recorder(kind, str(repo), frozenset())
+    recorder = runner_recorder(kind, str(repo))
     plugins.mkdir(exist_ok=True)
     for name, text in recorder.files.items():
         (plugins / name).write_text(text)

@@ -98,6 +98,46 @@ def patch_of(repos: runner_repos.RunnerRepos, iid: str, tmp: Path, edit: Callabl
     return crafted_patch(repos.repos[inst.repo], inst.base_commit, tmp / "work", edit)
 
 
+def test_the_recorder_and_the_put_back_agree_on_which_modules_are_the_benchmark_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recorder loads the benchmark's modules from source and holds them to their
+    compile; tamper.py puts the same files back. A module one treats as the benchmark's
+    and the other not would be a hole (or an honest row's false alarm)."""
+    import importlib.util
+    from importlib import resources
+
+    from swegreen.sandbox.tamper import protected_reason
+
+    data = resources.files("swegreen") / "data"
+    monkeypatch.syspath_prepend(str(data))
+    monkeypatch.setenv("SWEGREEN_RUNNER_SPEC", str(tmp_path / "spec.json"))
+    (tmp_path / "spec.json").write_text(json.dumps({"kind": "", "repo": str(tmp_path)}))
+    spec = importlib.util.spec_from_file_location("_runner", data / "swegreen_runner_recorder.py")
+    recorder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recorder)  # no key, no channel: it records nothing
+    paths = [
+        "tests/runtests.py",
+        "tests/auth_tests/test_validators.py",
+        "tests/auth_tests/models/custom_user.py",
+        "django/test/testcases.py",
+        "django/test/utils.py",
+        "django/db/models/query.py",
+        "sympy/utilities/runtests.py",
+        "sympy/utilities/pytest.py",
+        "sympy/utilities/randtest.py",
+        "sympy/testing/runtests.py",
+        "sympy/core/tests/test_basic.py",
+        "sympy/core/basic.py",
+        "pkg/thing_test.py",
+        "conftest.py",
+    ]
+    for rel in paths:
+        mine = recorder._benchmark_file(str(tmp_path / rel))
+        theirs = protected_reason(rel) is not None and rel.endswith(".py")
+        assert mine == theirs or rel == "conftest.py", rel  # conftest.py: pytest's, not these
+
+
 def test_gold_patches_resolve_with_the_recorder(grade: Grade) -> None:
     for iid in (ORDINALS, SYMCALC):
         row, log = grade(iid)

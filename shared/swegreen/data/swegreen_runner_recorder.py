@@ -59,7 +59,6 @@ def _read_spec():
 _SPEC = _read_spec()
 _REPO = os.path.realpath(_SPEC.get("repo") or ".")
 _KIND = _SPEC.get("kind", "")
-_RUNNER_FILES = frozenset(_SPEC.get("runner_files") or ())
 _state = {"told": set(), "current": None, "file": None}
 
 
@@ -276,14 +275,15 @@ def _may_be_benchmark(name, path):
             or last.endswith("_test")
             or last == "runtests"
             or (last == "pytest" and parts[-1] == "utilities")
-            or any(f.startswith("/".join(parts) + "/") for f in _RUNNER_FILES)
         ):
             return True
     return False
 
 
 def _benchmark_file(path):
-    """Whether the file at ``path`` is the benchmark's: a test file or a runner module."""
+    """Whether the file at ``path`` is the benchmark's: a test file or a runner module, by
+    the rule tamper.py puts such files back by (``protected_reason``; the two are checked
+    to agree in tests/test_integrity_runners.py)."""
     path = os.path.realpath(path)
     if not path.endswith(".py") or not path.startswith(_REPO + os.sep):
         return False
@@ -291,8 +291,7 @@ def _benchmark_file(path):
     parts = rel.split("/")
     base = parts[-1]
     return (
-        rel in _RUNNER_FILES
-        or base == "runtests.py"
+        base == "runtests.py"
         or rel.endswith("/utilities/pytest.py")
         or any(p in _TEST_DIRS for p in parts[:-1])
         or base.startswith("test_")
@@ -398,7 +397,7 @@ def _after_load(module):
         _hook_sympy(module)
     path = os.path.realpath(getattr(module, "__file__", "") or "")
     rel = path[len(_REPO) + 1 :].replace(os.sep, "/")
-    machinery = rel in _RUNNER_FILES or not _test_module(rel)
+    machinery = not _test_module(rel)
     if machinery:
         _MACHINERY[name] = module
     _watch_namespace(_WATCHED if machinery else _WATCHED_TESTS, name, dict(vars(module)))

@@ -419,7 +419,7 @@ class DockerEvaluator(PatchEvaluator):
             texts = written.files
             environment["SWEGREEN_ADDOPTS"] = pytest_addopts(None, written.module)
         else:
-            runner = runner_recorder(kind, WORKDIR, frozenset())
+            runner = runner_recorder(kind, WORKDIR)
             texts = runner.files
             variables = runner.environ(folder)
             if kind == "sympy":

@@ -268,9 +268,7 @@ class EvalRuns(TestbedsBase):
             plugins = host / "plugins"
             inside = PLUGIN_DIR_INSIDE if self.sandbox.bwrap else str(plugins)
             if runner is not None:
-                recorder = install_runner_recorder(
-                    plugins, runner, str(testbed.repo), runner_files(recipe.test_cmd, testbed.repo)
-                )
+                recorder = install_runner_recorder(plugins, runner, str(testbed.repo))
                 env.update(recorder.environ(inside))
                 if runner == "sympy":
                     env["PYTHONHASHSEED"] = hash_seed()

@@ -107,13 +107,14 @@ class RunnerRecorder:
         }
 
 
-def runner_recorder(kind: str, repo: str, runner_files: frozenset[str]) -> RunnerRecorder:
+def runner_recorder(kind: str, repo: str) -> RunnerRecorder:
     """The runner recorder under a module name of this run's own, its spec (the runner's
-    kind, the repository as the tests see it, the runner modules outside the test
-    directories) and the ``sitecustomize`` that imports it."""
+    kind, the repository as the tests see it) and the ``sitecustomize`` that imports it.
+    Which files are the benchmark's the recorder decides by the rule tamper.py puts them
+    back by."""
     written = recorder_files("swegreen_runner_recorder.py", RUNNER_MODULE)
     spec_name = f"runner-spec-{written.module}.json"
-    spec = {"kind": kind, "repo": repo, "runner_files": sorted(runner_files)}
+    spec = {"kind": kind, "repo": repo}
     files = {
         **written.files,
         "sitecustomize.py": _data("swegreen_sitecustomize.py"),
@@ -122,12 +123,10 @@ def runner_recorder(kind: str, repo: str, runner_files: frozenset[str]) -> Runne
     return RunnerRecorder(written.module, spec_name, files)
 
 
-def install_runner_recorder(
-    directory: Path, kind: str, repo: str, runner_files: frozenset[str]
-) -> RunnerRecorder:
+def install_runner_recorder(directory: Path, kind: str, repo: str) -> RunnerRecorder:
     """``runner_recorder``, written into ``directory`` (the engine's, read-only to the
     sandbox)."""
-    recorder = runner_recorder(kind, repo, runner_files)
+    recorder = runner_recorder(kind, repo)
     _write(directory, recorder.files)
     return recorder
 
