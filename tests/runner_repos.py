@@ -83,14 +83,20 @@ def ordinal_tests(teens: bool) -> str:
         "    def test_second(self):\n"
         "        self.assertEqual(ordinal(22), '22nd')\n"
         "\n"
+        "    def test_many(self):\n"
+        "        for n, expected in ((101, '101st'), (42, '42nd')):\n"
+        "            with self.subTest(n=n):\n"
+        "                self.assertEqual(ordinal(n), expected)\n"
+        "\n"
         "    def test_plain(self):\n"
         '        """Numbers ending in 4 to 9 take th."""\n'
         "        self.assertEqual(ordinal(7), '7th')\n"
         + (
             "\n"
             "    def test_teens(self):\n"
-            "        self.assertEqual(ordinal(11), '11th')\n"
-            "        self.assertEqual(ordinal(112), '112th')\n"
+            "        for n in (11, 112):\n"
+            "            with self.subTest(n=n):\n"
+            "                self.assertEqual(ordinal(n), '%dth' % n)\n"
             if teens
             else ""
         )
@@ -292,6 +298,7 @@ ROWS = {
         [
             "test_first (test_ordinal.OrdinalTests.test_first)",
             "test_second (test_ordinal.OrdinalTests.test_second)",
+            "test_many (test_ordinal.OrdinalTests.test_many)",
             "Numbers ending in 4 to 9 take th.",
             # a partialmethod's description is its class's docstring (django-12209's too)
             "partial(func, *args, **keywords) - new function with partial application",

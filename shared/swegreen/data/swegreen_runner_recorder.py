@@ -492,8 +492,18 @@ class _Witness:
         setattr(object.__getattribute__(self, "_result"), name, value)
 
     def _note(self, test, outcome):
-        if test is object.__getattribute__(self, "_test"):
-            object.__getattribute__(self, "_seen").append(outcome)
+        if test is not object.__getattribute__(self, "_test"):
+            return
+        seen = object.__getattribute__(self, "_seen")
+        if id(sys._getframe(2).f_code) not in _UNITTEST_CODES:
+            # only unittest's own code reports a test's outcome: a call from elsewhere
+            # (code under test that found this object) reports nothing of it
+            _tamper(
+                "test " + str(test) + ": its outcome was reported from outside unittest",
+                "while it ran",
+            )
+            outcome = "tampered"
+        seen.append(outcome)
 
     def addSuccess(self, test):
         self._note(test, "passed")
@@ -534,9 +544,30 @@ def _verdict(seen):
     return max(seen, key=_RANK.index)
 
 
+_UNITTEST_CODES = set()  # ids of every code object of unittest.case's functions
+
+
+def _codes_of_module(module):
+    """Every code object of ``module``'s functions and methods, nested ones included."""
+    found, stack, values = set(), [], list(vars(module).values())
+    for value in list(values):
+        if issubclass(type(value), type) and vars(value).get("__module__") == module.__name__:
+            values += list(vars(value).values())
+    for value in values:
+        stack += [f.__code__ for f in _chain(value)]  # a contextmanager's own generator too
+    while stack:
+        code = stack.pop()
+        if code is not None and id(code) not in found:
+            found.add(id(code))
+            stack += [c for c in code.co_consts if isinstance(c, _CODE)]
+    return found
+
+
 def _hook_unittest():
     import unittest
+    import unittest.case
 
+    _UNITTEST_CODES.update(_codes_of_module(unittest.case))
     original = unittest.TestCase.run
 
     def run(self, result=None):
@@ -551,6 +582,9 @@ def _hook_unittest():
         witness = _Witness(result, self)
         try:
             return original(self, witness)
+        except BaseException:  # escaped the test's own handling: it did not pass
+            object.__getattribute__(witness, "_seen").append("error")
+            raise
         finally:
             seen = object.__getattribute__(witness, "_seen")
             if why is not None:
@@ -578,7 +612,7 @@ def _hook_sympy(runner):
     which ``builtins.compile`` would otherwise be)."""
     reporter = runner.PyTestReporter
     files = {}  # realpath of a test file -> {top-level def name: code}, and "*": all ids
-    runner_codes = set(_CODES)  # the runner's own code: its wrapper of a generated test
+    runner_codes = _codes_of_module(runner)  # its own code: e.g. its wrapper of a generated test
 
     def compile_(source, filename, *args, **kwargs):
         code = compile(source, filename, *args, **kwargs)
@@ -642,13 +676,23 @@ def _hook_sympy(runner):
         original = vars(reporter).get(name)
         if original is None:
             continue
-        setattr(reporter, name, _noting(name, note, original))
+        setattr(reporter, name, _noting(name, note, original, runner_codes))
 
 
-def _noting(name, note, original):
+def _noting(name, note, original, callers):
+    """The reporter's method ``name``, noting first; only a call from the runner's own code
+    (``callers``: ``SymPyTests.test_file``) notes an outcome."""
+
     def method(self, *args, **kwargs):
         _shadowed(self)
-        note(self, *args, **kwargs)
+        if id(sys._getframe(1).f_code) in callers:
+            note(self, *args, **kwargs)
+        elif _state["current"] is not None:
+            test = _state["current"][0]
+            _tamper(
+                "test " + test + ": the reporter was called from outside the runner", "while it ran"
+            )
+            _state["current"][1].append("tampered")
         return original(self, *args, **kwargs)
 
     method.__name__ = name
