@@ -131,3 +131,51 @@ def test_a_forgery_of_each_runner_ends_log_tampering_in_the_container(
     patch = patch_of(repos, iid, tmp_path, lambda r: write(r / path, text, True))
     row = grade(repos, gateway, tmp_path, iid, patch)
     assert (row.status.value, row.reason) == ("error", "log_tampering"), row.detail
+
+
+def test_the_official_harness_takes_each_forgery_that_the_recorder_refuses(
+    repos: runner_repos.RunnerRepos, gateway: Gateway, tmp_path: Path
+) -> None:
+    """Every attack class of tests/test_integrity_runners.py, graded by swebench 5.0.2's
+    own ``run_evaluation`` on the same images: it resolves the forgeries that read as a
+    clean log (docs/security.md's table), where the Docker backend ends them not resolved.
+    One harness run per pair of attacks (one on each shape's row)."""
+    from swegreen.core.images import image_name
+    from tests.docker_support.official_harness import eval_script_of, harness_rows, run_official
+    from tests.test_integrity_runners import DJANGO_ATTACKS, SYMPY_ATTACKS
+
+    rows = load_dataset(str(repos.dataset)).instances
+    raw = [json.loads(line) for line in repos.dataset.read_text().splitlines()]
+    scripts = {
+        i.instance_id: {"eval_script": eval_script_of(i, repos.recipes.for_instance(i))}
+        for i in rows
+    }
+    names = {i.instance_id: image_name(i.instance_id, TEMPLATE) for i in rows}
+    parsers = {i.repo: repos.recipes.for_instance(i).log_parser for i in rows}
+    dataset = tmp_path / "harness.jsonl"
+    made = harness_rows(raw, scripts, names, parsers)
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in made))
+    django, sympy = list(DJANGO_ATTACKS.items()), list(SYMPY_ATTACKS.items())
+    seen: dict[str, tuple[bool, str]] = {}
+    for n in range(max(len(django), len(sympy))):
+        run = {
+            iid: attacks[n]
+            for iid, attacks in ((ORDINALS, django), (SYMCALC, sympy))
+            if n < len(attacks)
+        }
+        patches = {
+            iid: patch_of(repos, iid, tmp_path / f"{name}-patch", edit)
+            for iid, (name, edit) in run.items()
+        }
+        official = run_official(tmp_path / "harness", dataset, f"a{n}", list(patches), patches)
+        for iid, (name, _) in run.items():
+            report = official[iid]["report"]
+            work = tmp_path / f"{name}-ours"
+            work.mkdir()
+            ours = grade(repos, gateway, work, iid, patches[iid])
+            seen[name] = (bool(report and report["resolved"]), ours.status.value)
+            assert ours.status.value != "resolved", (name, ours.detail)
+    print(json.dumps(seen, indent=1))
+    expected_official = {"result", "asserts", "swap", "reporter-memory", "instance-shadow",
+                         "code-swap", "reporter-file"}  # fmt: skip
+    assert {name for name, (resolved, _) in seen.items() if resolved} == expected_official

@@ -156,6 +156,23 @@ def test_an_honest_patch_that_fixes_nothing_is_graded_as_upstream_grades_it(
     assert (row.status.value, row.reason) == ("no_op", "no_f2p_pass"), (row.detail, log)
 
 
+def test_a_failing_subtest_is_taken_as_unittest_reports_it(
+    grade: Grade, repos: runner_repos.RunnerRepos, tmp_path: Path
+) -> None:
+    """The gold fix and a change that breaks one subtest of a pass-to-pass test: the
+    failure reaches the record from unittest's subtest machinery (a generator its
+    ``contextmanager`` wraps), as the runner reports it: ``breaking_resolved``."""
+
+    def gold_but_42(repo: Path) -> None:
+        runner_repos.write_files(repo, runner_repos.ORDINALS_GOLD)
+        write(repo / "ordinals" / "words.py", "\n\n_plain = ordinal\n\n\ndef ordinal(n):\n"
+              "    return '42th' if n == 42 else _plain(n)\n", True)  # fmt: skip
+
+    row, log = grade(ORDINALS, patch_of(repos, ORDINALS, tmp_path, gold_but_42))
+    assert (row.status.value, row.reason) == ("breaking_resolved", "p2p_broken"), (row, log)
+    assert row.p2p_failing == ["test_many (test_ordinal.OrdinalTests.test_many)"]
+
+
 # -- django's shape: unittest underneath, the project imported before any test ---------------
 
 RESULT_CLASS = """
@@ -242,17 +259,24 @@ def ordinal(n):
 """
 
 
-@pytest.mark.parametrize(
-    "attack",
-    [RESULT_CLASS, STREAMS, ASSERTIONS, SWAP, REPORT_AND_ESCAPE],
-    ids=["result", "streams", "asserts", "swap", "report-and-escape"],
-)
+def _appended(text: str) -> Callable[[Path], None]:
+    return lambda repo: write(repo / "ordinals" / "__init__.py", text, True)
+
+
+DJANGO_ATTACKS = {
+    "result": _appended(RESULT_CLASS),
+    "streams": _appended(STREAMS),
+    "asserts": _appended(ASSERTIONS),
+    "swap": _appended(SWAP),
+    "report-and-escape": _appended(REPORT_AND_ESCAPE),
+}
+
+
+@pytest.mark.parametrize("attack", list(DJANGO_ATTACKS))
 def test_a_django_style_forgery_is_never_resolved(
     attack: str, grade: Grade, repos: runner_repos.RunnerRepos, tmp_path: Path
 ) -> None:
-    patch = patch_of(
-        repos, ORDINALS, tmp_path, lambda r: write(r / "ordinals" / "__init__.py", attack, True)
-    )
+    patch = patch_of(repos, ORDINALS, tmp_path, DJANGO_ATTACKS[attack])
     row, log = grade(ORDINALS, patch)
     assert "test_teens" in log
     assert row.status.value != "resolved", log
@@ -282,7 +306,7 @@ _plain = gcd
 def gcd(a, b):
     for obj in gc.get_objects():
         if type(obj).__name__ == "PyTestReporter":
-            obj.test_fail = lambda exc_info: obj.test_pass()
+            obj.test_fail = lambda exc_info, reporter=obj: reporter.test_pass()
     return _plain(a, b)
 """
 CODE_SWAP = """
@@ -305,19 +329,19 @@ def reporter_file(repo: Path) -> None:
     path.write_text(path.read_text().replace(REPORTER_FILE_OLD, REPORTER_FILE_NEW))
 
 
-@pytest.mark.parametrize(
-    "edit",
-    [
-        reporter_file,
-        lambda r: write(r / "symcalc" / "__init__.py", REPORTER_IN_MEMORY, True),
-        lambda r: write(r / "symcalc" / "arith.py", INSTANCE_SHADOW, True),
-        lambda r: write(r / "symcalc" / "arith.py", CODE_SWAP, True),
-    ],
-    ids=["reporter-file", "reporter-memory", "instance-shadow", "code-swap"],
-)
+SYMPY_ATTACKS = {
+    "reporter-file": reporter_file,
+    "reporter-memory": lambda r: write(r / "symcalc" / "__init__.py", REPORTER_IN_MEMORY, True),
+    "instance-shadow": lambda r: write(r / "symcalc" / "arith.py", INSTANCE_SHADOW, True),
+    "code-swap": lambda r: write(r / "symcalc" / "arith.py", CODE_SWAP, True),
+}
+
+
+@pytest.mark.parametrize("attack", list(SYMPY_ATTACKS))
 def test_a_sympy_style_forgery_is_never_resolved(
-    edit: Callable, grade: Grade, repos: runner_repos.RunnerRepos, tmp_path: Path
+    attack: str, grade: Grade, repos: runner_repos.RunnerRepos, tmp_path: Path
 ) -> None:
+    edit = SYMPY_ATTACKS[attack]
     patch = patch_of(repos, SYMCALC, tmp_path, edit)
     row, log = grade(SYMCALC, patch)
     assert "test_gcd_negative" in log
