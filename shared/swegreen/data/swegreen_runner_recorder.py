@@ -12,13 +12,15 @@ removed as it is read. What it does, before the project runs:
   it calls, the result classes, the suites, the loader, the assertion methods) and of the
   builtins the runners call;
 - puts a finder first on ``sys.meta_path`` that loads the benchmark's modules (the test
-  files, and the runner modules the engine names: ``django/test/``, sympy's
-  ``runtests.py`` and ``pytest.py``) from their source, never from bytecode, and keeps
-  the code objects that compile made and each module's namespace as its body left it;
+  files and the runner's own modules, by the rule tamper.py puts them back by:
+  ``django/test/``, any ``runtests.py``, sympy's ``utilities/pytest.py``) from their
+  source, never from bytecode, and keeps the code objects that compile made and each
+  module's namespace as its body left it;
 - unittest: runs every test through a witness of its result, so that what
   ``TestCase.run`` itself reported (``addSuccess``, ``addFailure``, ...) is recorded
-  whatever the result class does with it; before a test runs, the function it will call
-  must be (or reach, through its decorators) the code its file compiles to for that name;
+  whatever the result class does with it, and only from unittest's own code; before a
+  test runs, the function it will call must be (or reach, through its decorators) the
+  code its file compiles to for that name;
 - sympy: wraps the runner's reporter (the calls ``SymPyTests.test_file`` makes for each
   test) and its ``compile``, so that each test function is checked against its file's
   compile before it runs.
