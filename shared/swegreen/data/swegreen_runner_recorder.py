@@ -156,6 +156,17 @@ def _mock(obj):
     )
 
 
+def _wraps(new, old):
+    """Whether ``new`` holds ``old`` as what it wraps (``_chain``), through no wrapper of
+    the project's own code."""
+    target = old.__func__ if type(old) in (staticmethod, classmethod) else old
+    parents = {}
+    chain = _chain(new, parents)
+    return any(f is target for f in chain[1:]) and (
+        _reached_through_project(chain, parents, target) is None
+    )
+
+
 def _benchmarks(obj):
     """Whether ``obj`` runs code of the benchmark's files (django's runtests.py sets
     ``TransactionTestCase.available_apps`` to a property of its own)."""
@@ -172,7 +183,10 @@ def _audit(when, final=False):
         if now is _MISSING:
             now = None
         if now is not obj:
-            if _benchmarks(now):  # the runner's own doing (runtests.py sets a property)
+            if _benchmarks(now) or (code is not None and _wraps(now, obj)):
+                # the runner's own doing (runtests.py sets a property), or a wrapper of the
+                # very function (django's database features mark tests skipped or
+                # expected to fail so): the new one is watched from now on
                 into = _WATCHED if label in _WATCHED else _WATCHED_TESTS
                 into[label] = (now, _code_of(now), None)
             elif not (not final and _mock(now)):
@@ -258,6 +272,11 @@ _LOADED = {}  # module name -> module
 _MACHINERY = {}  # the runner's modules among them (not the tests', which tests may reload)
 _CODES = {}  # id(code) -> code: every code object a benchmark module's compile made
 _DEFS = {}  # (module name, class qualname) -> {name: code of its def in the class body}
+
+
+def _in_repo(path):
+    path = os.path.realpath(str(path))
+    return path.startswith(_REPO + os.sep)
 
 
 def _may_be_benchmark(name, path):
@@ -414,33 +433,50 @@ def _test_module(rel):
 # -- which code a test must run ------------------------------------------------------------
 
 
-def _chain(func):
+def _chain(func, parents=None):
     """``func`` and the functions it holds: ``__wrapped__``, a bound method's function, a
     partial's or partialmethod's ``func`` and its closure's cells, nearest first; read
     from functions' own dicts only (an object of the project's could answer any attribute
     with code)."""
     import functools
 
-    chain, todo, seen = [], [func], set()
+    parents = {} if parents is None else parents  # id of a function -> what held it
+    chain, todo, seen = [], [(func, None)], set()
     while todo and len(chain) < 50:
-        here = todo.pop(0)
+        here, holder = todo.pop(0)
         kind = type(here)
         if kind in (_METHOD, staticmethod, classmethod):
             here, kind = here.__func__, type(here.__func__)
         if kind in (functools.partial, functools.partialmethod):
-            todo.append(here.func)  # django's register_tests makes tests of partialmethods
+            todo.append((here.func, holder))  # django's register_tests: partialmethods
             continue
         if kind is not _FUNCTION or id(here) in seen:
             continue
         seen.add(id(here))
+        parents[id(here)] = holder
         chain.append(here)
         inner = here.__dict__.get("__wrapped__")
         if inner is not None:
-            todo.append(inner)
+            todo.append((inner, here))
         for cell in here.__closure__ or ():
             with contextlib.suppress(ValueError):
-                todo.append(cell.cell_contents)
+                todo.append((cell.cell_contents, here))
     return chain
+
+
+def _reached_through_project(chain, parents, found):
+    """The first wrapper of the project's own code (a file of the repository that is not
+    the benchmark's) on the way from the test's function to ``found``, or None. A wrapper
+    that keeps the test and never calls it must not be the patch's: wrappers of the
+    benchmark's files (django's test decorators), of unittest and of installed libraries
+    (``mock.patch``) are the benchmark's or the environment's."""
+    here = parents.get(id(found))
+    while here is not None:
+        path = here.__code__.co_filename
+        if _in_repo(path) and not _benchmark_file(path):
+            return here
+        here = parents.get(id(here))
+    return None
 
 
 def _expected_code(cls, name):
@@ -457,14 +493,18 @@ def _expected_code(cls, name):
 
 def _wrong_code(func, expected):
     """Why ``func`` does not run the code its file defines (None: it does)."""
-    codes = [f.__code__ for f in _chain(func)]
-    if expected is not None:
-        if any(c is expected for c in codes):
-            return None
-        return "its test function's code is not what its file compiles to"
-    if any(c is not None and id(c) in _CODES for c in codes):
-        return None
-    return "its test function is not code of any test file"
+    parents = {}
+    chain = _chain(func, parents)
+    found = [f for f in chain if f.__code__ is expected or (
+        expected is None and id(f.__code__) in _CODES)]  # fmt: skip
+    if not found:
+        if expected is not None:
+            return "its test function's code is not what its file compiles to"
+        return "its test function is not code of any test file"
+    wrapper = _reached_through_project(chain, parents, found[0])
+    if wrapper is not None:
+        return "its test function is wrapped by the project's " + wrapper.__code__.co_name
+    return None
 
 
 # -- unittest -------------------------------------------------------------------------------
