@@ -176,6 +176,6 @@ def test_the_official_harness_takes_each_forgery_that_the_recorder_refuses(
             seen[name] = (bool(report and report["resolved"]), ours.status.value)
             assert ours.status.value != "resolved", (name, ours.detail)
     print(json.dumps(seen, indent=1))
-    expected_official = {"result", "asserts", "swap", "reporter-memory", "instance-shadow",
-                         "code-swap", "reporter-file"}  # fmt: skip
+    expected_official = {"result", "asserts", "swap", "wrapped", "reporter-memory",
+                         "instance-shadow", "code-swap", "reporter-file"}  # fmt: skip
     assert {name for name, (resolved, _) in seen.items() if resolved} == expected_official

@@ -241,6 +241,33 @@ def ordinal(n):
 """
 
 
+# Every test method not yet run becomes a wrapper that claims the test (functools.wraps)
+# and never calls it: the wrapper is the project's own code.
+WRAPPED = """
+import functools
+import gc
+import types
+
+_done = []
+
+
+def _wrap():
+    for obj in gc.get_objects():
+        if isinstance(obj, type) and obj.__module__.startswith("test_"):
+            for name, value in list(vars(obj).items()):
+                if name.startswith("test_") and isinstance(value, types.FunctionType):
+                    setattr(obj, name, functools.wraps(value)(lambda self: None))
+
+
+_plain = ordinal
+
+
+def ordinal(n):
+    if not _done:
+        _done.append(1)
+        _wrap()
+    return _plain(n)
+"""
 # Code under test that reports its own test as passed to whatever stands between the test
 # and its result (found through gc), then ends the run before the failure is reported.
 REPORT_AND_ESCAPE = """
@@ -268,6 +295,7 @@ DJANGO_ATTACKS = {
     "streams": _appended(STREAMS),
     "asserts": _appended(ASSERTIONS),
     "swap": _appended(SWAP),
+    "wrapped": _appended(WRAPPED),
     "report-and-escape": _appended(REPORT_AND_ESCAPE),
 }
 
