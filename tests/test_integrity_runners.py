@@ -47,10 +47,14 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(params=["bwrap", "landlock", "process"])
 def mode(request: pytest.FixtureRequest) -> Isolation:
-    """The local sandboxes, and process mode (what AWS's sandbox tasks run the engine in,
-    the task itself being the sandbox)."""
+    """The local sandboxes, Landlock as the platform has it (the engine's own uid, no
+    network namespace: Amber starts the green agent non-root with no capabilities), and
+    process mode (what AWS's sandbox tasks run the engine in, the task itself being the
+    sandbox)."""
     iso = Isolation.probe(request.param)
-    return dataclasses.replace(iso, netns_cmd=None) if iso.mode == "landlock" else iso
+    if iso.mode == "landlock":
+        return dataclasses.replace(iso, netns_cmd=None, sandbox_uid=None)
+    return iso
 
 
 Grade = Callable[..., tuple[InstanceResult, str]]
