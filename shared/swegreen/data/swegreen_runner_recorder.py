@@ -169,9 +169,12 @@ def _wraps(new, old):
 
 def _benchmarks(obj):
     """Whether ``obj`` runs code of the benchmark's files (django's runtests.py sets
-    ``TransactionTestCase.available_apps`` to a property of its own)."""
-    code = _code_of(obj)
-    return code is not None and _benchmark_file(code.co_filename)
+    ``TransactionTestCase.available_apps`` to a property of its own, and
+    ``ParallelTestSuite.init_worker`` to a partial of runner.py's ``_init_worker``)."""
+    if type(obj) is property:
+        obj = obj.fget
+    chain = _chain(obj)
+    return bool(chain) and _benchmark_file(chain[0].__code__.co_filename)
 
 
 def _audit(when, final=False):
