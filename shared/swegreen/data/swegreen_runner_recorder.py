@@ -453,7 +453,13 @@ def _chain(func, parents=None):
         if kind in (functools.partial, functools.partialmethod):
             todo.append((here.func, holder))  # django's register_tests: partialmethods
             continue
-        if kind is not _FUNCTION or id(here) in seen:
+        if kind is not _FUNCTION and id(here) not in seen:
+            seen.add(id(here))
+            inner = _own_dict(here).get("__wrapped__")  # asgiref's async_to_sync
+            if inner is not None:
+                todo.append((inner, holder))
+            continue
+        if id(here) in seen:
             continue
         seen.add(id(here))
         parents[id(here)] = holder
@@ -465,6 +471,25 @@ def _chain(func, parents=None):
             with contextlib.suppress(ValueError):
                 todo.append((cell.cell_contents, here))
     return chain
+
+
+def _own_dict(obj):
+    """An object's instance dict where its type keeps it the usual way (read without
+    running any of its code), else empty."""
+    import types
+
+    for klass in type(obj).__mro__:
+        if "__dict__" in vars(klass):
+            if type(vars(klass)["__dict__"]) is not types.GetSetDescriptorType:
+                return {}
+            break
+    else:
+        return {}
+    try:
+        found = object.__getattribute__(obj, "__dict__")
+    except (AttributeError, TypeError):
+        return {}
+    return found if type(found) is dict else {}
 
 
 def _reached_through_project(chain, parents, found):
