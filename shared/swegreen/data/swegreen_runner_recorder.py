@@ -187,12 +187,12 @@ def _audit(when, final=False):
             now = None
         if now is not obj:
             if _benchmarks(now) or (code is not None and _wraps(now, obj)):
-                # the runner's own doing (runtests.py sets a property), or a wrapper of the
-                # very function (django's database features mark tests skipped or
-                # expected to fail so): the new one is watched from now on
-                into = _WATCHED if label in _WATCHED else _WATCHED_TESTS
-                into[label] = (now, _code_of(now), None)
-            elif not (not final and _mock(now)):
+                # the benchmark's own doing (runtests.py sets a property, a test class
+                # stubs importlib.import_module and puts it back), or a wrapper of the
+                # very function (django's database features mark tests skipped so); the
+                # baseline stays, so that putting the original back is no change either
+                continue
+            if not (not final and _mock(now)):
                 _tamper(label + " was replaced", when)
         elif code is not None and _code_of(obj) is not code:
             _tamper(label + "'s code was replaced", when)
