@@ -454,10 +454,12 @@ def _chain(func, parents=None):
             todo.append((here.func, holder))  # django's register_tests: partialmethods
             continue
         if kind is not _FUNCTION and id(here) not in seen:
+            # a callable object that keeps the function (asgiref's async_to_sync keeps it
+            # as ``awaitable``; others as ``__wrapped__``)
             seen.add(id(here))
-            inner = _own_dict(here).get("__wrapped__")  # asgiref's async_to_sync
-            if inner is not None:
-                todo.append((inner, holder))
+            own = _own_dict(here)
+            todo += [(v, holder) for k, v in own.items() if k == "__wrapped__" or (
+                type(v) is _FUNCTION)]  # fmt: skip
             continue
         if id(here) in seen:
             continue
