@@ -86,6 +86,22 @@ def test_sectioned_configs_are_protected_only_where_tests_are_configured() -> No
     assert sections_changed("pyproject.toml", None, '[tool.pytest.ini_options]\naddopts="-p e"\n')
 
 
+@pytest.mark.parametrize("brk", ["\x0c", "\x0b", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\r"])
+def test_a_setup_cfg_is_read_as_pytest_reads_it(brk: str) -> None:
+    """A pytest section hidden from configparser behind a line break only
+    ``str.splitlines`` (pytest's iniconfig) honours is still pytest's: the file is put back."""
+    hidden = f"[flake8]\nmax-line-length = 99{brk}[tool:pytest]{brk}addopts = -p evil\n"
+    assert sections_changed("setup.cfg", None, hidden)
+    assert sections_changed("setup.cfg", "[flake8]\nmax-line-length = 99\n", hidden)
+    assert not sections_changed("setup.cfg", None, "[flake8]\nmax-line-length = 99\n")
+
+
+def test_a_setup_cfg_pytest_cannot_read_counts_as_changed() -> None:
+    cfg = "[metadata]\nname = x\n"
+    broken = cfg + "[metadata]\nname = y\n"  # iniconfig refuses a duplicate section
+    assert sections_changed("setup.cfg", cfg, broken)
+
+
 def test_the_guard_puts_back_what_participant_code_changed(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     make_repo(

@@ -17,8 +17,10 @@ import os
 import shlex
 import shutil
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+
+import iniconfig
 
 from swegreen.processes.procs import run_process
 from swegreen.repositories import trusted_git
@@ -79,26 +81,61 @@ def runner_files(test_cmd: str, repo: Path) -> frozenset[str]:
     return frozenset(found)
 
 
-def test_sections(name: str, text: str | None) -> dict[str, object] | None:
-    """The test-related sections of a setup.cfg / pyproject.toml (None: unreadable)."""
+def _readers(name: str) -> tuple[Callable[[str | None], dict[str, object] | None], ...]:
+    """Each reader a consumer of ``name`` uses, as a function of its text. A setup.cfg is
+    read by configparser (setuptools, tox 4), which breaks lines at newlines only, and by
+    pytest's iniconfig (py.iniconfig before pytest 6, tox 3), which breaks them where
+    ``str.splitlines`` does (form feeds, vertical tabs, ``\x1c``...): a section can exist
+    for the one and not the other."""
+    if name == "pyproject.toml":
+        return (_toml_sections,)
+    return (_configparser_sections, _splitlines_sections, _iniconfig_sections)
+
+
+def _toml_sections(text: str | None) -> dict[str, object] | None:
     if text is None:
         return {}
-    prefixes = SECTIONED[name]
     try:
-        if name == "pyproject.toml":
-            data = tomllib.loads(text)
-            flat = _flatten(data)
-            return {k: v for k, v in flat.items() if k.startswith(prefixes)}
-        parser = configparser.RawConfigParser(strict=False, interpolation=None)
-        parser.read_string(text)
-        return {s: dict(parser.items(s)) for s in parser.sections() if s.startswith(prefixes)}
-    except (tomllib.TOMLDecodeError, configparser.Error):
+        flat = _flatten(tomllib.loads(text))
+    except tomllib.TOMLDecodeError:
         return None
+    return {k: v for k, v in flat.items() if k.startswith(SECTIONED["pyproject.toml"])}
+
+
+def _configparser_sections(text: str | None) -> dict[str, object] | None:
+    if text is None:
+        return {}
+    parser = configparser.RawConfigParser(strict=False, interpolation=None)
+    try:
+        parser.read_string(text)
+    except configparser.Error:
+        return None
+    prefixes = SECTIONED["setup.cfg"]
+    return {s: dict(parser.items(s)) for s in parser.sections() if s.startswith(prefixes)}
+
+
+def _splitlines_sections(text: str | None) -> dict[str, object] | None:
+    return _configparser_sections(None if text is None else "\n".join(text.splitlines()))
+
+
+def _iniconfig_sections(text: str | None) -> dict[str, object] | None:
+    if text is None:
+        return {}
+    try:
+        parsed = iniconfig.IniConfig("setup.cfg", data=text)
+    except iniconfig.ParseError:
+        return None
+    prefixes = SECTIONED["setup.cfg"]
+    return {s.name: dict(s.items()) for s in parsed if s.name.startswith(prefixes)}
 
 
 def sections_changed(name: str, before: str | None, after: str | None) -> bool:
-    old, new = test_sections(name, before), test_sections(name, after)
-    return new is None or old != new
+    """Whether the test sections differ, or no longer read, for any of the file's readers."""
+    for read in _readers(name):
+        new = read(after)
+        if new is None or new != read(before):
+            return True
+    return False
 
 
 def _flatten(data: Mapping[str, object], prefix: str = "") -> dict[str, object]:
