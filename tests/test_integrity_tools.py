@@ -71,18 +71,19 @@ def evaluate_crafted(
     sample: SampleBenchmark,
     settings: LocalSettings,
     tmp_path: Path,
+    instance: str = INSTANCE,
 ) -> tuple[InstanceResult, str]:
-    """``plant``'s crafted patch on INSTANCE, graded by the real engine in the real
+    """``plant``'s crafted patch on ``instance``, graded by the real engine in the real
     sandbox: the row, and its test log ("" where none was written)."""
-    inst = next(i for i in load_dataset(str(sample.dataset)).instances if i.instance_id == INSTANCE)
+    inst = next(i for i in load_dataset(str(sample.dataset)).instances if i.instance_id == instance)
     repo = sample.repos_dir / inst.repo.replace("/", "__")
     patch = crafted_patch(repo, inst.base_commit, tmp_path / "work", plant)
     predictions = tmp_path / "predictions.jsonl"
     predictions.write_text(
-        json.dumps({"instance_id": INSTANCE, "model_name_or_path": "x", "model_patch": patch})
+        json.dumps({"instance_id": instance, "model_name_or_path": "x", "model_patch": patch})
     )
-    [row] = run_sample(str(predictions), run_id=run_id, instance_ids=[INSTANCE]).results
-    log = settings.output_dir / art.instance_key(run_id, INSTANCE, art.TEST_OUTPUT)
+    [row] = run_sample(str(predictions), run_id=run_id, instance_ids=[instance]).results
+    log = settings.output_dir / art.instance_key(run_id, instance, art.TEST_OUTPUT)
     return row, log.read_text() if log.exists() else ""
 
 

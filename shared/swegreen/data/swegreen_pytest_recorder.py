@@ -325,10 +325,91 @@ def pytest_configure(config):
     _emit({"event": "start", "session": _state["session"]})
 
 
+# -- what configures the session: compared with what the base commit's configures -----
+
+
+def _where(path):
+    """A file as the same in another checkout of the row: inside the repository, its
+    relative path and a digest of its bytes; inside the interpreter's prefix, relative to
+    it; else as it is."""
+    if not path:
+        return "-"
+    import hashlib
+    import sys
+
+    path = os.path.realpath(str(path))
+    if path.endswith((".pyc", ".pyo")) and "__pycache__" not in path:
+        path = path[:-1]
+    if _REPO and _inside(path, _REPO) and os.path.isdir(path):
+        return "repo:" + os.path.relpath(path, os.path.realpath(_REPO))
+    if _REPO and _inside(path, _REPO):
+        try:
+            with open(path, "rb") as fh:
+                digest = hashlib.sha256(fh.read()).hexdigest()[:16]
+        except OSError:
+            digest = "unreadable"
+        return "repo:" + os.path.relpath(path, os.path.realpath(_REPO)) + " " + digest
+    for prefix in (sys.prefix, getattr(sys, "base_prefix", sys.prefix)):
+        if _inside(path, prefix):
+            return "prefix:" + os.path.relpath(path, os.path.realpath(prefix))
+    return path
+
+
+def _plugins(config):
+    """Every plugin registered so far, as a module's name or an object's class, with the
+    file that holds its code (this recorder and its channel aside: their names are the
+    run's own)."""
+    import sys
+    import types
+
+    ours = (sys.modules.get(__name__), sys.modules.get(_emit.__module__))
+    found = []
+    for plugin in config.pluginmanager.get_plugins():
+        if plugin is None or any(plugin is o for o in ours):
+            continue
+        if isinstance(plugin, types.ModuleType):
+            what, path = plugin.__name__, getattr(plugin, "__file__", None)
+        else:
+            cls = type(plugin)
+            module = sys.modules.get(cls.__module__)
+            if module is not None and any(module is o for o in ours):
+                continue
+            what = cls.__module__ + "." + cls.__name__
+            path = getattr(module, "__file__", None)
+        found.append(what + " @ " + _where(path))
+    return sorted(found)
+
+
+def _census(config):
+    ini = getattr(config, "inipath", None) or getattr(config, "inifile", None)
+    root = getattr(config, "rootpath", None) or getattr(config, "rootdir", None)
+    values = {}
+    try:
+        for name in config.inicfg:
+            values[str(name)] = str(config.inicfg[name])
+    except Exception:
+        values = {"?": "unreadable"}
+    return {
+        "event": "census",
+        "plugins": _plugins(config),
+        "inifile": _where(ini) if ini else None,
+        "rootdir": _where(root) if root else None,
+        "ini": values,
+    }
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session):
     config = session.config
-    if getattr(config, "_swegreen_session", None) == 1 and not _is_pytest_itself():
+    if getattr(config, "_swegreen_session", None) != 1:
+        return
+    if not _is_pytest_itself():
+        with contextlib.suppress(Exception):
+            _emit(_census(config))
+    if os.environ.get("SWEGREEN_CENSUS") == "1":
+        # the base commit's census (the engine's own run, before any patch): no test runs
+        pytest.exit("swegreen: census taken")
+    if not _is_pytest_itself():
         _state["baseline"] = _hookimpls(config)
         _audit(config, "configuration")
 

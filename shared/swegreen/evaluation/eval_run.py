@@ -34,6 +34,7 @@ from swegreen.sandbox.env_guard import EnvGuard, command_words, project_names
 from swegreen.sandbox.environ import free_port
 from swegreen.sandbox.isolation import Mounts, SandboxPolicy
 from swegreen.sandbox.recorder import (
+    CENSUS_VARIABLE,
     INSIDE_PATH,
     KEY_FD_VARIABLE,
     PLUGIN_DIR_INSIDE,
@@ -57,6 +58,7 @@ from swegreen.stores import artifacts as art
 # a global git configuration (the eval script's own `git checkout` of the test files reads
 # it) and Python's user site-packages (its .pth files run at every interpreter start).
 HOME_STARTUP_FILES = (".gitconfig", ".config/git", ".local")
+CENSUS_TIMEOUT = 600.0  # pytest's start-up on the base commit, no test collected
 
 
 class EvalRuns(TestbedsBase):
@@ -221,6 +223,39 @@ class EvalRuns(TestbedsBase):
                 testbed, phases.test, env, mounts, policy, log_path, deadline
             )
         return self._finished(phases.script, log_path, result, policy, reverted, recorded)
+
+    async def take_census(self, testbed: Testbed) -> dict[str, object] | None:
+        """What configures the row's pytest session on the base commit: the test phase of
+        the eval script (the test patch applied, the test command) in ``testbed``, a
+        fresh copy of the prepared workspace that no patch has touched, with the recorder
+        taking its census and ending the session before any test is collected
+        (``census_changes`` compares the graded run's with it). None where the test
+        command is not pytest's, or the census was not taken."""
+        recipe = testbed.recipe
+        if runner_kind(recipe.log_parser) is not None or not covers(
+            recipe.log_parser, recipe.test_cmd
+        ):
+            return None
+        policy = self.policy_for(testbed)
+        services = await self._services(recipe, policy)
+        wrapper = self.sandbox.test_wrapper(policy, services, await self._readonly(testbed))
+        phases = eval_phases(
+            testbed.instance,
+            recipe,
+            str(testbed.repo),
+            wrapper.prefix,
+            pin_path=SYSTEM_PATH,
+            shell=tool("bash"),
+            test_setup=wrapper.setup,
+        )
+        env = {**self.test_env(testbed), CENSUS_VARIABLE: "1"}
+        await asyncio.to_thread(self.sandbox.lend, *self._to_lend(testbed))
+        log_path = testbed.host_dir / "census.log"
+        deadline = time.monotonic() + min(policy.timeout, CENSUS_TIMEOUT)
+        _, recorded = await self._run_tests(
+            testbed, phases.test, env, self.mounts(testbed), policy, log_path, deadline
+        )
+        return recorded.census if recorded is not None else None
 
     @staticmethod
     def _finished(

@@ -52,6 +52,7 @@ from swegreen.evaluation.regression_check import RegressionCheck
 from swegreen.evaluation.testbeds import Testbeds
 from swegreen.sandbox.recorder import (
     Recorded,
+    census_changes,
     contradictions,
     forced_outcomes,
     runner_kind,
@@ -145,6 +146,16 @@ class PatchEvaluator:
         """Apply ``text`` where this backend runs tests, run the eval script, grade."""
         raise NotImplementedError
 
+    def _keep_census(self, key: Key, census: dict[str, object] | None, notes: list[str]) -> None:
+        """Stored beside the row's record, so that a regrade compares the same two."""
+        if census is None:
+            return
+        self.artifacts.write_text(key(art.BASE_CENSUS), json.dumps(census, indent=1))
+        notes.append(
+            f"pytest's session on the base commit: {len(census.get('plugins') or [])} "
+            f"plugins, configuration file {census.get('inifile')}"
+        )
+
     def _does_not_apply(self, key: Key, row: RowBuilder, text: str) -> InstanceResult:
         detail = (
             "the patch does not apply to the base commit "
@@ -189,6 +200,7 @@ class PatchEvaluator:
                 test_exit_code=stored.test_exit_code,
             )
             record = self.artifacts.read_text(key(art.TEST_RECORD))
+            census = self.artifacts.read_text(key(art.BASE_CENSUS))
             fresh = self._grade(
                 key,
                 row,
@@ -197,6 +209,7 @@ class PatchEvaluator:
                 patch,
                 Recorded.parse(record) if record is not None else None,
                 stored.test_exit_code,
+                json.loads(census) if census is not None else None,
             )
         finally:
             scratch.unlink(missing_ok=True)
@@ -217,6 +230,7 @@ class PatchEvaluator:
         patch: str,
         recorded: Recorded | None = None,
         exit_code: int | None = None,
+        base_census: dict[str, object] | None = None,
     ) -> InstanceResult:
         grade = grade_log(
             row.instance,
@@ -234,6 +248,8 @@ class PatchEvaluator:
         if recorded is not None:
             runner = runner_kind(recipe.log_parser)
             found = contradictions(recorded, grade.status_map, exit_code, runner)
+            if base_census is not None and recorded.census is not None:
+                found += census_changes(base_census, recorded.census)
             if found:
                 return self._tampered_log(key, row, grade, found)
             instance = row.instance
@@ -380,6 +396,10 @@ class Evaluator(PatchEvaluator):
             if row.tampered_files:
                 notes.append("put back before the tests: " + ", ".join(row.tampered_files))
             row.isolation = self.testbeds.sandbox.isolation.mode
+            # what configures pytest on the base commit, in a copy no patch has touched
+            async with self.testbeds.open(run_id, instance) as pristine:
+                census = await self.testbeds.take_census(pristine)
+            self._keep_census(key, census, notes)
             skip = self.testbeds.reinstall_skip(testbed, row.info.paths, top)
             if testbed.recipe.install:
                 row.environment["eval_install"] = (
@@ -403,5 +423,5 @@ class Evaluator(PatchEvaluator):
             if run.timed_out:
                 raise TestTimeout(f"the eval script ran past its {run.timeout:g} s time limit")
             return self._grade(
-                key, row, testbed.recipe, run.log_path, text, run.recorded, run.exit_code
+                key, row, testbed.recipe, run.log_path, text, run.recorded, run.exit_code, census
             )

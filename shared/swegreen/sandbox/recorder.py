@@ -22,7 +22,8 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -30,6 +31,8 @@ from pathlib import Path
 MODULE = "_swegreen_recorder"
 RUNNER_MODULE = "_swegreen_runner"
 INSIDE_PATH = "/run/swegreen/record"
+# set for the base commit's census (``census_changes``): the recorder ends the session there
+CENSUS_VARIABLE = "SWEGREEN_CENSUS"
 PLUGIN_DIR_INSIDE = "/run/swegreen/plugins"
 # Log parsers whose test command is not pytest but a runner of its own, and what records
 # it (data/swegreen_runner_recorder.py): django's runtests.py (unittest underneath) and
@@ -226,6 +229,8 @@ class Recorded:
     # a runner recorder's record (django's, sympy's): its kind, and whether it saw the end
     runner: str | None = None
     runner_finished: bool = False
+    # what configured the first pytest session: its plugins, configuration file and values
+    census: dict[str, object] | None = None
 
     @classmethod
     def parse(cls, text: str, key: bytes | None = None) -> Recorded:
@@ -258,7 +263,9 @@ class Recorded:
 
     def _take(self, event: dict[str, object], pid: int) -> None:
         kind, number = event.get("event"), event.get("session")
-        if kind == "runner-start" and self.runner is None:
+        if kind == "census" and self.census is None:
+            self.census = {k: v for k, v in event.items() if k not in ("pid", "seq", "event")}
+        elif kind == "runner-start" and self.runner is None:
             self.runner = str(event.get("runner"))
         elif kind == "runner-finish":
             self.runner_finished = True
@@ -315,6 +322,30 @@ def _verified(line: str, key: bytes | None) -> dict[str, object] | None:
     except ValueError:
         return None
     return event if isinstance(event, dict) else None
+
+
+def census_changes(base: Mapping[str, object], now: Mapping[str, object]) -> list[str]:
+    """What configures the graded pytest session that does not configure the base
+    commit's, run the same way (the engine's census, before any patch): a plugin loaded,
+    or its code, changed, one missing, another configuration file or other values. The
+    patch's files are put back before the tests, so any of these reached the session
+    through something the patch made (empty: nothing)."""
+    found = []
+    had, has = Counter(_strings(base.get("plugins"))), Counter(_strings(now.get("plugins")))
+    found += [f"plugin {p} is loaded, which the base commit does not load" for p in has - had]
+    found += [f"plugin {p}, which the base commit loads, is not" for p in had - has]
+    for key, what in (("inifile", "configuration file"), ("rootdir", "rootdir")):
+        if base.get(key) != now.get(key):
+            found.append(f"{what} is {now.get(key)}, the base commit's is {base.get(key)}")
+    old, new = base.get("ini"), now.get("ini")
+    if isinstance(old, dict) and isinstance(new, dict) and old != new:
+        keys = sorted(k for k in {*old, *new} if old.get(k) != new.get(k))
+        found.append("configuration values differ from the base commit's: " + ", ".join(keys))
+    return [f"the session's {what}" for what in found]
+
+
+def _strings(value: object) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def contradictions(

@@ -30,6 +30,7 @@ PATCH = "patch.diff"
 EVAL_SCRIPT = "eval.sh"
 TEST_OUTPUT = "test_output.txt"
 TEST_RECORD = "test_record.jsonl"  # what pytest itself recorded (recorder.py)
+BASE_CENSUS = "base_census.json"  # what configures pytest's session on the base commit
 REGRESSION_OUTPUT = "regression_output.txt"  # --regression-check: the patch's wider run
 INSTANCE_LOG = "run_instance.log"
 TRANSCRIPT = "interaction.json"  # the interactive mode's commands and what they printed
