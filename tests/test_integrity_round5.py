@@ -21,13 +21,16 @@ from swegreen.evaluation.eval_run import EvalRuns
 from swegreen.evaluation.settings import LocalSettings
 from swegreen.sample import SampleBenchmark
 from swegreen.sandbox import tamper
+from tests import test_integrity_round4 as round4
 from tests.conftest import RunSample
 from tests.test_integrity import write
-from tests.test_integrity_round4 import isolation, settings  # noqa: F401 (fixtures)
 from tests.test_integrity_tools import evaluate_crafted
 
+# the engine as round four runs it: bubblewrap, and Landlock as a non-root engine has it
+isolation, settings = round4.isolation, round4.settings
+
 INSTANCE = "sample__ledger-2"
-PLUGIN = '''\
+PLUGIN = """\
 import pytest
 
 
@@ -37,7 +40,7 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.failed:
         report.outcome, report.longrepr = "passed", None
-'''
+"""
 HIDDEN = "[flake8]\nmax-line-length = 99\f[tool:pytest]\faddopts = -p ledger._report\n"
 
 
