@@ -193,16 +193,54 @@ def test_the_script_really_runs_and_records_the_exit_code(tmp_path: Path) -> Non
     assert json.loads((repo / "tests" / "data.json").read_text()) == {}  # reset afterwards
 
 
+def test_the_test_phase_puts_the_test_files_back_from_the_commit_not_a_replacement(
+    tmp_path: Path,
+) -> None:
+    """A replace ref for the base commit (``.git/refs/replace/<base>``, which code run
+    before the tests could write) would have the reset check the test files out of a
+    forged tree: the pinned part of the test phase reads the commit as it is."""
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "tests" / "test_x.py").write_text("x = 1\n")
+    (repo / "tests" / "data.json").write_text("{}\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    rev = lambda: subprocess.run(  # noqa: E731
+        [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    base = rev()
+    (repo / "tests" / "test_x.py").write_text("x = 1  # forged, the fix's behaviour\n")
+    subprocess.run([*git, "commit", "-qam", "forged"], check=True)
+    subprocess.run([*git, "replace", base, rev()], check=True)
+    inst = parse_rows([raw_row(1, base_commit=base, test_patch=TEST_PATCH)])[0]
+    recipe = Recipe(python="host", test_cmd="cat tests/test_x.py")
+    for pin, expected in ((None, "forged"), ("/usr/bin:/bin", "x = 1\ny = 2\n")):
+        test = eval_phases(inst, recipe, str(repo), pin_path=pin).test
+        out = subprocess.run(
+            ["bash", "-c", test],
+            capture_output=True,
+            text=True,
+            cwd=repo,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        )
+        assert expected in out.stdout, out.stdout + out.stderr
+        subprocess.run([*git, "checkout", "-q", "-f", base], check=True)
+        subprocess.run([*git, "clean", "-qfd"], check=True)
+
+
 def test_the_test_phase_finds_its_own_tools_on_the_pinned_path_only() -> None:
     """Everything of the test phase but the test command runs with PATH pinned to the
     system's: the reset and the test patch's `git` cannot be the environment's."""
     test = eval_phases(instance(), RECIPE, "/w", "WRAP", pin_path="/usr/bin:/bin").test
     lines = test.splitlines()
-    pin = lines.index('SWEGREEN_PATH="$PATH"; PATH=/usr/bin:/bin')
-    restore = lines.index('PATH="$SWEGREEN_PATH"')
+    git = "export GIT_NO_REPLACE_OBJECTS=1"
+    pin = lines.index(f'SWEGREEN_PATH="$PATH"; PATH=/usr/bin:/bin; {git}')
+    restore = lines.index('PATH="$SWEGREEN_PATH"; unset GIT_NO_REPLACE_OBJECTS')
     start = next(i for i, ln in enumerate(lines) if ln.startswith(f": '{START_TEST_OUTPUT}"))
     end = next(i for i, ln in enumerate(lines) if ln.startswith(": '>>>>> End Test Output"))
-    repin = lines.index("PATH=/usr/bin:/bin")
+    repin = lines.index(f"PATH=/usr/bin:/bin; {git}")
     gits = [i for i, ln in enumerate(lines) if ln.startswith("git ")]
     assert pin < min(gits) and restore < start < end < repin < max(gits)
     assert all(not (restore < i < repin) for i in gits)  # no git outside the pin

@@ -86,7 +86,7 @@ def test_a_plugin_the_base_commit_does_not_load_ends_the_row(
     assert "PASSED tests/test_account.py::test_withdraw_overdraft_raises" in log  # the plugin bit
     assert (row.status.value, row.reason) == ("error", "log_tampering"), row.detail
     assert "plugin ledger._report @ repo:ledger/_report.py" in row.detail, row.detail
-    assert "configuration file is repo:setup.cfg" in row.detail, row.detail
+    assert "configuration file is repo:setup.cfg, the base" in row.detail, row.detail
 
 
 @pytest.mark.usefixtures("put_back_as_configparser_reads", "no_census")

@@ -158,6 +158,35 @@ def test_a_new_symlinks_target_is_judged_from_where_the_link_is(
         check_patch(inspect_patch(patch))
 
 
+def _links(*pairs: tuple[str, str]) -> str:
+    return "".join(
+        SYMLINK_OUT.replace("link", name).replace("../../../../etc", target)
+        for name, target in pairs
+    )
+
+
+@pytest.mark.parametrize(
+    ("pairs", "escapes"),
+    [
+        ((("y", "."), ("x", "y/..")), True),  # each stays, together they leave
+        ((("x", "y/.."), ("y", ".")), True),  # in either order
+        ((("a/y", ".."), ("a/x", "y/..")), True),
+        ((("a/y", ".."), ("a/x", "y/a")), False),  # a/x -> a, inside
+        ((("p", "q"), ("q", "p")), True),  # a loop: refused as the kernel would (ELOOP)
+        ((("y", "."), ("x", "y/docs")), False),
+    ],
+)
+def test_symlinks_the_patch_makes_are_followed_through_each_other(
+    pairs: tuple[tuple[str, str], ...], escapes: bool
+) -> None:
+    """The text alone decides, so that every backend refuses the same patch before it is
+    applied anywhere."""
+    if escapes:
+        assert rejected(_links(*pairs)).reason is Reason.PATCH_OUTSIDE_REPO
+    else:
+        check_patch(inspect_patch(_links(*pairs)))
+
+
 def test_writing_through_a_symlink_the_patch_creates_is_refused() -> None:
     inner = SYMLINK_OUT.replace("../../../../etc", "docs")
     patch = inner + "diff --git a/link/x b/link/x\n--- /dev/null\n+++ b/link/x\n@@ -0,0 +1 @@\n+x\n"

@@ -14,7 +14,8 @@ list, with the same rules as the engine's environment guard (sandbox/env_guard.p
 - in the environment, only what an install of the project writes: its distributions'
   files (those their ``RECORD`` lists, their metadata); no start-up module, no ``.pth``
   line that runs code but setuptools' editable finder's or one the image had, no new
-  ``pytest11`` entry point, no launcher named like a word of the test command, no file
+  ``pytest11`` entry point, no launcher named like a command the test phase runs (a word
+  of the test command, ``git`` of the test files' reset), no file
   of a distribution the install did not reinstall changed or removed. Bytecode is
   dropped (Python compiles the source again).
 
@@ -99,16 +100,14 @@ def outside(changes: list[Change], env: str, workdir: str, ours: Iterable[str]) 
 
 
 def git_changes(changes: list[Change], workdir: str) -> list[str]:
-    """What changed of the checkout's git configuration (its ``config``, ``hooks/``,
-    ``info/``): programs the backend's own git calls would run (``core.fsmonitor``, a
-    filter, a hook). No install writes them."""
+    """What changed of the checkout's ``.git`` but its index (which git's own status and
+    checkout refresh): configuration and hooks name programs the later git calls would
+    run; refs (``refs/replace/``, ``packed-refs``), grafts and alternates
+    (``objects/info/``) change which tree a commit names, so that the test files would be
+    put back from a forged one. No install writes them."""
     git = f"{workdir.rstrip('/')}/.git"
     return sorted(
-        c.path
-        for c in leaves(changes)
-        if c.path == f"{git}/config"
-        or _under(c.path, f"{git}/hooks")
-        or _under(c.path, f"{git}/info")
+        c.path for c in leaves(changes) if _under(c.path, git) and c.path != f"{git}/index"
     )
 
 
@@ -275,7 +274,7 @@ class EnvChanges:
                     # library, never conda's activation scripts (etc/conda/activate.d)
                     why = "outside site-packages and bin/"
                 elif c.kind != DELETED and name in commands:
-                    why = "a launcher named like a word of the test command"
+                    why = "a launcher named like a command the test phase runs"
                 elif c.kind == DELETED and c.path not in owned_before:
                     why = "another distribution's file removed"
                 elif c.kind != DELETED and c.path not in owned_now | owned_before:

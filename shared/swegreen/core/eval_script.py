@@ -34,6 +34,14 @@ from swegreen.core.related_tests import directives_for
 from swegreen.core.upstream import parse_eval_script, record_test_exit_code
 
 HEREDOC = "EOF_114329324912"
+# Git's objects as the commits name them: no replace ref (``refs/replace/``) stands
+# another tree in for the base commit's when the grading path's git reads it. (A graft
+# changes a commit's parents, never its tree; alternates add objects, and an object's
+# name is its content's hash: neither can change which files a commit holds.)
+GIT_AS_COMMITTED = {"GIT_NO_REPLACE_OBJECTS": "1"}
+# The programs an instance image's test phase runs before its test command: the
+# system's, never what the eval-time install put first on the environment's PATH.
+IMAGE_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CONDA_ACTIVATE = ("source /opt/miniconda3/bin/activate", "conda activate testbed")
 # In an instance image these run the image's own activation scripts, outside /testbed,
 # which a patch cannot reach: before the eval-time install they run nothing of the patch's.
@@ -242,19 +250,40 @@ def split_phases(
     return EvalPhases(prepare=_script(lines[:cut]), test=_script(test))
 
 
+def eval_commands(script: str) -> frozenset[str]:
+    """The programs a phase of the eval script runs by name (the first word of each of
+    its commands, heredoc bodies aside): a launcher the install makes under one of these
+    names would run in their place wherever PATH is not pinned (``git``, ``rm``)."""
+    names: set[str] = set()
+    ending = None
+    for line in script.splitlines():
+        if ending is not None:
+            ending = None if line.strip() == ending else ending
+            continue
+        if heredoc := re.search(r"<<-?\s*'?\"?(\w+)", line):
+            ending = heredoc.group(1)
+        for command in re.split(r"&&|\|\||[;|&(){}]", line):
+            words = [w for w in command.split() if not re.match(r"^\w+=", w)]
+            if words and re.fullmatch(r"[\w./+-]+", words[0]):
+                names.add(words[0].rsplit("/", 1)[-1])
+    return frozenset(names - {""})
+
+
 def _marks(line: str, marker: str) -> bool:
     """Whether ``line`` is the script's own ``: '<marker>'`` line (not a command naming it)."""
     return line.startswith(":") and marker in line
 
 
 def _pinned(lines: list[str], start: int, pin_path: str) -> list[str]:
-    """``lines`` from ``start`` on with ``PATH`` pinned, but between the markers (the test
-    command, the record of its exit code)."""
-    pin = f"PATH={shlex.quote(pin_path)}"
+    """``lines`` from ``start`` on with ``PATH`` pinned and git reading objects as
+    committed (``GIT_AS_COMMITTED``), but between the markers (the test command, the
+    record of its exit code), which see neither."""
+    git = " ".join(f"{k}={shlex.quote(v)}" for k, v in GIT_AS_COMMITTED.items())
+    pin = f"PATH={shlex.quote(pin_path)}; export {git}"
     out = [*lines[:start], f'SWEGREEN_PATH="$PATH"; {pin}']
     for line in lines[start:]:
         if _marks(line, START_TEST_OUTPUT):
-            out.append('PATH="$SWEGREEN_PATH"')
+            out.append(f'PATH="$SWEGREEN_PATH"; unset {" ".join(GIT_AS_COMMITTED)}')
         out.append(line)
         if _marks(line, END_TEST_OUTPUT):
             out.append(pin)
@@ -374,7 +403,7 @@ def image_eval_phases(
         lines = official_lines(instance, recipe, conda=True)
     if skip_install and recipe.install:
         lines = _without_install(lines, recipe.install)
-    return split_phases(with_setup(lines, test_setup), "/testbed")
+    return split_phases(with_setup(lines, test_setup), "/testbed", IMAGE_SYSTEM_PATH)
 
 
 def adapt_eval_script(script: str, workdir: str, test_wrapper: str | None = None) -> str:

@@ -12,6 +12,7 @@ import hashlib
 import os
 import posixpath
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -275,14 +276,16 @@ def check_patch(info: PatchInfo) -> None:
                         Reason.PATCH_OUTSIDE_REPO,
                         f"the patch writes {path!r} through the symlink {parent!r} it creates",
                     )
-        if change.is_symlink and change.new_path:
-            target = "".join(change.added_lines[:1])
-            if _escapes(change.new_path, target):
-                raise PatchRejected(
-                    Reason.PATCH_OUTSIDE_REPO,
-                    f"the patch makes {change.new_path!r} a symlink to {target!r}, "
-                    "which is outside the repository",
-                )
+    links = {
+        f.new_path: "".join(f.added_lines[:1]) for f in info.files if f.is_symlink and f.new_path
+    }
+    for link, target in links.items():
+        if _leaves_repo(link, target, links):
+            raise PatchRejected(
+                Reason.PATCH_OUTSIDE_REPO,
+                f"the patch makes {link!r} a symlink to {target!r}, which leads outside "
+                "the repository" + (" through the links it makes" if len(links) > 1 else ""),
+            )
 
 
 def check_against_tree(info: PatchInfo, root: Path) -> None:
@@ -301,23 +304,33 @@ def check_against_tree(info: PatchInfo, root: Path) -> None:
                     )
 
 
+def applied_parts(info: PatchInfo) -> list[str]:
+    """Every path the patch touched and every directory above it: what ``check_links``
+    judges once the patch is applied (each backend resolves them where it applied it)."""
+    return list(dict.fromkeys(p for path in info.paths for p in [*_parents(path), path]))
+
+
+def check_links(resolved: Mapping[str, str], root: str) -> None:
+    """After applying: each of ``applied_parts`` that is a symlink (``resolved``: part ->
+    where it leads, an absolute path, as the checkout's file system resolves it) must lead
+    inside the checkout at ``root``, judged in the tree as it now is, so that chains that
+    only escape together (``y -> .``, ``x -> y/..``) are caught."""
+    top = posixpath.normpath(root)
+    for part, where in resolved.items():
+        where = posixpath.normpath(where)
+        if where != top and not where.startswith(top.rstrip("/") + "/"):
+            raise PatchRejected(
+                Reason.PATCH_OUTSIDE_REPO,
+                f"after applying, {part!r} is a symlink that leads outside the repository "
+                f"({where})",
+            )
+
+
 def check_applied(info: PatchInfo, root: Path) -> None:
-    """After applying: every path the patch touched, and every directory above it, must
-    resolve inside the checkout. Symlinks are judged by where they lead in the tree as it
-    now is, so chains that only escape together (``y -> .``, ``x -> y/..``) are caught."""
+    """``check_links`` on the engine's checkout."""
     root = root.resolve()
-    for path in info.paths:
-        for part in [*_parents(path), path]:
-            candidate = root / part
-            if not candidate.is_symlink():
-                continue
-            resolved = Path(os.path.realpath(candidate))
-            if not resolved.is_relative_to(root):
-                raise PatchRejected(
-                    Reason.PATCH_OUTSIDE_REPO,
-                    f"after applying, {part!r} is a symlink that leads outside the "
-                    f"repository ({os.readlink(candidate)!r})",
-                )
+    links = {p: os.path.realpath(root / p) for p in applied_parts(info) if (root / p).is_symlink()}
+    check_links(links, str(root))
 
 
 def unsafe_path(path: str) -> str | None:
@@ -339,8 +352,34 @@ def _parents(path: str) -> list[str]:
     return ["/".join(parts[: k + 1]) for k in range(len(parts))]
 
 
-def _escapes(link_path: str, target: str) -> bool:
+MAX_LINK_HOPS = 40  # as the kernel's ELOOP: a longer chain is a loop
+
+
+def _leaves_repo(link: str, target: str, links: Mapping[str, str]) -> bool:
+    """Whether ``link -> target`` leads out of the repository, followed through the other
+    symlinks the patch makes (``links``) as the file system would follow them: ``y -> .``
+    and ``x -> y/..`` leave it together, though each alone stays."""
     if not target or target.startswith("/"):
         return True
-    joined = posixpath.normpath(posixpath.join(posixpath.dirname(link_path), target))
-    return joined == ".." or joined.startswith("../") or os.path.isabs(joined)
+    stack = link.split("/")[:-1]
+    todo = target.split("/")[::-1]
+    hops = 0
+    while todo:
+        part = todo.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not stack:
+                return True
+            stack.pop()
+            continue
+        here = "/".join([*stack, part])
+        if here in links:
+            hops += 1
+            nxt = links[here]
+            if hops > MAX_LINK_HOPS or not nxt or nxt.startswith("/"):
+                return True
+            todo.extend(nxt.split("/")[::-1])
+            continue
+        stack.append(part)
+    return False

@@ -328,10 +328,10 @@ def pytest_configure(config):
 # -- what configures the session: compared with what the base commit's configures -----
 
 
-def _where(path):
+def _where(path, digest=True):
     """A file as the same in another checkout of the row: inside the repository, its
-    relative path and a digest of its bytes; inside the interpreter's prefix, relative to
-    it; else as it is."""
+    relative path (and a digest of its bytes: a plugin's code); inside the interpreter's
+    prefix, relative to it; else as it is."""
     if not path:
         return "-"
     import hashlib
@@ -340,7 +340,7 @@ def _where(path):
     path = os.path.realpath(str(path))
     if path.endswith((".pyc", ".pyo")) and "__pycache__" not in path:
         path = path[:-1]
-    if _REPO and _inside(path, _REPO) and os.path.isdir(path):
+    if _REPO and _inside(path, _REPO) and (os.path.isdir(path) or not digest):
         return "repo:" + os.path.relpath(path, os.path.realpath(_REPO))
     if _REPO and _inside(path, _REPO):
         try:
@@ -392,8 +392,9 @@ def _census(config):
     return {
         "event": "census",
         "plugins": _plugins(config),
-        "inifile": _where(ini) if ini else None,
-        "rootdir": _where(root) if root else None,
+        # the file's values are compared, not its bytes: the rest is the project's
+        "inifile": _where(ini, digest=False) if ini else None,
+        "rootdir": _where(root, digest=False) if root else None,
         "ini": values,
     }
 

@@ -41,15 +41,20 @@ from swegreen.containers.images import Images
 from swegreen.core.dataset import Instance
 from swegreen.core.errors import SandboxCrashed, TestTimeout, WorkspaceTampering
 from swegreen.core.eval_script import (
+    GIT_AS_COMMITTED,
     IMAGE_ACTIVATION,
+    IMAGE_SYSTEM_PATH,
     declares_dependencies,
+    eval_commands,
     image_eval_commands,
     image_eval_phases,
     reinstall_changes_nothing,
     runs_no_project_code,
     test_command_seconds,
 )
+from swegreen.core.grading import unapplied_report
 from swegreen.core.images import image_name, image_template
+from swegreen.core.patches import PatchInfo, PatchRejected, applied_parts, check_links
 from swegreen.core.ports import ArtifactStore
 from swegreen.core.recipes import Recipe, RecipeBook, tests_need_network
 from swegreen.core.results import InstanceResult
@@ -59,6 +64,7 @@ from swegreen.core.upstream import GIT_APPLY_CMDS
 from swegreen.evaluation.evaluate import Key, PatchEvaluator
 from swegreen.sandbox.env_guard import command_words
 from swegreen.sandbox.recorder import (
+    CENSUS_VARIABLE,
     MARK_VARIABLE,
     Recorded,
     covers,
@@ -80,13 +86,24 @@ LEAN_PREPARE_SCRIPT = "/eval_prepare_lean.sh"  # without the reinstall that chan
 ENV_PREFIX = "/opt/miniconda3/envs/testbed"  # the official images' environment
 LABEL = "swegreen.row"
 SETUP_TIMEOUT = 300.0  # git and file checks before the tests
+CENSUS_TIMEOUT = 600.0  # pytest's start-up on the base commit, no test collected
 DROP_BYTECODE = (
     "find /testbed -path /testbed/.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +"
 )
 # the backend's own git calls read no global or system configuration (programs it could
 # name: core.fsmonitor, an alias); the checkout's own is judged after the install
-OWN_GIT = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+OWN_GIT = {
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "PATH": IMAGE_SYSTEM_PATH,  # the system's git, never a launcher the install made
+    **GIT_AS_COMMITTED,
+}
 BUILD_DIRS = frozenset({"build", ".tox", ".eggs"})
+# each of the given paths that is a symlink, and where it leads, NUL-separated
+RESOLVE_LINKS = (
+    f'cd {WORKDIR} && for p; do if [ -L "$p" ]; then '
+    'printf \'%s\\0%s\\0\' "$p" "$(realpath -m -- "$p")"; fi; done'
+)
 # the checkout's bytecode dropped, then what differs from HEAD, untracked files included
 _LIST_CHANGES = (
     f"{DROP_BYTECODE}; export {' '.join(f'{k}={v}' for k, v in OWN_GIT.items())}; "
@@ -216,12 +233,49 @@ class DockerEvaluator(PatchEvaluator):
             network = True
             notes.append(why)
             row.environment["network"] = why
+        # what configures pytest on the base commit, in a container of its own meanwhile
+        census = asyncio.create_task(self._census(run_id, instance, recipe, image.id, network))
+        try:
+            box = await self.container(
+                image.id, f"swegreen-{instance.instance_id.lower()}", network,
+                {LABEL: f"{run_id}/{instance.instance_id}"},
+            )  # fmt: skip
+            try:
+                return await self._in_container(
+                    key, row, recipe, box, image.id, text, notes, census
+                )
+            finally:
+                await asyncio.to_thread(box.remove)
+        finally:
+            census.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await census
+
+    async def _census(
+        self, run_id: str, instance: Instance, recipe: Recipe, image_id: str, network: bool
+    ) -> dict[str, object] | None:
+        """The engine's census (``EvalRuns.take_census``) in a fresh container of the
+        row's image: the eval script's test phase with the recorder ending the session
+        before any test is collected. None where the test command is not pytest's."""
+        recorder = self._recorder(recipe)
+        if recorder is None or runner_kind(recipe.log_parser) is not None:
+            return None
+        phases = image_eval_phases(instance, recipe, test_setup=recorder.setup)
         box = await self.container(
-            image.id, f"swegreen-{instance.instance_id.lower()}", network,
+            image_id, f"swegreen-census-{instance.instance_id.lower()}", network,
             {LABEL: f"{run_id}/{instance.instance_id}"},
         )  # fmt: skip
         try:
-            return await self._in_container(key, row, recipe, box, image.id, text, notes)
+            files = {**recorder.files, EVAL_SCRIPT: (phases.test.encode(), 0o644)}
+            await asyncio.to_thread(box.put_files, files, {recorder.folder: 0o755})
+            done = await asyncio.to_thread(
+                box.exec,
+                ["/bin/bash", "-c", WITH_RECORDER, "eval", EVAL_SCRIPT],
+                CENSUS_TIMEOUT,
+                environment={**recorder.environment, CENSUS_VARIABLE: "1"},
+            )
+            _, record = split_marked(done.output, recorder.mark)
+            return Recorded.parse(record, recorder.key).census
         finally:
             await asyncio.to_thread(box.remove)
 
@@ -267,6 +321,7 @@ class DockerEvaluator(PatchEvaluator):
         image_id: str,
         text: str,
         notes: list[str],
+        census: asyncio.Task[dict[str, object] | None],
     ) -> InstanceResult:
         instance = row.instance
         assert row.info is not None
@@ -293,6 +348,12 @@ class DockerEvaluator(PatchEvaluator):
         if method is None:
             return self._does_not_apply(key, row, text)
         row.apply_method = method
+        try:
+            await self._check_links(box, row.info)
+        except PatchRejected as exc:
+            return self._finish(
+                key, row.unapplied(exc.reason, str(exc)), unapplied_report(instance, text)
+            )
         base = instance.base_commit
         row.tampered_files += await self._revert(box, base, row.info.paths, runner)
         if row.tampered_files:
@@ -321,7 +382,8 @@ class DockerEvaluator(PatchEvaluator):
                 # nothing the install started runs on, and nothing of the container's is
                 # used until the daemon's record says the install left the system as it was
                 await asyncio.to_thread(box.stop_processes)
-                dropped = await self._judge_install(box, image_id, recipe, notes)
+                commands = command_words(recipe.test_cmd) | eval_commands(phases.test)
+                dropped = await self._judge_install(box, image_id, commands, notes)
                 listed = await self._changed(box, dropped)
             # only the sources count: a cache the install left could hold other code
             reverted = await self._revert(box, base, listed, runner)
@@ -357,10 +419,18 @@ class DockerEvaluator(PatchEvaluator):
         self.artifacts.write_text(key(art.TEST_OUTPUT), log)
         if test is None or test.exit_code is None:
             raise TestTimeout(f"the eval script ran past its {timeout:g} s time limit")
+        try:
+            base_census = await census
+        except (APIError, SandboxCrashed) as exc:
+            notes.append(f"pytest's session on the base commit could not be read: {exc}")
+            base_census = None
+        self._keep_census(key, base_census, notes)
         with tempfile.TemporaryDirectory(prefix="swegreen-log-") as tmp:
             log_path = Path(tmp) / art.TEST_OUTPUT
             log_path.write_text(log)
-            return self._grade(key, row, recipe, log_path, text, recorded, test.exit_code)
+            return self._grade(
+                key, row, recipe, log_path, text, recorded, test.exit_code, base_census
+            )
 
     async def _prepare(
         self, box: RowContainer, script: str, trusted: bool, timeout: float
@@ -430,7 +500,7 @@ class DockerEvaluator(PatchEvaluator):
         return ContainerRecorder(environment, record_key.encode(), mark, files, folder, setup)
 
     async def _judge_install(
-        self, box: RowContainer, image_id: str, recipe: Recipe, notes: list[str]
+        self, box: RowContainer, image_id: str, commands: frozenset[str], notes: list[str]
     ) -> list[str]:
         """What the install changed, by the daemon's record (install_changes.py): the
         system as the image has it, the environment as an install of the project leaves
@@ -442,13 +512,17 @@ class DockerEvaluator(PatchEvaluator):
             asyncio.to_thread(make_pristine, self.client, image_id, name)
         )  # fmt: skip
         try:
-            return await self._judged(box, made, recipe, notes)
+            return await self._judged(box, made, commands, notes)
         finally:
             with contextlib.suppress(APIError):
                 await asyncio.to_thread(remove_container, self.client, await made)
 
     async def _judged(
-        self, box: RowContainer, made: asyncio.Task[str], recipe: Recipe, notes: list[str]
+        self,
+        box: RowContainer,
+        made: asyncio.Task[str],
+        commands: frozenset[str],
+        notes: list[str],
     ) -> list[str]:
         async def image_files(paths: list[str]) -> dict[str, str | None]:
             try:
@@ -483,7 +557,6 @@ class DockerEvaluator(PatchEvaluator):
         now, before = await asyncio.gather(
             asyncio.to_thread(box.read_files, now_paths), image_files(before_paths)
         )
-        commands = command_words(recipe.test_cmd)
         bad = env.violations(now, before, commands)
         if changed := env.changed(path for path, _ in bad):
             # written again with the bytes the image has (a develop reinstall's launchers)
@@ -583,6 +656,20 @@ class DockerEvaluator(PatchEvaluator):
             if codes[-1] == 0:
                 return "already applied", skip, runner
         return None, skip, runner
+
+    @staticmethod
+    async def _check_links(box: RowContainer, info: PatchInfo) -> None:
+        """The engine's check after applying (``check_links``), with each symlink among
+        the parts resolved by the container's own ``realpath``: nothing of the patch's has
+        run yet, the tools are the image's."""
+        parts = applied_parts(info)
+        listed = await asyncio.to_thread(
+            box.exec, ["/bin/bash", "-c", RESOLVE_LINKS, "links", *parts], SETUP_TIMEOUT
+        )
+        if not listed.ok:
+            raise SandboxCrashed(f"the patch's symlinks could not be read: {listed.output[-500:]}")
+        fields = listed.output.split("\0")
+        check_links(dict(zip(fields[0:-1:2], fields[1::2], strict=False)), WORKDIR)
 
     async def _changed(self, box: RowContainer, dropped: Sequence[str] = ()) -> list[str]:
         """Paths that differ from HEAD (the base commit), untracked ones included, after

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from swegreen.core.eval_script import (
+    eval_commands,
     eval_phases,
     reinstall_changes_nothing,
     runs_no_project_code,
@@ -88,7 +89,7 @@ class EvalRuns(TestbedsBase):
             runner_files(testbed.recipe.test_cmd, testbed.repo),
         )
 
-    def env_guard(self, testbed: Testbed) -> EnvGuard:
+    def env_guard(self, testbed: Testbed, commands: frozenset[str] = frozenset()) -> EnvGuard:
         """The keeper of the environment view (env_guard.py), its snapshot taken: only the
         project's own distributions may change in it during the install step."""
         source = testbed.prepared / "env" if testbed.prepared is not None else None
@@ -102,7 +103,7 @@ class EvalRuns(TestbedsBase):
             source,
             projects,
             roots=roots,
-            commands=command_words(testbed.recipe.test_cmd),
+            commands=command_words(testbed.recipe.test_cmd) | commands,
         )
         guard.snapshot()
         return guard
@@ -188,7 +189,7 @@ class EvalRuns(TestbedsBase):
         prepare.write_text(phases.prepare)
         guard = guard or self.guard(testbed)
         await guard.snapshot()
-        env_guard = await asyncio.to_thread(self.env_guard, testbed)
+        env_guard = await asyncio.to_thread(self.env_guard, testbed, eval_commands(phases.test))
         install_env = self._with_compile_cache(testbed, env, writable=False)
         await asyncio.to_thread(self.sandbox.lend, *self._to_lend(testbed))
         # The install may need the package index (as in upstream's containers), unless it

@@ -12,8 +12,9 @@ sandbox could write:
   any git runs there again; the next sandboxed phase (the eval script's own ``git
   checkout`` and ``git apply`` of the test files) finds the same trusted configuration;
 - ``argv``/``environment``: no system or global configuration (``GIT_CONFIG_GLOBAL`` is
-  /dev/null, HOME an empty directory of the engine's), and the executing keys forced
-  off on the command line, which wins over every configuration file;
+  /dev/null, HOME an empty directory of the engine's), the executing keys forced off on
+  the command line, which wins over every configuration file, and no replace ref read
+  (``AS_COMMITTED``);
 - ``real_dir``: a path the engine is about to read or write through is a directory, not a
   symlink the sandbox left to lead it somewhere else.
 """
@@ -30,6 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from swegreen.core.errors import WorkspaceTampering
+from swegreen.core.eval_script import GIT_AS_COMMITTED
 
 # `-c` wins over every file git reads. core.hooksPath=/dev/null: no hook can be found.
 OVERRIDES = (
@@ -79,10 +81,15 @@ _DROPPED = frozenset(
 )
 
 
+# objects as the commits name them: no replace ref
+AS_COMMITTED = GIT_AS_COMMITTED
+
+
 def argv(repo: Path, *args: str) -> list[str]:
-    """A git command over ``repo`` that runs no program named by any configuration."""
+    """A git command over ``repo`` that runs no program named by any configuration and
+    reads objects as committed (``environment`` sets the same for the rest)."""
     flags = [part for kv in OVERRIDES for part in ("-c", kv)]
-    return ["git", "--no-pager", *flags, "-C", str(repo), *args]
+    return ["git", "--no-pager", "--no-replace-objects", *flags, "-C", str(repo), *args]
 
 
 def environment(base: Mapping[str, str], home: Path) -> dict[str, str]:
@@ -110,6 +117,7 @@ def environment(base: Mapping[str, str], home: Path) -> dict[str, str]:
             "GIT_CONFIG_GLOBAL": os.devnull,
             "GIT_TERMINAL_PROMPT": "0",
             "GIT_OPTIONAL_LOCKS": "0",
+            **AS_COMMITTED,
         }
     )
     return env

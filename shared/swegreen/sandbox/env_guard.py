@@ -94,7 +94,8 @@ class EnvGuard:
     projects: frozenset[str] = frozenset()
     # where the project's packages may live (the checkout, as the sandbox sees it)
     roots: tuple[Path, ...] = ()
-    # the words of the test command: no new launcher may take one of these names
+    # what the test phase runs by name (its test command's words, git): no new launcher
+    # may take one of these names
     commands: frozenset[str] = frozenset()
     _before: dict[str, Entry] = field(default_factory=dict)
     _owned_before: dict[str, str | None] = field(default_factory=dict)
