@@ -340,6 +340,8 @@ def test_a_workbench_is_a_container_of_its_own_with_the_history_cut(
             gone = await bench.run_discarded("echo lost > LOST.txt && ls LOST.txt", 30)
             seen["discarded"] = (gone.output, (await run("ls LOST.txt", 30)).exit_code)
             seen["net"] = (await run("ls /sys/class/net", 30)).output.split()
+            seen["who"] = (await run("id -u; grep CapEff /proc/self/status", 30)).output.split()
+            seen["env"] = (await run("touch /opt/miniconda3/envs/testbed/x", 30)).exit_code
             seen["daemon"] = (await run("sleep 6017 & echo started", 30)).output
             alive = (
                 "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null"
@@ -363,6 +365,8 @@ def test_a_workbench_is_a_container_of_its_own_with_the_history_cut(
     assert "2 files changed" in seen["diff"]
     assert seen["discarded"] == ("LOST.txt\n", 2)
     assert seen["net"] == ["lo"]
+    assert seen["who"] == ["1000", "CapEff:", "0000000000000000"]  # nonroot, no capability
+    assert seen["env"] != 0  # the image's environment is not the participant's to change
     assert "started" in seen["daemon"] and seen["after"].strip() == "0"  # it died
     assert seen["slow"] == (None, "partial\n")
     assert seen["flood"] == CAPTURE_CAP

@@ -97,3 +97,32 @@ def test_without_either_defence_the_attack_resolves(
         hidden_plugin, "r5-bare", run_sample, sample, settings, tmp_path, INSTANCE
     )
     assert (row.status.value, row.reason) == ("resolved", "all_tests_pass"), row.detail
+
+
+# The eval-time install (ledger's recipe installs the project) writes a replace ref for
+# the base commit, as it would to have the test files put back from a forged tree.
+REPLACE_REF = """
+import os, subprocess
+base = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+os.makedirs(".git/refs/replace", exist_ok=True)
+with open(".git/refs/replace/" + base.strip(), "w") as fh:
+    fh.write(base)
+from setuptools import setup
+setup()
+"""
+
+
+def test_a_write_to_git_by_the_install_ends_the_row(
+    run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, tmp_path: Path
+) -> None:
+    row, _ = evaluate_crafted(
+        lambda r: write(r / "setup.py", REPLACE_REF),
+        "r5-replace",
+        run_sample,
+        sample,
+        settings,
+        tmp_path,
+        INSTANCE,
+    )
+    assert (row.status.value, row.reason) == ("error", "workspace_tampering"), row.detail
+    assert "refs/replace/" in row.detail, row.detail

@@ -59,10 +59,14 @@ class RowContainer:
         name: str,
         limits: Limits,
         labels: dict[str, str],
+        cap_add: Sequence[str] = (),
     ) -> RowContainer:
+        """``cap_add``: capabilities kept for the container's root (a workbench's set-up
+        gives its checkout to a user without any)."""
         host_config = client.api.create_host_config(
             network_mode=limits.network_mode if limits.network else "none",
             cap_drop=["ALL"],
+            cap_add=list(cap_add) or None,
             security_opt=["no-new-privileges"],
             mem_limit=limits.memory_bytes,
             memswap_limit=limits.memory_bytes,  # no swap beyond the limit
@@ -102,12 +106,19 @@ class RowContainer:
         timeout: float | None = None,
         workdir: str = WORKDIR,
         environment: dict[str, str] | None = None,
+        user: str = "",
     ) -> ExecResult:
         """Run ``argv``; stdout and stderr together, in order, as the harness reads them.
         Past ``timeout`` the container is stopped (the gateway allows stop, not kill)."""
         t0 = time.monotonic()
         exec_id = self.client.api.exec_create(
-            self.id, list(argv), workdir=workdir, stdout=True, stderr=True, environment=environment
+            self.id,
+            list(argv),
+            workdir=workdir,
+            stdout=True,
+            stderr=True,
+            environment=environment,
+            user=user,
         )["Id"]
         expired = threading.Event()
 
@@ -175,9 +186,13 @@ class RowContainer:
         self.client.api.start(self.id)
 
     def shell(
-        self, script: str, timeout: float | None = None, environment: dict[str, str] | None = None
+        self,
+        script: str,
+        timeout: float | None = None,
+        environment: dict[str, str] | None = None,
+        user: str = "",
     ) -> ExecResult:
-        return self.exec(["/bin/bash", "-c", script], timeout, environment=environment)
+        return self.exec(["/bin/bash", "-c", script], timeout, environment=environment, user=user)
 
     def remove(self) -> None:
         remove_container(self.client, self.id)

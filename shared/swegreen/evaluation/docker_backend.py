@@ -296,7 +296,12 @@ class DockerEvaluator(PatchEvaluator):
         )
 
     async def container(
-        self, image_id: str, prefix: str, network: bool, labels: dict[str, str]
+        self,
+        image_id: str,
+        prefix: str,
+        network: bool,
+        labels: dict[str, str],
+        cap_add: Sequence[str] = (),
     ) -> RowContainer:
         """A started container of ``image_id`` under this backend's limits."""
         limits = Limits(
@@ -305,7 +310,7 @@ class DockerEvaluator(PatchEvaluator):
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"
         try:
             return await asyncio.to_thread(
-                RowContainer.create, self.client, image_id, name, limits, labels
+                RowContainer.create, self.client, image_id, name, limits, labels, cap_add
             )
         except APIError as exc:
             raise SandboxCrashed(

@@ -5,15 +5,20 @@ limits, no network, and the repository's history cut to its base commit.
 The history is cut as the engine's workbench cuts it (workbench.detach_history): the
 images' ``/testbed`` keeps every object of the clone it was made from, the fix's commit
 among them, so ``.git`` is replaced by a shallow copy of ``HEAD`` alone and what is there
-but untracked is excluded. Commands run one at a time through ``exec``, in the image's
-``testbed`` environment, under ``timeout`` inside the container (a command past its limit
-ends; the workbench lives on), their output capped on the way out.
+but untracked is excluded. The checkout is then given to the image's user without
+privileges (``nonroot`` in the official images), and the participant's commands run as
+that user, with no capability, one at a time through ``exec``, in the image's ``testbed``
+environment (read-only to them: ``pip install`` falls back to their HOME), under
+``timeout`` inside the container (a command past its limit ends; the workbench lives on),
+their output capped on the way out. Only the container's root, which runs nothing of the
+participant's, keeps the capabilities that set the workbench up and put it back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import shlex
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -67,11 +72,34 @@ exit "${{PIPESTATUS[0]}}"
 """
 
 
+# The checkout given to the images' own user without privileges (the official images
+# add ``nonroot``; uid 1000 where an image has none), with a HOME of its own; its uid and
+# gid and that HOME are printed. Needs CAP_CHOWN, which only the container's root keeps.
+HAND_OVER = r"""
+set -euo pipefail
+uid=$(id -u nonroot 2>/dev/null || echo 1000)
+gid=$(id -g nonroot 2>/dev/null || echo 1000)
+home=$(getent passwd nonroot 2>/dev/null | cut -d: -f6 || true)
+if [ -z "$home" ] || [ "$home" = / ]; then home=/tmp/.swegreen-home; fi
+mkdir -p "$home"
+chown -R "$uid:$gid" /testbed "$home"
+echo "$uid:$gid $home"
+"""
+# what the container's root keeps: giving the checkout away (CHOWN), and copying and
+# putting it back whatever modes the participant set (DAC_OVERRIDE, FOWNER); a command
+# of the participant's runs as the other user, with none
+ROOT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER")
+
+
 class DockerWorkbench:
-    def __init__(self, box: RowContainer, python_version: str) -> None:
+    def __init__(
+        self, box: RowContainer, python_version: str, user: str = "", home: str = ""
+    ) -> None:
         self.box = box
         self._python = python_version
         self._steps = 0
+        self.user = user  # "uid:gid" the commands run as; "" where the image's root
+        self._env = {"HOME": home} if home else None
 
     @property
     def workdir(self) -> Path:
@@ -86,7 +114,7 @@ class DockerWorkbench:
         path = f"/tmp/.swegreen-command-{self._steps}.sh"
         await asyncio.to_thread(self.box.put_file, path, command.encode("utf-8", "surrogateescape"))
         step = STEP.format(activate=ACTIVATE, seconds=f"{timeout:g}", command=path, cap=CAPTURE_CAP)
-        ran = await asyncio.to_thread(self.box.shell, step, timeout + GRACE)
+        ran = await asyncio.to_thread(self.box.shell, step, timeout + GRACE, self._env, self.user)
         await asyncio.to_thread(self.box.exec, ["rm", "-f", path], GRACE)
         if ran.exit_code is None:
             raise SandboxCrashed(
@@ -113,6 +141,17 @@ class DockerWorkbench:
 class DockerWorkbenches:
     """Workbenches in containers of the rows' instance images (the Docker backend's)."""
 
+    @staticmethod
+    async def _hand_over(box: RowContainer) -> tuple[str, str]:
+        """The checkout given to a user without privileges: ("uid:gid", its HOME), or
+        ("", "") where the image does not allow it (the commands then run as the image's
+        root, every capability dropped, as the grading containers do)."""
+        done = await asyncio.to_thread(box.shell, HAND_OVER, 600.0)
+        fields = done.output.strip().splitlines()[-1].split() if done.ok else []
+        if len(fields) != 2 or not re.fullmatch(r"\d+:\d+", fields[0]):
+            return "", ""
+        return fields[0], fields[1]
+
     def __init__(self, evaluator: DockerEvaluator) -> None:
         self.evaluator = evaluator
 
@@ -126,7 +165,7 @@ class DockerWorkbenches:
         image = await ev.images.get(ev.image_for(instance))
         box = await ev.container(
             image.id, f"swegreen-bench-{instance.instance_id.lower()}", False,
-            {"swegreen.workbench": f"{scope}/{instance.instance_id}"},
+            {"swegreen.workbench": f"{scope}/{instance.instance_id}"}, ROOT_CAPS,
         )  # fmt: skip
         try:
             script = DETACH.replace("{byproducts}", " ".join(shlex.quote(p) for p in BYPRODUCTS))
@@ -135,13 +174,16 @@ class DockerWorkbenches:
                 raise EnvSetupFailed(
                     "could not prepare the participant's workspace: " + detached.output[-500:]
                 )
+            user, home = await self._hand_over(box)
             probe = await asyncio.to_thread(
                 box.shell,
                 f"{ACTIVATE} >/dev/null 2>&1; python -c "
                 "'import sys; print(\"%d.%d\" % sys.version_info[:2])'",
                 60.0,
+                None,
+                user,
             )
             version = probe.output.strip().splitlines()[-1] if probe.ok else ""
-            yield DockerWorkbench(box, version)
+            yield DockerWorkbench(box, version, user, home)
         finally:
             await asyncio.to_thread(box.remove)

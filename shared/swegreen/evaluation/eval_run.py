@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from swegreen.core.errors import WorkspaceTampering
 from swegreen.core.eval_script import (
     eval_commands,
     eval_phases,
@@ -59,6 +60,9 @@ from swegreen.stores import artifacts as art
 # a global git configuration (the eval script's own `git checkout` of the test files reads
 # it) and Python's user site-packages (its .pth files run at every interpreter start).
 HOME_STARTUP_FILES = (".gitconfig", ".config/git", ".local")
+# what may differ in .git after the install: the index, which git's own status refreshes
+# (HOST_INDEX is the engine's own copy of it, in the prepared .git)
+GIT_MAY_WRITE = frozenset({"index", HOST_INDEX})
 CENSUS_TIMEOUT = 600.0  # pytest's start-up on the base commit, no test collected
 
 
@@ -211,7 +215,17 @@ class EvalRuns(TestbedsBase):
             # hooks, an index that lies) is read by the engine or by the test phase.
             trusted_git.real_dir(testbed.repo, "the checkout")
             if testbed.prepared is not None:
-                await trusted_git.reseat(testbed.repo, testbed.prepared / "repo" / ".git")
+                trusted = testbed.prepared / "repo" / ".git"
+                trusted_git.real_dir(testbed.repo / ".git", "the checkout's .git")
+                if wrote := await asyncio.to_thread(
+                    trusted_git.written, testbed.repo / ".git", trusted, GIT_MAY_WRITE
+                ):
+                    raise WorkspaceTampering(
+                        "the install wrote to the checkout's .git (no install of the project "
+                        "does; a replace ref would have the test files put back from another "
+                        f"tree): {', '.join(wrote[:8])}" + (" ..." if len(wrote) > 8 else "")
+                    )
+                await trusted_git.reseat(testbed.repo, trusted)
             await asyncio.to_thread(forget_startup_files, testbed.scratch / "home")
             stat_index = await asyncio.to_thread(self._host_index, testbed)
             reverted = await guard.revert_after_run(stat_index)

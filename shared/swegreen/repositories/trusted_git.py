@@ -139,6 +139,38 @@ def real_dir(path: Path, what: str) -> None:
         )
 
 
+def _entries(git_dir: Path) -> dict[str, tuple[int, int, int]]:
+    """Every entry under ``git_dir`` (no link followed): its type, and for what is not a
+    directory its size and mtime (a directory's mtime moves with any lock file made and
+    removed in it)."""
+    found: dict[str, tuple[int, int, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(git_dir):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath, name)
+            st = path.lstat()
+            kind = stat.S_IFMT(st.st_mode)
+            rel = str(path.relative_to(git_dir))
+            found[rel] = (
+                (kind, 0, 0) if stat.S_ISDIR(st.st_mode) else (kind, st.st_size, st.st_mtime_ns)
+            )
+    return found
+
+
+def written(
+    git_dir: Path, trusted_git_dir: Path, allowed: frozenset[str] = frozenset({"index"})
+) -> list[str]:
+    """What differs in ``git_dir`` (a workspace's, after a sandboxed phase) from the
+    trusted copy it was made from, ``allowed`` aside (the index, which git's own status
+    refreshes): refs (``refs/replace/`` names another tree for a commit), configuration,
+    hooks, objects. Read before ``reseat`` throws it away, so that the row can say it."""
+    now, before = _entries(git_dir), _entries(trusted_git_dir)
+    return sorted(
+        rel
+        for rel in now.keys() | before.keys()
+        if rel not in allowed and now.get(rel) != before.get(rel)
+    )
+
+
 def _replace(trusted: Path, target: Path) -> None:
     real_dir(target.parent, "the repository")
     try:
