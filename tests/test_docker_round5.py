@@ -77,8 +77,8 @@ def put_back_as_configparser_reads(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def no_census(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def none(self: DockerEvaluator, *args: object) -> None:
-        return None
+    async def none(self: DockerEvaluator, *args: object) -> tuple[None, float]:
+        return None, 0.0
 
     monkeypatch.setattr(DockerEvaluator, "_census", none)
 

@@ -253,13 +253,15 @@ class DockerEvaluator(PatchEvaluator):
 
     async def _census(
         self, run_id: str, instance: Instance, recipe: Recipe, image_id: str, network: bool
-    ) -> dict[str, object] | None:
+    ) -> tuple[dict[str, object] | None, float]:
         """The engine's census (``EvalRuns.take_census``) in a fresh container of the
         row's image: the eval script's test phase with the recorder ending the session
-        before any test is collected. None where the test command is not pytest's."""
+        before any test is collected (None where the test command is not pytest's), and
+        the seconds it took."""
+        t0 = time.monotonic()
         recorder = self._recorder(recipe)
         if recorder is None or runner_kind(recipe.log_parser) is not None:
-            return None
+            return None, 0.0
         phases = image_eval_phases(instance, recipe, test_setup=recorder.setup)
         box = await self.container(
             image_id, f"swegreen-census-{instance.instance_id.lower()}", network,
@@ -275,7 +277,7 @@ class DockerEvaluator(PatchEvaluator):
                 environment={**recorder.environment, CENSUS_VARIABLE: "1"},
             )
             _, record = split_marked(done.output, recorder.mark)
-            return Recorded.parse(record, recorder.key).census
+            return Recorded.parse(record, recorder.key).census, time.monotonic() - t0
         finally:
             await asyncio.to_thread(box.remove)
 
@@ -326,7 +328,7 @@ class DockerEvaluator(PatchEvaluator):
         image_id: str,
         text: str,
         notes: list[str],
-        census: asyncio.Task[dict[str, object] | None],
+        census: asyncio.Task[tuple[dict[str, object] | None, float]],
     ) -> InstanceResult:
         instance = row.instance
         assert row.info is not None
@@ -425,11 +427,11 @@ class DockerEvaluator(PatchEvaluator):
         if test is None or test.exit_code is None:
             raise TestTimeout(f"the eval script ran past its {timeout:g} s time limit")
         try:
-            base_census = await census
+            base_census, seconds = await census
         except (APIError, SandboxCrashed) as exc:
             notes.append(f"pytest's session on the base commit could not be read: {exc}")
-            base_census = None
-        self._keep_census(key, base_census, notes)
+            base_census, seconds = None, 0.0
+        self._keep_census(key, base_census, notes, seconds)
         with tempfile.TemporaryDirectory(prefix="swegreen-log-") as tmp:
             log_path = Path(tmp) / art.TEST_OUTPUT
             log_path.write_text(log)

@@ -146,14 +146,18 @@ class PatchEvaluator:
         """Apply ``text`` where this backend runs tests, run the eval script, grade."""
         raise NotImplementedError
 
-    def _keep_census(self, key: Key, census: dict[str, object] | None, notes: list[str]) -> None:
+    def _keep_census(
+        self, key: Key, census: dict[str, object] | None, notes: list[str], seconds: float
+    ) -> None:
         """Stored beside the row's record, so that a regrade compares the same two."""
         if census is None:
             return
         self.artifacts.write_text(key(art.BASE_CENSUS), json.dumps(census, indent=1))
+        plugins = census.get("plugins")
         notes.append(
-            f"pytest's session on the base commit: {len(census.get('plugins') or [])} "
-            f"plugins, configuration file {census.get('inifile')}"
+            f"pytest's session on the base commit: "
+            f"{len(plugins) if isinstance(plugins, list) else 0} plugins, configuration file "
+            f"{census.get('inifile')} (census {seconds:.2f}s)"
         )
 
     def _does_not_apply(self, key: Key, row: RowBuilder, text: str) -> InstanceResult:
@@ -397,9 +401,10 @@ class Evaluator(PatchEvaluator):
                 notes.append("put back before the tests: " + ", ".join(row.tampered_files))
             row.isolation = self.testbeds.sandbox.isolation.mode
             # what configures pytest on the base commit, in a copy no patch has touched
+            t0 = time.monotonic()
             async with self.testbeds.open(run_id, instance) as pristine:
                 census = await self.testbeds.take_census(pristine)
-            self._keep_census(key, census, notes)
+            self._keep_census(key, census, notes, time.monotonic() - t0)
             skip = self.testbeds.reinstall_skip(testbed, row.info.paths, top)
             if testbed.recipe.install:
                 row.environment["eval_install"] = (
