@@ -8,6 +8,7 @@ runner decides about retries and turns the final failure into an ``error`` row.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
@@ -49,12 +50,14 @@ from swegreen.core.scrub import NO_SCRUBBING, Scrub
 from swegreen.evaluation.apply import apply_patch
 from swegreen.evaluation.base_validation import BaseValidator
 from swegreen.evaluation.regression_check import RegressionCheck
+from swegreen.evaluation.testbed import Testbed
 from swegreen.evaluation.testbeds import Testbeds
 from swegreen.sandbox.recorder import (
     Recorded,
     census_changes,
     contradictions,
     forced_outcomes,
+    pytest_recorder_digest,
     runner_kind,
     unrecorded_passes,
 )
@@ -361,6 +364,25 @@ class Evaluator(PatchEvaluator):
             self.artifacts.write_text(key(art.REGRESSION_OUTPUT), log)
         return result.model_copy(update={"regression_check": check})
 
+    async def _base_census(self, run_id: str, testbed: Testbed) -> dict[str, object] | None:
+        """The base commit's census (``take_census``), kept beside the prepared workspace
+        it was taken from, under the recorder's digest: the same workspace, environment
+        and recorder give the same census, and a sandbox start is not free (Landlock's,
+        about 10 s on a real row)."""
+        kept = None
+        if testbed.prepared is not None:
+            digest = pytest_recorder_digest()
+            kept = testbed.prepared.with_name(f"{testbed.prepared.name}.census-{digest}.json")
+            with contextlib.suppress(OSError, ValueError):
+                return json.loads(kept.read_text())["census"]
+        async with self.testbeds.open(run_id, testbed.instance) as pristine:
+            census = await self.testbeds.take_census(pristine)
+        if kept is not None and census is not None:
+            scratch = kept.with_suffix(f".{uuid.uuid4().hex[:8]}")
+            scratch.write_text(json.dumps({"census": census}))
+            scratch.replace(kept)
+        return census
+
     async def _run_patch(
         self, run_id: str, key: Key, row: RowBuilder, text: str, notes: list[str]
     ) -> InstanceResult:
@@ -402,8 +424,7 @@ class Evaluator(PatchEvaluator):
             row.isolation = self.testbeds.sandbox.isolation.mode
             # what configures pytest on the base commit, in a copy no patch has touched
             t0 = time.monotonic()
-            async with self.testbeds.open(run_id, instance) as pristine:
-                census = await self.testbeds.take_census(pristine)
+            census = await self._base_census(run_id, testbed)
             self._keep_census(key, census, notes, time.monotonic() - t0)
             skip = self.testbeds.reinstall_skip(testbed, row.info.paths, top)
             if testbed.recipe.install:

@@ -82,6 +82,12 @@ def pytest_recorder() -> RecorderFiles:
     return recorder_files("swegreen_pytest_recorder.py", MODULE)
 
 
+def pytest_recorder_digest() -> str:
+    """What identifies the pytest recorder's code (its census is kept under it)."""
+    texts = (_data("swegreen_pytest_recorder.py"), _data(f"{CHANNEL}.py"))
+    return hashlib.sha256("\0".join(texts).encode()).hexdigest()[:16]
+
+
 def _write(directory: Path, files: dict[str, str]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o755)
