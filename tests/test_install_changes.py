@@ -9,6 +9,7 @@ import inspect
 
 from setuptools.command import editable_wheel
 
+from swegreen.containers import install_changes as ic
 from swegreen.containers.install_changes import (
     FINDER_TEMPLATE_AT,
     EnvChanges,
@@ -117,7 +118,7 @@ def test_what_no_install_of_the_project_writes_is_named() -> None:
         ),
         f"{SITE}/_pytest/python.py": ((0,), {}, "another distribution's file changed"),
         f"{SITE}/pluggy/__init__.py": ((2,), {}, "another distribution's file removed"),
-        f"{ENV}/bin/pytest": ((0,), {}, "named like a word of the test command"),
+        f"{ENV}/bin/pytest": ((0,), {}, "named like a command the test phase runs"),
         f"{ENV}/lib/python3.11/os.py": ((0,), {}, "outside site-packages and bin/"),
         f"{SITE}/planted.py": ((1,), {}, "no reinstalled distribution's record lists it"),
         f"{META}/entry_points.txt": (
@@ -218,3 +219,30 @@ def test_a_setup_py_install_rewrites_its_own_egg_but_adds_no_other() -> None:
     found = judge(new_egg, pth, same=frozenset({launcher}))
     why = "a new egg that is not the project's"
     assert found == [f"{fake} ({why})", f"{fake}/pytest.py ({why})"], found
+
+
+def test_every_write_to_git_but_the_index_is_named() -> None:
+    """A replace ref has the test files put back from another tree; configuration and
+    hooks name programs; grafts and alternates change history and objects: no install
+    writes them. The index git's own status refreshes."""
+    changes = ic.parse(
+        [
+            {"Path": "/testbed/.git", "Kind": 0},
+            {"Path": "/testbed/.git/index", "Kind": 0},
+            {"Path": "/testbed/.git/refs", "Kind": 0},
+            {"Path": "/testbed/.git/refs/replace", "Kind": 1},
+            {"Path": "/testbed/.git/refs/replace/" + "a" * 40, "Kind": 1},
+            {"Path": "/testbed/.git/packed-refs", "Kind": 0},
+            {"Path": "/testbed/.git/objects/info/alternates", "Kind": 1},
+            {"Path": "/testbed/.git/config", "Kind": 0},
+            {"Path": "/testbed/setup.py", "Kind": 0},
+        ]
+    )
+    assert ic.git_changes(changes, "/testbed") == [
+        "/testbed/.git/config",
+        "/testbed/.git/objects/info/alternates",
+        "/testbed/.git/packed-refs",
+        "/testbed/.git/refs/replace",  # a new directory is a write too
+        "/testbed/.git/refs/replace/" + "a" * 40,
+    ]
+    assert ic.git_changes(ic.parse([{"Path": "/testbed/.git/index", "Kind": 0}]), "/testbed") == []

@@ -295,23 +295,26 @@ def test_planted_git_configuration_runs_nothing_outside_the_sandbox(attacks: Out
 
 
 def test_the_attacks_ran_and_were_graded_as_the_rest_of_their_patch(attacks: Outcome) -> None:
-    for iid, row in attacks.rows.items():
-        # planted at install time, or at test time: the verdict is that of a patch that
-        # fixes nothing (the planted README change is the participant's own business)
-        assert (row["status"], row["reason"]) == ("no_op", "no_f2p_pass"), (iid, row)
-        assert row["tests_ran"] is True and row["isolation"] == "bwrap"
+    # planted at test time: the verdict is that of a patch that fixes nothing (the
+    # planted README change is the participant's own business)
+    row = attacks.rows["sample__ledger-2"]
+    assert (row["status"], row["reason"]) == ("no_op", "no_f2p_pass"), row
+    assert row["tests_ran"] is True and row["isolation"] == "bwrap"
     # the test-time planting did run (inside the sandbox): its git saw the keys
     assert "filter.evil.clean" in attacks.logs["sample__ledger-2"]
 
 
-def test_the_test_phase_git_runs_under_the_prepared_configuration(attacks: Outcome) -> None:
-    log = attacks.logs["sample__ledger-1"]
-    shown = [ln for ln in log.splitlines() if ln.startswith("TESTPHASE-GIT-")]
-    assert shown, log[-2000:]
-    config = " ".join(shown)
-    for planted in ("fsmonitor", "filter.evil", "diff.external", "hookspath", "include.path"):
-        assert planted not in config.lower(), config
-    assert "TESTPHASE-GIT-HOOKS []" in config
+def test_git_configuration_the_install_writes_ends_the_row_before_the_tests(
+    attacks: Outcome,
+) -> None:
+    """The install's writes to .git are read against the prepared .git before it is
+    thrown away: the row ends naming them, and no test phase runs after them (before,
+    .git was replaced silently and the test phase's git ran under the prepared one)."""
+    row = attacks.rows["sample__ledger-1"]
+    assert (row["status"], row["reason"]) == ("error", "workspace_tampering"), row
+    assert "wrote to the checkout's .git" in row["detail"] and "config" in row["detail"], row
+    log = attacks.logs.get("sample__ledger-1", "")
+    assert not [ln for ln in log.splitlines() if ln.startswith("TESTPHASE-GIT-")], log[-2000:]
 
 
 def test_what_the_install_wrote_into_the_environment_is_put_back(attacks: Outcome) -> None:
