@@ -97,6 +97,8 @@ def test_tools_named_like_the_engine_s_never_run_in_their_place(
     planted = [line for line in log.splitlines() if line.startswith(MARK)]
     assert planted == []
     assert (row.status.value, row.reason) == ("no_op", "no_f2p_pass")  # graded as its code
+    # a launcher named like a command of the test phase (its reset's git) is named
+    assert any(f.endswith("bin/git") for f in row.tampered_files), row.tampered_files
 
 
 # Install-time code that writes the gold fix as the bytecode cache of the unfixed source:
