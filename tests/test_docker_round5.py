@@ -16,12 +16,11 @@ from swegreen.containers.daemon import answers
 from swegreen.evaluation.docker_backend import DockerEvaluator
 from swegreen.evaluation.settings import LocalSettings
 from swegreen.sample import SampleBenchmark
-from swegreen.sandbox import tamper
 
 from .conftest import RunSample
 from .docker_support.gateway import Gateway
 from .test_docker_backend import evaluate_one, new_file, setup_py
-from .test_integrity_round5 import HIDDEN, PLUGIN
+from .test_integrity_round5 import HIDDEN, PLUGIN, put_back_as_configparser_reads  # noqa: F401
 
 WHY_NOT = answers(os.environ)
 pytestmark = pytest.mark.skipif(
@@ -67,12 +66,6 @@ CHAIN = (
     "diff --git a/x b/x\nnew file mode 120000\n--- /dev/null\n+++ b/x\n@@ -0,0 +1 @@\n+y/..\n"
     "\\ No newline at end of file\n"
 )
-
-
-@pytest.fixture
-def put_back_as_configparser_reads(monkeypatch: pytest.MonkeyPatch) -> None:
-    readers = tamper._readers
-    monkeypatch.setattr(tamper, "_readers", lambda name: readers(name)[:1])
 
 
 @pytest.fixture

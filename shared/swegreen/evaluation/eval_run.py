@@ -13,6 +13,7 @@ from pathlib import Path
 
 from swegreen.core.errors import WorkspaceTampering
 from swegreen.core.eval_script import (
+    EvalPhases,
     eval_commands,
     eval_phases,
     reinstall_changes_nothing,
@@ -152,21 +153,8 @@ class EvalRuns(TestbedsBase):
         regression check's run, eval_script.py)."""
         recipe = testbed.recipe
         policy = self.policy_for(testbed)
-        services = await self._services(recipe, policy)
-        readonly = await self._readonly(testbed)
-        wrapper = self.sandbox.test_wrapper(policy, services, readonly)
-        phases = eval_phases(
-            testbed.instance,
-            recipe,
-            str(testbed.repo),
-            wrapper.prefix,
-            pin_path=SYSTEM_PATH,
-            shell=tool("bash"),
-            # the wrapper mounts them read-only for the rest of the phase
-            readonly_tests=self.sandbox.bwrap and bool(readonly),
-            skip_install=skip_install,
-            directives=directives,
-            test_setup=wrapper.setup,
+        phases = await self._phases(
+            testbed, policy, skip_install=skip_install, directives=directives
         )
         host = testbed.host_dir
         log_path = host / art.TEST_OUTPUT
@@ -239,6 +227,32 @@ class EvalRuns(TestbedsBase):
             )
         return self._finished(phases.script, log_path, result, policy, reverted, recorded)
 
+    async def _phases(
+        self,
+        testbed: Testbed,
+        policy: SandboxPolicy,
+        skip_install: bool = False,
+        directives: Sequence[str] | None = None,
+    ) -> EvalPhases:
+        """The eval script's phases as this sandbox runs them: the test command under its
+        wrapper, the rest of the test phase on the system's PATH."""
+        services = await self._services(testbed.recipe, policy)
+        readonly = await self._readonly(testbed)
+        wrapper = self.sandbox.test_wrapper(policy, services, readonly)
+        return eval_phases(
+            testbed.instance,
+            testbed.recipe,
+            str(testbed.repo),
+            wrapper.prefix,
+            pin_path=SYSTEM_PATH,
+            shell=tool("bash"),
+            # the wrapper mounts them read-only for the rest of the phase
+            readonly_tests=self.sandbox.bwrap and bool(readonly),
+            skip_install=skip_install,
+            directives=directives,
+            test_setup=wrapper.setup,
+        )
+
     async def take_census(self, testbed: Testbed) -> dict[str, object] | None:
         """What configures the row's pytest session on the base commit: the test phase of
         the eval script (the test patch applied, the test command) in ``testbed``, a
@@ -252,17 +266,7 @@ class EvalRuns(TestbedsBase):
         ):
             return None
         policy = self.policy_for(testbed)
-        services = await self._services(recipe, policy)
-        wrapper = self.sandbox.test_wrapper(policy, services, await self._readonly(testbed))
-        phases = eval_phases(
-            testbed.instance,
-            recipe,
-            str(testbed.repo),
-            wrapper.prefix,
-            pin_path=SYSTEM_PATH,
-            shell=tool("bash"),
-            test_setup=wrapper.setup,
-        )
+        phases = await self._phases(testbed, policy)
         env = {**self.test_env(testbed), CENSUS_VARIABLE: "1"}
         await asyncio.to_thread(self.sandbox.lend, *self._to_lend(testbed))
         log_path = testbed.host_dir / "census.log"
