@@ -11,15 +11,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 UV=${UV:-.venv/bin/uv}
-target=(--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --no-header)
-{
-  echo "# The image's dependencies, pinned: scripts/container_lock.sh writes this file."
-  "$UV" pip compile pyproject.toml --extra aws "${target[@]}"
-} > container/requirements.lock.tmp
-mv container/requirements.lock.tmp container/requirements.lock
-{
-  echo "# green-docker.Dockerfile's dependencies, pinned: scripts/container_lock.sh writes this file."
-  "$UV" pip compile container/requirements-docker.in --constraint container/requirements.lock \
-    --override container/requirements-docker.exclude "${target[@]}"
-} > container/requirements-docker.lock.tmp
-mv container/requirements-docker.lock.tmp container/requirements-docker.lock
+target=(--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --no-header --quiet)
+# each lock written by uv itself (-o): the versions it already pins are kept where they
+# still satisfy the inputs, so that adding a dependency moves nothing else
+lock() {
+  local out=$1 header=$2
+  shift 2
+  "$UV" pip compile "$@" "${target[@]}" -o "$out"
+  sed -i "1i # $header" "$out"
+}
+lock container/requirements.lock \
+  "The image's dependencies, pinned: scripts/container_lock.sh writes this file." \
+  pyproject.toml --extra aws
+lock container/requirements-docker.lock \
+  "green-docker.Dockerfile's dependencies, pinned: scripts/container_lock.sh writes this file." \
+  container/requirements-docker.in --constraint container/requirements.lock \
+  --override container/requirements-docker.exclude
