@@ -13,13 +13,14 @@ import pytest
 
 from swegreen.containers import install_changes
 from swegreen.containers.daemon import answers
+from swegreen.evaluation import docker_backend
 from swegreen.evaluation.docker_backend import DockerEvaluator
 from swegreen.evaluation.settings import LocalSettings
 from swegreen.sample import SampleBenchmark
 
 from .conftest import RunSample
 from .docker_support.gateway import Gateway
-from .test_docker_backend import evaluate_one, new_file, setup_py
+from .test_docker_backend import FORCE_PASS, evaluate_one, new_file, setup_py
 from .test_integrity_round5 import HIDDEN, PLUGIN, put_back_as_configparser_reads  # noqa: F401
 
 WHY_NOT = answers(os.environ)
@@ -148,3 +149,56 @@ def test_a_symlink_chain_that_escapes_is_refused_in_the_container(
 ) -> None:
     row = evaluate_one(run_sample, settings, sample, gateway, "sample__ledger-1", CHAIN)
     assert (row.status.value, row.reason) == ("no_op", "patch_outside_repo"), row.detail
+
+
+# The install rewrites the tracked root conftest.py into a force-pass plugin, then marks
+# it assume-unchanged in the checkout's index: git status, reading that index, sees
+# nothing changed.
+HIDDEN_BY_THE_INDEX = setup_py(
+    f"open('conftest.py', 'w').write({FORCE_PASS!r})\n"
+    "subprocess.run(['git', 'update-index', '--assume-unchanged', 'conftest.py'], check=True)"
+)
+
+
+@pytest.fixture
+def listing_through_the_checkout_s_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listing as it was: git status over the checkout's own index."""
+    own = " ".join(f"{k}={v}" for k, v in docker_backend.OWN_GIT.items())
+    monkeypatch.setattr(
+        docker_backend,
+        "_LIST_CHANGES",
+        f"{docker_backend.DROP_BYTECODE}; export {own}; "
+        "exec git status --porcelain -z --untracked-files=all --no-renames",
+    )
+
+
+def test_a_test_file_the_index_hides_is_put_back(
+    run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, gateway: Gateway
+) -> None:
+    row = evaluate_one(
+        run_sample, settings, sample, gateway, "sample__ledger-1", HIDDEN_BY_THE_INDEX
+    )
+    assert "conftest.py" in row.tampered_files, row
+    assert (row.status.value, row.reason) == ("no_op", "no_f2p_pass"), row.detail
+
+
+@pytest.mark.usefixtures("listing_through_the_checkout_s_index")
+def test_the_census_names_a_conftest_the_listing_missed(
+    run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, gateway: Gateway
+) -> None:
+    row = evaluate_one(
+        run_sample, settings, sample, gateway, "sample__ledger-1", HIDDEN_BY_THE_INDEX
+    )
+    assert "conftest.py" not in row.tampered_files
+    assert (row.status.value, row.reason) == ("error", "log_tampering"), row.detail
+    assert "plugin conftest @ repo:conftest.py" in row.detail, row.detail
+
+
+@pytest.mark.usefixtures("listing_through_the_checkout_s_index", "no_census")
+def test_with_neither_the_index_hides_it_and_the_attack_resolves(
+    run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, gateway: Gateway
+) -> None:
+    row = evaluate_one(
+        run_sample, settings, sample, gateway, "sample__ledger-1", HIDDEN_BY_THE_INDEX
+    )
+    assert (row.status.value, row.reason) == ("resolved", "all_tests_pass"), row.detail

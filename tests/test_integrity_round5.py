@@ -126,3 +126,36 @@ def test_a_write_to_git_by_the_install_ends_the_row(
     )
     assert (row.status.value, row.reason) == ("error", "workspace_tampering"), row.detail
     assert "refs/replace/" in row.detail, row.detail
+
+
+# The install rewrites the tracked root conftest.py into a force-pass plugin and marks it
+# assume-unchanged in the checkout's index (the Docker backend's twin of this test:
+# tests/test_docker_round5.py): the engine reads its own copy of the index, not this one.
+HIDDEN_BY_THE_INDEX = """
+import subprocess
+from setuptools import setup
+open("conftest.py", "w").write(
+    "import pytest\\n\\n\\n@pytest.hookimpl(hookwrapper=True)\\n"
+    "def pytest_runtest_makereport(item, call):\\n"
+    "    outcome = yield\\n"
+    "    outcome.get_result().outcome = 'passed'\\n"
+)
+subprocess.run(["git", "update-index", "--assume-unchanged", "conftest.py"], check=True)
+setup()
+"""
+
+
+def test_a_test_file_the_index_hides_is_put_back(
+    run_sample: RunSample, sample: SampleBenchmark, settings: LocalSettings, tmp_path: Path
+) -> None:
+    row, _ = evaluate_crafted(
+        lambda r: write(r / "setup.py", HIDDEN_BY_THE_INDEX),
+        "r5-index",
+        run_sample,
+        sample,
+        settings,
+        tmp_path,
+        "sample__ledger-1",
+    )
+    assert (row.status.value, row.reason) == ("no_op", "no_f2p_pass"), row.detail
+    assert "conftest.py" in row.tampered_files, row

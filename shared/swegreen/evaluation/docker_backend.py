@@ -105,9 +105,15 @@ RESOLVE_LINKS = (
     'printf \'%s\\0%s\\0\' "$p" "$(realpath -m -- "$p")"; fi; done'
 )
 # the checkout's bytecode dropped, then what differs from HEAD, untracked files included
+# (the checkout's own index is not read: the install can write it, and an entry marked
+# assume-unchanged or skip-worktree, or with the stat data of a rewritten file, hides a
+# changed test file from git status; a private index made from HEAD's tree knows only
+# what HEAD holds, so every file is read for what it is)
 _LIST_CHANGES = (
     f"{DROP_BYTECODE}; export {' '.join(f'{k}={v}' for k, v in OWN_GIT.items())}; "
-    "exec git status --porcelain -z --untracked-files=all --no-renames"
+    'GIT_INDEX_FILE=$(mktemp /tmp/.swegreen-index-XXXXXX) && export GIT_INDEX_FILE && '
+    'git read-tree HEAD && git status --porcelain -z --untracked-files=all --no-renames; '
+    'r=$?; rm -f "$GIT_INDEX_FILE"; exit $r'
 )
 _SITE = f"{ENV_PREFIX}/lib/python*/site-packages"
 # /testbed's names, then the environment's files that name it as an editable install
