@@ -111,8 +111,8 @@ RESOLVE_LINKS = (
 # what HEAD holds, so every file is read for what it is)
 _LIST_CHANGES = (
     f"{DROP_BYTECODE}; export {' '.join(f'{k}={v}' for k, v in OWN_GIT.items())}; "
-    'GIT_INDEX_FILE=$(mktemp /tmp/.swegreen-index-XXXXXX) && export GIT_INDEX_FILE && '
-    'git read-tree HEAD && git status --porcelain -z --untracked-files=all --no-renames; '
+    "GIT_INDEX_FILE=$(mktemp /tmp/.swegreen-index-XXXXXX) && export GIT_INDEX_FILE && "
+    "git read-tree HEAD && git status --porcelain -z --untracked-files=all --no-renames; "
     'r=$?; rm -f "$GIT_INDEX_FILE"; exit $r'
 )
 _SITE = f"{ENV_PREFIX}/lib/python*/site-packages"
