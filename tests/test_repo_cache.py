@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -171,3 +173,19 @@ def test_github_submodule_urls_name_their_repository() -> None:
     )
     assert github_repo("../sibling.git", "owner/main") == "owner/sibling"
     assert github_repo("https://gitlab.com/a/b.git", "x/y") is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a repository another user owns needs root")
+def test_a_source_another_user_owns_is_cloned_and_fetched(tmp_path: Path, upstream) -> None:
+    """A mirror made by root, read by a non-root engine: git's ownership check would
+    refuse it, and the engine's git reads no global safe.directory the user could set."""
+    path, shas = upstream
+    subprocess.run(["chown", "-R", "12345:12345", str(path)], check=True)
+    cache = cache_for(tmp_path)
+    asyncio.run(cache.checkout("acme/widget", shas[1], tmp_path / "ws"))
+    assert (tmp_path / "ws" / "w.py").read_text() == "v = 2\n"
+    subprocess.run(["chown", "-R", "0:0", str(path)], check=True)
+    newer = commit(path, {"w.py": "v = 5\n"}, "five")  # fetched, from the same source
+    subprocess.run(["chown", "-R", "12345:12345", str(path)], check=True)
+    asyncio.run(cache.checkout("acme/widget", newer, tmp_path / "ws2"))
+    assert (tmp_path / "ws2" / "w.py").read_text() == "v = 5\n"

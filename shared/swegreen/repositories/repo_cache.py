@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -269,13 +270,31 @@ class RepoCache:
         )
         return result.ok
 
+    @staticmethod
+    def _trusting(url: str) -> tuple[list[str], list[str]]:
+        """For a source on this machine that the user named: git's options to read it
+        although another user owns it (a mirror made by root, read by a non-root engine),
+        which git refuses by default, and this engine's git reads no global configuration
+        where the user could say they trust it. ``safe.directory`` for this git and for the
+        ``upload-pack`` it starts (which does not inherit ``-c``); the source is only read
+        from (clone, fetch). (Options before the command, the command's own options.)"""
+        path = url.removeprefix("file://")
+        if "://" in path or not path.startswith("/"):
+            return [], []
+        found = dict.fromkeys(
+            p for base in (path, os.path.realpath(path)) for p in (base, f"{base}/.git")
+        )
+        options = [part for p in found for part in ("-c", f"safe.directory={p}")]
+        return options, ["--upload-pack", shlex.join(["git", *options, "upload-pack"])]
+
     async def _clone(self, repo: str, url: str, mirror: Path) -> None:
         mirror.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{mirror.name}.", dir=mirror.parent))
         tmp.chmod(0o755)  # sandboxed checkouts read its objects (their git alternates)
+        trust, upload_pack = self._trusting(url)
         try:
             result = await run_process(
-                ["git", "clone", "--quiet", "--bare", url, str(tmp)],
+                ["git", *trust, "clone", *upload_pack, "--quiet", "--bare", url, str(tmp)],
                 env=self.env,
                 timeout=CLONE_TIMEOUT,
             )
@@ -291,7 +310,8 @@ class RepoCache:
             await asyncio.to_thread(shutil.rmtree, tmp, True)
 
     async def _fetch(self, repo: str, url: str, mirror: Path, commit: str) -> None:
-        git = ["git", "-C", str(mirror), "fetch", "--quiet", url]
+        trust, upload_pack = self._trusting(url)
+        git = ["git", *trust, "-C", str(mirror), "fetch", *upload_pack, "--quiet", url]
         # A commit on no branch can still be fetched by id from hosts that allow it.
         await run_process([*git, commit], env=self.env, timeout=CLONE_TIMEOUT)
         result = await run_process(
