@@ -181,6 +181,8 @@ def test_a_source_another_user_owns_is_cloned_and_fetched(tmp_path: Path, upstre
     refuse it, and the engine's git reads no global safe.directory the user could set."""
     path, shas = upstream
     subprocess.run(["chown", "-R", "12345:12345", str(path)], check=True)
+    # a file of the source that only its owner may read (a mirror's .promisor file)
+    (path / ".git" / "objects" / "pack" / "x.promisor").touch(mode=0o600)
     cache = cache_for(tmp_path)
     asyncio.run(cache.checkout("acme/widget", shas[1], tmp_path / "ws"))
     assert (tmp_path / "ws" / "w.py").read_text() == "v = 2\n"

@@ -285,7 +285,19 @@ class RepoCache:
             p for base in (path, os.path.realpath(path)) for p in (base, f"{base}/.git")
         )
         options = [part for p in found for part in ("-c", f"safe.directory={p}")]
-        return options, ["--upload-pack", shlex.join(["git", *options, "upload-pack"])]
+        upload_pack = ["--upload-pack", shlex.join(["git", *options, "upload-pack"])]
+        return options, upload_pack
+
+    @staticmethod
+    def _owned_by_another(url: str) -> bool:
+        """Whether a source on this machine belongs to another user: its files are then
+        read through git's protocol (``--no-local``), not copied, so that one it keeps
+        unreadable to others (a ``.promisor`` file) does not end the clone."""
+        path = url.removeprefix("file://")
+        try:
+            return "://" not in path and os.stat(path).st_uid != os.geteuid()
+        except OSError:
+            return False
 
     async def _clone(self, repo: str, url: str, mirror: Path) -> None:
         mirror.parent.mkdir(parents=True, exist_ok=True)
@@ -293,11 +305,9 @@ class RepoCache:
         tmp.chmod(0o755)  # sandboxed checkouts read its objects (their git alternates)
         trust, upload_pack = self._trusting(url)
         try:
-            result = await run_process(
-                ["git", *trust, "clone", *upload_pack, "--quiet", "--bare", url, str(tmp)],
-                env=self.env,
-                timeout=CLONE_TIMEOUT,
-            )
+            local = ["--no-local"] if self._owned_by_another(url) else []
+            clone = ["clone", *upload_pack, *local, "--quiet", "--bare", url, str(tmp)]
+            result = await run_process(["git", *trust, *clone], env=self.env, timeout=CLONE_TIMEOUT)
             if not result.ok:
                 raise RepoUnavailable(
                     f"cannot clone {repo} from {url}: {result.tail(5).strip()}. "
