@@ -135,9 +135,11 @@ class MonitoringParts:
                 ),
                 ERROR_RATIO_ALARM_PERCENT,
             ),
-            "LambdaErrors": (_sum("Errors", functions, five_minutes), 1),
-            "LambdaThrottles": (_sum("Throttles", functions, five_minutes), 1),
         }
+        for kind in ("Errors", "Throttles"):
+            # a math expression takes 10 metrics at most: an alarm per ten functions
+            for n, metric in enumerate(_sums(kind, functions, five_minutes)):
+                signals[f"Lambda{kind}{n + 1 if n else ''}"] = (metric, 1)
         for name, (metric, threshold) in signals.items():
             cloudwatch.Alarm(
                 self,
@@ -195,8 +197,8 @@ class MonitoringParts:
             cloudwatch.GraphWidget(title="Running tasks", left=[running], width=8),
             cloudwatch.GraphWidget(
                 title="Lambda errors and throttles",
-                left=[_sum("Errors", functions, minute)],
-                right=[_sum("Throttles", functions, minute)],
+                left=_sums("Errors", functions, minute),
+                right=_sums("Throttles", functions, minute),
                 width=8,
             ),
         )
@@ -230,15 +232,33 @@ def row_metrics(period: Duration) -> dict[str, cloudwatch.IMetric]:
     }
 
 
-def _sum(name: str, functions: list[lambda_.Function], period: Duration) -> cloudwatch.IMetric:
-    """``name`` (Errors, Throttles) summed over ``functions``."""
-    using = {
-        f"{name.lower()}{n}": fn.metric(name, statistic="Sum", period=period)
-        for n, fn in enumerate(functions)
-    }
-    return cloudwatch.MathExpression(
-        expression=" + ".join(f"FILL({k}, 0)" for k in using),
-        using_metrics=using,
-        label=f"Lambda {name.lower()}",
-        period=period,
-    )
+# CloudWatch's limit on the metrics one math expression (and so one alarm) may use
+MAX_EXPRESSION_METRICS = 10
+
+
+def _sums(
+    name: str, functions: list[lambda_.Function], period: Duration
+) -> list[cloudwatch.IMetric]:
+    """``name`` (Errors, Throttles) summed over ``functions``, ten functions a sum at
+    most (``MAX_EXPRESSION_METRICS``): one more function never breaks the deploy."""
+    sums: list[cloudwatch.IMetric] = []
+    for start in range(0, len(functions), MAX_EXPRESSION_METRICS):
+        chunk = functions[start : start + MAX_EXPRESSION_METRICS]
+        using = {
+            f"{name.lower()}{start + n}": fn.metric(name, statistic="Sum", period=period)
+            for n, fn in enumerate(chunk)
+        }
+        part = (
+            f" ({start + 1}-{start + len(chunk)})"
+            if len(functions) > MAX_EXPRESSION_METRICS
+            else ""
+        )
+        sums.append(
+            cloudwatch.MathExpression(
+                expression=" + ".join(f"FILL({k}, 0)" for k in using),
+                using_metrics=using,
+                label=f"Lambda {name.lower()}{part}",
+                period=period,
+            )
+        )
+    return sums

@@ -789,6 +789,31 @@ def test_a_run_of_error_rows_and_failing_or_throttled_functions_raise_alarms(
         assert title in body, title
 
 
+def test_every_function_is_in_an_alarm_and_no_expression_passes_cloudwatch_s_limit() -> None:
+    """A math expression takes ten metrics at most (CloudWatch refuses the deploy past
+    that): the functions' sums come ten at a time, however many functions there are."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_lambda as lambda_
+
+    from infra.monitoring import MAX_EXPRESSION_METRICS, _sums
+
+    stack = cdk.Stack(cdk.App(), "Sums")
+    functions = [
+        lambda_.Function(
+            stack,
+            f"F{n}",
+            runtime=lambda_.Runtime.PYTHON_3_12,
+            handler="x.handler",
+            code=lambda_.Code.from_inline("def handler(e, c): pass"),
+        )
+        for n in range(23)
+    ]
+    for count in (1, 9, 10, 11, 23):
+        sums = _sums("Errors", functions[:count], cdk.Duration.minutes(5))
+        used = [len(m.using_metrics) for m in sums]  # type: ignore[attr-defined]
+        assert all(n <= MAX_EXPRESSION_METRICS for n in used) and sum(used) == count, used
+
+
 def test_api_key_mode_has_a_quota(tmp_path: Path) -> None:
     """Synthesized in process with api_auth=api_key: a key, and a usage plan that
     throttles and caps requests per day."""
@@ -1231,3 +1256,17 @@ def test_the_stack_makes_what_it_needs_of_the_account_before_using_it(
     (create,) = [st for st in statements if st["Action"] == "iam:CreateServiceLinkedRole"]
     assert create["Condition"] == {"StringEquals": {"iam:AWSServiceName": "ecs.amazonaws.com"}}
     assert "AWSServiceRoleForECS" in json.dumps(create["Resource"])
+
+
+def test_cdk_json_holds_the_settings_defaults() -> None:
+    """docs/aws.md: cdk.json holds the defaults. A value there that differs from the
+    settings' default (the documented one) is what a deploy from this checkout gets,
+    unseen: api_quota_per_day once said 1,000 there and 20,000 in the settings and docs."""
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    fields = StackSettings.model_fields
+    ours = {k.removeprefix("swegreen:"): v for k, v in context.items() if k.startswith("swegreen:")}
+    assert ours, "cdk.json names no swegreen: setting"
+    for name, value in ours.items():
+        assert name in fields, f"cdk.json names swegreen:{name}, which no setting has"
+        default = fields[name].get_default(call_default_factory=True)
+        assert StackSettings.model_validate({name: value}).model_dump()[name] == default, name
