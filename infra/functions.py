@@ -222,12 +222,14 @@ class FunctionParts:
         self._s3(self.classify, read + write, f"{runs}*")
         self._s3(self.classify, delete, f"{row}{SANDBOX_INPUT}")
         self._s3(self.aggregate, read + write, f"{runs}*")
+        # DeleteItem: a run resumed with fewer rows drops its selection's last items
         table.grant(
             self.resolve,
             "dynamodb:GetItem",
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
             "dynamodb:Query",
+            "dynamodb:DeleteItem",
         )
         table.grant(self.dispatch, "dynamodb:PutItem")  # a row waiting for its participant
         table.grant(self.watch, "dynamodb:Query", "dynamodb:DeleteItem")
@@ -238,6 +240,7 @@ class FunctionParts:
             "dynamodb:Query",
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
+            "dynamodb:DeleteItem",  # as Resolve: the run's record rewritten
         )
         table.grant(self.stopped, "dynamodb:UpdateItem", "dynamodb:PutItem")
         idempotency.grant(  # powertools' idempotency records

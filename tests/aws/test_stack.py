@@ -1270,3 +1270,111 @@ def test_cdk_json_holds_the_settings_defaults() -> None:
         assert name in fields, f"cdk.json names swegreen:{name}, which no setting has"
         default = fields[name].get_default(call_default_factory=True)
         assert StackSettings.model_validate({name: value}).model_dump()[name] == default, name
+
+
+# boto3's Table methods and the IAM actions they need
+TABLE_ACTIONS = {
+    "get_item": "dynamodb:GetItem",
+    "put_item": "dynamodb:PutItem",
+    "update_item": "dynamodb:UpdateItem",
+    "delete_item": "dynamodb:DeleteItem",
+    "query": "dynamodb:Query",
+    "scan": "dynamodb:Scan",
+    "batch_write_item": "dynamodb:BatchWriteItem",
+    "batch_get_item": "dynamodb:BatchGetItem",
+}
+# functions/<file>.py -> its Lambda's name in the stack
+FUNCTION_FILES = {
+    "resolve": "Resolve",
+    "dispatch": "Dispatch",
+    "watch": "Watch",
+    "presign": "Presign",
+    "classify": "Classify",
+    "retry": "TaskRetry",
+    "aggregate": "Aggregate",
+    "stopped": "Stopped",
+}
+
+
+def _methods(paths: list[Path]) -> dict[str, Any]:
+    import ast
+
+    found = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                        found[item.name] = item
+    return found
+
+
+def _attrs_of(node: Any, *chain: str) -> set[str]:
+    """Names ``x`` of every ``<chain>.x`` in ``node`` (``chain``: ``self``, ``store``...)."""
+    import ast
+
+    found = set()
+    for sub in ast.walk(node):
+        if not isinstance(sub, ast.Attribute):
+            continue
+        inner, names = sub.value, list(reversed(chain))
+        ok = True
+        for name in names[:-1]:
+            ok = ok and isinstance(inner, ast.Attribute) and inner.attr == name
+            inner = inner.value if isinstance(inner, ast.Attribute) else inner
+        if ok and isinstance(inner, ast.Name) and inner.id == names[-1]:
+            found.add(sub.attr)
+        elif ok and isinstance(inner, ast.Call) and getattr(inner.func, "id", "") == names[-1]:
+            found.add(sub.attr)  # pipeline().x
+    return found
+
+
+def _closure(start: set[str], methods: dict[str, Any], *chain: str) -> set[str]:
+    seen, todo = set(), list(start)
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in methods:
+            continue
+        seen.add(name)
+        todo += _attrs_of(methods[name], *chain)
+    return seen
+
+
+def test_every_function_may_make_each_table_call_its_code_makes(template: dict[str, Any]) -> None:
+    """The IAM policies checked against the code, as a policy simulator would check the
+    calls: each Lambda's DynamoDB actions on the table cover every call its handler can
+    reach (functions/<name>.py -> the pipeline's methods -> DynamoStore's -> boto3's
+    Table). The emulators enforce no IAM, so a missing grant shows only on a real account
+    (the shrinking selection's DeleteItem once, in Resolve and Aggregate)."""
+    shared = ROOT / "shared" / "swegreen" / "aws"
+    store = _methods([shared / "dynamo_store.py"])
+    pipeline = _methods(sorted((shared / "pipeline").glob("*.py")))
+
+    def store_actions(names: set[str]) -> set[str]:
+        calls = set()
+        for name in _closure(names, store, "self"):
+            calls |= _attrs_of(store[name], "self", "table")
+        return {TABLE_ACTIONS[c] for c in calls if c in TABLE_ACTIONS}
+
+    tables = [t for t in resources(template, "AWS::DynamoDB::Table") if "Idempotency" not in t]
+    assert len(tables) == 1, tables
+    granted: dict[str, set[str]] = {}
+    for name, policy in resources(template, "AWS::IAM::Policy").items():
+        role = name.removeprefix("Workflow").split("ServiceRole")[0]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if statement["Effect"] == "Allow" and tables[0] in json.dumps(statement["Resource"]):
+                granted.setdefault(role, set()).update(_actions(statement))
+    checked = 0
+    for file, role in FUNCTION_FILES.items():
+        import ast
+
+        tree = ast.parse((ROOT / "functions" / f"{file}.py").read_text())
+        steps = _attrs_of(tree, "pipeline")
+        direct = _attrs_of(tree, "pipeline", "store")
+        reached = _closure(steps, pipeline, "self")
+        calls = direct | {c for m in reached for c in _attrs_of(pipeline[m], "self", "store")}
+        needed = store_actions(calls)
+        missing = needed - {a for a in granted.get(role, set()) if a.startswith("dynamodb:")}
+        assert not missing, f"{role} ({file}.py) calls {sorted(needed)} and lacks {sorted(missing)}"
+        checked += bool(needed)
+    assert checked >= 5  # the analysis found the calls it is there to check
