@@ -15,6 +15,8 @@ from infra.bundling import lambda_code
 from infra.settings import StackSettings, retention
 from swegreen.aws.account_setup import ECS_PATH, ECS_ROLE, ECS_SERVICE
 
+SETUP_SERVICE_TIMEOUT = 600  # seconds: the function's own 300, twice
+
 
 class AccountSetup(Construct):
     def __init__(self, scope: Construct, id: str, *, settings: StackSettings) -> None:
@@ -33,7 +35,8 @@ class AccountSetup(Construct):
             architecture=lambda_.Architecture.X86_64,
             handler="setup.handler",
             code=lambda_code(),
-            timeout=Duration.seconds(120),
+            # the new role's wait (ROLE_WAIT_SECONDS, 240 s) and the answer
+            timeout=Duration.seconds(300),
             memory_size=256,
             environment={"POWERTOOLS_SERVICE_NAME": "swegreen"},
             log_group=log_group,
@@ -61,6 +64,9 @@ class AccountSetup(Construct):
             service_token=fn.function_arn,
             resource_type="Custom::SweGreenAccountSetup",
             properties={"S3PrefixListId": settings.s3_prefix_list_id},
+            # a function that never answers (killed, out of memory) fails the stack in
+            # this long, not CloudFormation's default hour
+            service_timeout=Duration.seconds(SETUP_SERVICE_TIMEOUT),
         )
 
     @property

@@ -25,6 +25,10 @@ def preflight(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
+    # a role made here is there at once (moto): no wait for IAM to show it
+    from swegreen.aws import account_setup
+
+    monkeypatch.setattr(account_setup, "_sleep", lambda seconds: None)
     spec = importlib.util.spec_from_file_location("aws_preflight", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -117,3 +121,67 @@ def test_the_stack_s_account_setup_makes_the_role_finds_s3_and_answers_cloudform
         "boom",
         "p",
     )
+
+
+def test_a_role_just_made_is_waited_for_until_iam_shows_it_and_then_some(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A service-linked role made seconds ago is often not yet usable (the first deploy's
+    capacity providers then roll the stack back): made, it is waited for until IAM has
+    shown it three times in a row, then a settle; past the bound, a clear failure."""
+    from botocore.exceptions import ClientError
+
+    from swegreen.aws import account_setup as setup
+
+    class LateIam:
+        def __init__(self, hidden: int) -> None:
+            self.hidden, self.made = hidden, False
+
+        def get_role(self, RoleName: str) -> dict[str, Any]:
+            if not self.made or self.hidden > 0:
+                self.hidden -= self.made
+                raise ClientError({"Error": {"Code": "NoSuchEntity"}}, "GetRole")
+            return {"Role": {"RoleName": RoleName}}
+
+        def create_service_linked_role(self, AWSServiceName: str) -> dict[str, Any]:
+            self.made = True
+            return {"Role": {"RoleName": setup.ECS_ROLE}}
+
+    slept: list[float] = []
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    monkeypatch.setattr(setup, "_sleep", sleep)
+    monkeypatch.setattr(setup, "_clock", lambda: now[0])
+    assert setup.ecs_role(LateIam(hidden=4), make=True) == "made"
+    assert slept == [setup.ROLE_POLL_SECONDS] * 7 + [setup.ROLE_SETTLE_SECONDS]
+    slept.clear()
+    with pytest.raises(TimeoutError, match="deploy again"):
+        setup.ecs_role(LateIam(hidden=10_000), make=True)
+    assert sum(slept) <= setup.ROLE_WAIT_SECONDS + setup.ROLE_POLL_SECONDS
+
+
+def test_the_account_setup_fails_the_stack_in_minutes_not_an_hour() -> None:
+    """CloudFormation waits an hour for a custom resource's answer by default: a setup
+    function that dies unanswered must fail the deploy sooner, and after its own timeout,
+    which must cover the role's wait."""
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+
+    from infra.account_setup import SETUP_SERVICE_TIMEOUT, AccountSetup
+    from infra.settings import StackSettings
+    from swegreen.aws.account_setup import ROLE_WAIT_SECONDS
+
+    stack = cdk.Stack(cdk.App(), "Setup")
+    AccountSetup(stack, "AccountSetup", settings=StackSettings())
+    t = Template.from_stack(stack).to_json()
+    (resource,) = [
+        r for r in t["Resources"].values() if r["Type"] == "Custom::SweGreenAccountSetup"
+    ]
+    (function,) = [r for r in t["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
+    timeout = function["Properties"]["Timeout"]
+    assert int(resource["Properties"]["ServiceTimeout"]) == SETUP_SERVICE_TIMEOUT
+    assert ROLE_WAIT_SECONDS + 30 < timeout < SETUP_SERVICE_TIMEOUT <= 900

@@ -13,7 +13,9 @@ left to a step a user may skip:
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -35,12 +37,55 @@ def ecs_role(iam: Any, make: bool) -> str:
     if not make:  # a check by the role's path too (the preflight's own credentials)
         return "exists" if iam.list_roles(PathPrefix=ECS_PATH).get("Roles") else "missing"
     try:
-        iam.create_service_linked_role(AWSServiceName=ECS_SERVICE)
+        made = iam.create_service_linked_role(AWSServiceName=ECS_SERVICE)
     except ClientError as exc:  # there already, or made meanwhile by someone else: as good
         if _code(exc) == "EntityAlreadyExists" or "has been taken" in str(exc):
             return "exists"
         raise
+    wait_until_usable(iam, str(made.get("Role", {}).get("RoleName") or ECS_ROLE))
     return "made"
+
+
+# A role made seconds ago is often not yet one ECS can assume: the capacity providers'
+# association fails "Unable to assume the service linked role" and the stack rolls back.
+# IAM is eventually consistent: the role is waited for until IAM has shown it
+# ``ROLE_SEEN_TIMES`` times in a row, then ``ROLE_SETTLE_SECONDS`` more (what a new role
+# takes to reach the other services), ``ROLE_WAIT_SECONDS`` in all at the most.
+ROLE_SEEN_TIMES = 3
+ROLE_POLL_SECONDS = 5.0
+ROLE_SETTLE_SECONDS = 20.0
+ROLE_WAIT_SECONDS = 240.0
+_sleep, _clock = time.sleep, time.monotonic
+
+
+def wait_until_usable(
+    iam: Any,
+    name: str = ECS_ROLE,
+    sleep: Callable[[float], None] | None = None,
+    clock: Callable[[], float] | None = None,
+) -> None:
+    """Return once ECS's new service-linked role (``name``, as IAM made it) has had time
+    to be usable; raise, saying what to do, when IAM does not show it within
+    ``ROLE_WAIT_SECONDS`` (``sleep``, ``clock``: ``_sleep``, ``_clock``, read when called)."""
+    sleep, clock = sleep or _sleep, clock or _clock
+    deadline = clock() + ROLE_WAIT_SECONDS
+    seen = 0
+    while seen < ROLE_SEEN_TIMES:
+        if clock() > deadline:
+            raise TimeoutError(
+                f"ECS's service-linked role {ECS_ROLE} was made, but IAM did not show it "
+                f"within {ROLE_WAIT_SECONDS:g} s; deploy again (it is made now), or run "
+                "scripts/aws_preflight.py first"
+            )
+        try:
+            iam.get_role(RoleName=name)
+            seen += 1
+        except ClientError as exc:
+            if _code(exc) != "NoSuchEntity":
+                raise
+            seen = 0
+        sleep(ROLE_POLL_SECONDS)
+    sleep(ROLE_SETTLE_SECONDS)
 
 
 def _code(exc: ClientError) -> str:
