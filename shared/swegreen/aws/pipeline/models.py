@@ -28,6 +28,7 @@ SANDBOX_OUTPUTS = (
     art.INSTANCE_LOG,
     art.REPORT,
     art.RESULT,
+    art.BASE_CENSUS,  # what configures pytest on the base commit (the engine's census)
 )
 # How long the state machine lets a Fargate task run (infra/states.py).
 SANDBOX_TASK_SECONDS = 3 * 3600
