@@ -202,3 +202,50 @@ def test_with_neither_the_index_hides_it_and_the_attack_resolves(
         run_sample, settings, sample, gateway, "sample__ledger-1", HIDDEN_BY_THE_INDEX
     )
     assert (row.status.value, row.reason) == ("resolved", "all_tests_pass"), row.detail
+
+
+NOT_APPLYING = (
+    "diff --git a/ledger/money.py b/ledger/money.py\n--- a/ledger/money.py\n"
+    "+++ b/ledger/money.py\n@@ -1,2 +1,2 @@\n-no such line\n-nor this\n+x\n+y\n"
+)
+
+
+def test_a_row_that_ends_before_its_census_leaves_no_container(
+    monkeypatch: pytest.MonkeyPatch,
+    run_sample: RunSample,
+    sample: SampleBenchmark,
+    settings: LocalSettings,
+    gateway: Gateway,
+) -> None:
+    """The census's container is made meanwhile, in a thread; a row whose patch does not
+    apply ends while it is still being made (made slow here), and it is removed all the
+    same once made."""
+    import threading
+
+    import docker
+
+    from swegreen.containers.container import RowContainer
+
+    create = RowContainer.create.__func__  # type: ignore[attr-defined]
+    row_ended = threading.Event()
+
+    def slow(cls, client, image, name, *args):  # type: ignore[no-untyped-def]
+        if name.startswith("swegreen-census-"):
+            row_ended.wait(60)  # made only once the row has ended
+        return create(cls, client, image, name, *args)
+
+    monkeypatch.setattr(RowContainer, "create", classmethod(slow))
+    finish = DockerEvaluator._does_not_apply
+
+    def ended(self, *args):  # type: ignore[no-untyped-def]
+        row_ended.set()
+        return finish(self, *args)
+
+    monkeypatch.setattr(DockerEvaluator, "_does_not_apply", ended)
+    row = evaluate_one(run_sample, settings, sample, gateway, "sample__ledger-2", NOT_APPLYING)
+    assert (row.status.value, row.reason) == ("no_op", "patch_does_not_apply"), row.detail
+    client = docker.DockerClient(base_url=f"unix://{gateway.listen}")
+    try:
+        assert client.containers.list(all=True) == []
+    finally:
+        client.close()

@@ -269,10 +269,20 @@ class DockerEvaluator(PatchEvaluator):
         if recorder is None or runner_kind(recipe.log_parser) is not None:
             return None, 0.0
         phases = image_eval_phases(instance, recipe, test_setup=recorder.setup)
-        box = await self.container(
-            image_id, f"swegreen-census-{instance.instance_id.lower()}", network,
-            {LABEL: f"{run_id}/{instance.instance_id}"},
+        creating = asyncio.ensure_future(
+            self.container(
+                image_id, f"swegreen-census-{instance.instance_id.lower()}", network,
+                {LABEL: f"{run_id}/{instance.instance_id}"},
+            )
         )  # fmt: skip
+        try:
+            box = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            # the row ended first (its patch did not apply): the container being made
+            # in a thread is made all the same, and removed
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread((await creating).remove)
+            raise
         try:
             files = {**recorder.files, EVAL_SCRIPT: (phases.test.encode(), 0o644)}
             await asyncio.to_thread(box.put_files, files, {recorder.folder: 0o755})
