@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import time
 import uuid
@@ -366,12 +367,20 @@ class Evaluator(PatchEvaluator):
 
     async def _base_census(self, run_id: str, testbed: Testbed) -> dict[str, object] | None:
         """The base commit's census (``take_census``), kept beside the prepared workspace
-        it was taken from, under the recorder's digest: the same workspace, environment
-        and recorder give the same census, and a sandbox start is not free (Landlock's,
-        about 10 s on a real row)."""
+        it was taken from, under a digest of the recorder and of how the tests run: the
+        same workspace, recorder and test command give the same census, and a sandbox
+        start is not free (Landlock's, about 10 s on a real row)."""
         kept = None
         if testbed.prepared is not None:
-            digest = pytest_recorder_digest()
+            # what the census depends on besides the workspace: the recorder, and how the
+            # tests are run (a recipe's test command, the row's test patch or script)
+            inputs = (
+                pytest_recorder_digest(),
+                testbed.recipe.model_dump_json(),
+                testbed.instance.test_patch,
+                testbed.instance.eval_script or "",
+            )
+            digest = hashlib.sha256("\0".join(inputs).encode()).hexdigest()[:16]
             kept = testbed.prepared.with_name(f"{testbed.prepared.name}.census-{digest}.json")
             with contextlib.suppress(OSError, ValueError):
                 return json.loads(kept.read_text())["census"]
