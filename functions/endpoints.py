@@ -21,4 +21,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     budget = max(0.0, context.get_remaining_time_in_millis() / 1000 - 60)
     out = endpoints.ensure(ec2(), spec, wait_seconds=budget)
     logger.info("endpoints", extra=out)
+    if out.get("unreachable"):  # the run stops with it (infra/pipeline_machine.py)
+        raise endpoints.EndpointsUnreachable(out["problem"])
     return out

@@ -88,11 +88,16 @@ class PipelineMachine(StateParts):
         resolve.add_catch(run_failed, result_path="$.failure")
         aggregate.add_catch(run_failed, result_path="$.failure")
         # The closed rows' endpoints, made for this run (none standing: infra/sandbox.py);
-        # if they fail to come up the run goes on and its closed rows say why.
+        # if they fail to come up the run goes on and its closed rows say why; if the
+        # VPC's own endpoints answer in a group the rows may not reach, no row could run:
+        # the run stops, its record naming the setting that mends it.
         start: sfn.IChainable = want_builds
         if self.endpoints is not None:
             endpoints = self._invoke(
                 "Endpoints", self.endpoints, {"run_id.$": "$.run_id"}, "$.endpoints"
+            )
+            endpoints.add_catch(
+                run_failed, errors=["EndpointsUnreachable"], result_path="$.failure"
             )
             endpoints.add_catch(want_builds, result_path="$.endpoints_error")
             start = endpoints.next(want_builds)

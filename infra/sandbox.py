@@ -353,6 +353,18 @@ class Sandbox(Construct):
         endpoints.add_ingress_rule(group, ec2.Port.tcp(443), "closed rows")
         self.endpoints = endpoints
         group.add_egress_rule(endpoints, ec2.Port.tcp(443), "ECR and CloudWatch Logs endpoints")
+        if settings.vpc_endpoint_security_group:
+            # An imported VPC's own endpoints: their private DNS answers for the whole VPC
+            # (ours cannot be made beside them), so the rows must reach their group and it
+            # must admit the rows and the build tasks (rules added to the owner's group).
+            theirs = ec2.SecurityGroup.from_security_group_id(
+                self, "VpcEndpoints", settings.vpc_endpoint_security_group, mutable=True
+            )
+            group.add_egress_rule(theirs, ec2.Port.tcp(443), "the VPC's own endpoints")
+            theirs.add_ingress_rule(group, ec2.Port.tcp(443), "swegreen closed rows")
+            theirs.add_ingress_rule(
+                self.security_group, ec2.Port.tcp(443), "swegreen build tasks and open rows"
+            )
         # S3's addresses only (the region's prefix list, given or found at deploy time:
         # AccountSetup), reached through the gateway endpoint
         group.add_egress_rule(
@@ -405,6 +417,7 @@ class Sandbox(Construct):
                 "vpc_id": self.vpc.vpc_id,
                 "subnet_ids": subnet_ids,
                 "security_group_id": endpoints.security_group_id,
+                "shared_security_group_id": settings.vpc_endpoint_security_group,
                 "owner": stack.stack_name,
                 "region": stack.region,
                 "lease_seconds": settings.endpoint_lease_minutes * 60,

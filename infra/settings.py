@@ -60,6 +60,13 @@ class StackSettings(BaseModel):
         description="an existing VPC with private (with egress) and isolated subnets; empty: "
         "a new one, public and isolated subnets, no NAT",
     )
+    vpc_endpoint_security_group: str = Field(
+        "",
+        pattern=r"^(sg-[0-9a-f]+)?$",
+        description="the imported VPC's own interface endpoints' security group (ECR, Logs, "
+        "private DNS on): the rows may send HTTPS to it and it admits them; empty: the VPC "
+        "has none of its own (a run whose VPC has some anyway stops, naming this key)",
+    )
     s3_prefix_list_id: str = Field(
         "",
         pattern=r"^(pl-[0-9a-f]+)?$",
@@ -148,6 +155,15 @@ class StackSettings(BaseModel):
         if value not in RETENTION_NAMES:
             raise ValueError(f"must be one of {sorted(RETENTION_NAMES)} (CloudWatch's values)")
         return value
+
+    @model_validator(mode="after")
+    def _endpoint_group(self) -> StackSettings:
+        if self.vpc_endpoint_security_group and not self.vpc_id:
+            raise ValueError(
+                "vpc_endpoint_security_group is the group of an imported VPC's own "
+                "endpoints: give vpc_id too, or leave it empty (a new VPC has none)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _fargate_sizes(self) -> StackSettings:

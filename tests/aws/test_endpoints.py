@@ -124,20 +124,47 @@ def test_a_run_whose_endpoints_a_reaper_deleted_meanwhile_makes_them_again(ec2: 
     assert len(_live(ec2)) == 3 and not set(_live(ec2)) & first
 
 
+def _theirs(ec2: Any, spec: EndpointSpec, service: str = "ecr.api") -> tuple[str, str]:
+    """An endpoint of the VPC's owner, private DNS on, in the owner's own group."""
+    group = ec2.create_security_group(
+        GroupName="owners-endpoints", Description="x", VpcId=spec.vpc_id
+    )["GroupId"]
+    endpoint = ec2.create_vpc_endpoint(
+        VpcEndpointType="Interface",
+        VpcId=spec.vpc_id,
+        ServiceName=f"com.amazonaws.eu-west-1.{service}",
+        SubnetIds=spec.subnet_ids,
+        SecurityGroupIds=[group],
+        PrivateDnsEnabled=True,
+    )["VpcEndpoint"]["VpcEndpointId"]
+    return endpoint, group
+
+
+def test_a_vpc_s_own_endpoints_in_a_group_the_rows_cannot_reach_stop_the_run_with_the_fix(
+    ec2: Any,
+) -> None:
+    """An imported VPC that has its own ECR API endpoint with private DNS answers for the
+    whole VPC: the closed rows would send to it, but their group reaches only the stack's
+    endpoints' group, and every closed row would fail to pull its image. The run is told
+    at once, with the setting to give, and nothing is made."""
+    spec = _spec(ec2)
+    endpoint, group = _theirs(ec2, spec)
+    out = endpoints.ensure(ec2, spec, sleep=lambda s: None, settle_seconds=0)
+    assert out["ready"] is False and out["unreachable"] is True, out
+    assert endpoint in out["problem"] and group in out["problem"]
+    assert f"swegreen:vpc_endpoint_security_group={group}" in out["problem"]
+    assert out["made"] == [] and set(_live(ec2)) == {endpoint}
+
+
 def test_a_vpc_with_its_own_endpoints_keeps_them_and_gets_none_of_ours_for_them(
     ec2: Any,
 ) -> None:
-    """An imported VPC that already has an ECR API endpoint with private DNS (another
-    stack's): a second one with private DNS cannot be made; the run uses it and makes
-    only the others; the reaper never touches it."""
+    """With their group given (swegreen:vpc_endpoint_security_group), or an endpoint in
+    the stack's own endpoints' group: a second one with private DNS cannot be made; the
+    run uses it and makes only the others; the reaper never touches it."""
     spec = _spec(ec2)
-    theirs = ec2.create_vpc_endpoint(
-        VpcEndpointType="Interface",
-        VpcId=spec.vpc_id,
-        ServiceName="com.amazonaws.eu-west-1.ecr.api",
-        SubnetIds=spec.subnet_ids,
-        PrivateDnsEnabled=True,
-    )["VpcEndpoint"]["VpcEndpointId"]
+    theirs, group = _theirs(ec2, spec)
+    spec = spec.model_copy(update={"shared_security_group_id": group})
     out = endpoints.ensure(ec2, spec, sleep=lambda s: None, settle_seconds=0)
     assert out["ready"] is True and out["shared"] == ["com.amazonaws.eu-west-1.ecr.api"]
     assert sorted(out["made"]) == [

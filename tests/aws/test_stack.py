@@ -105,7 +105,7 @@ def test_the_pipeline_builds_then_prepares_then_runs_the_rows_within_the_runs_ow
     assert top["DryRun?"]["Choices"][0]["Next"] == "Estimated"
     assert top["DryRun?"]["Default"] == "Endpoints"
     assert top["Endpoints"]["Next"] == "Builds?"
-    assert [c["Next"] for c in top["Endpoints"]["Catch"]] == ["Builds?"]
+    assert [c["Next"] for c in top["Endpoints"]["Catch"]] == ["RecordRunFailure", "Builds?"]
     assert top["Builds?"]["Choices"][0]["Next"] == "Builds"
     assert top["Builds?"]["Default"] == "Prepares?"
     assert top["Builds"]["Next"] == "Prepares?"
@@ -1016,7 +1016,7 @@ def test_only_runs_make_endpoints_and_only_when_none_runs_they_go(
     pipeline = dict(states(machines["Pipeline"]))
     assert pipeline["DryRun?"]["Default"] == "Endpoints"
     assert pipeline["Endpoints"]["Next"] == "Builds?"
-    assert [c["Next"] for c in pipeline["Endpoints"]["Catch"]] == ["Builds?"]
+    assert [c["Next"] for c in pipeline["Endpoints"]["Catch"]] == ["RecordRunFailure", "Builds?"]
     policies = {
         name: [
             s
@@ -1378,3 +1378,108 @@ def test_every_function_may_make_each_table_call_its_code_makes(template: dict[s
         assert not missing, f"{role} ({file}.py) calls {sorted(needed)} and lacks {sorted(missing)}"
         checked += bool(needed)
     assert checked >= 5  # the analysis found the calls it is there to check
+
+
+def _imported_vpc_stack(tmp_path: Path, **settings: Any) -> dict[str, Any]:
+    """The stack synthesized in process into an existing VPC (swegreen:vpc_id), its
+    lookup answered as ``cdk synth`` would record it in cdk.context.json."""
+    import aws_cdk as cdk
+
+    from infra.stack import SweGreenStack
+
+    def group(name: str, kind: str, n: int) -> dict[str, Any]:
+        return {
+            "name": name,
+            "type": kind,
+            "subnets": [
+                {
+                    "subnetId": f"subnet-{name}{i}",
+                    "cidr": f"10.0.{n * 10 + i}.0/24",
+                    "availabilityZone": f"eu-west-1{'ab'[i]}",
+                    "routeTableId": f"rtb-{name}{i}",
+                }
+                for i in range(2)
+            ],
+        }
+
+    lookup = (
+        "vpc-provider:account=123456789012:filter.vpc-id=vpc-0abc:region=eu-west-1:"
+        "returnAsymmetricSubnets=true"
+    )
+    vpc = {
+        "vpcId": "vpc-0abc",
+        "vpcCidrBlock": "10.0.0.0/16",
+        "ownerAccountId": "123456789012",
+        "availabilityZones": [],
+        "subnetGroups": [group("private", "Private", 1), group("sandbox", "Isolated", 2)],
+    }
+    app = cdk.App(outdir=str(tmp_path), context={lookup: vpc})
+    stack = SweGreenStack(
+        app,
+        "VpcStack",
+        settings=StackSettings(vpc_id="vpc-0abc", **settings),
+        env=cdk.Environment(account="123456789012", region="eu-west-1"),
+    )
+    return Template.from_stack(stack).to_json()
+
+
+def test_an_imported_vpc_s_own_endpoints_are_reached_by_the_rows_when_their_group_is_given(
+    tmp_path: Path,
+) -> None:
+    """An existing VPC whose own ECR/Logs endpoints (private DNS) answer for it: with
+    their group given, the closed rows may send HTTPS to it, it admits the closed rows and
+    the build tasks (rules added to the owner's group), and the Endpoints step knows it
+    (it makes only the services the VPC lacks). Without it, the stack adds no rule to any
+    group not its own, and the Endpoints step stops the run that finds such endpoints."""
+    t = _imported_vpc_stack(tmp_path / "given", vpc_endpoint_security_group="sg-0123")
+    groups = resources(t, "AWS::EC2::SecurityGroup")
+    closed = next(k for k, g in groups.items() if "VPC endpoints only" in json.dumps(g))
+    builds = next(k for k, g in groups.items() if "build tasks" in json.dumps(g))
+    egress = [r["Properties"] for r in resources(t, "AWS::EC2::SecurityGroupEgress").values()]
+    assert {
+        "group": closed, "to": "sg-0123", "port": 443
+    } in [
+        {"group": e["GroupId"]["Fn::GetAtt"][0], "to": e.get("DestinationSecurityGroupId"),
+         "port": e["FromPort"]}
+        for e in egress
+    ]  # fmt: skip
+    ingress = [
+        r["Properties"]
+        for r in resources(t, "AWS::EC2::SecurityGroupIngress").values()
+        if r["Properties"]["GroupId"] == "sg-0123"
+    ]
+    assert sorted(i["SourceSecurityGroupId"]["Fn::GetAtt"][0] for i in ingress) == sorted(
+        [closed, builds]
+    )
+    assert {(i["FromPort"], i["ToPort"], i["IpProtocol"]) for i in ingress} == {(443, 443, "tcp")}
+    told = [  # Endpoints and Watch
+        f["Properties"]["Environment"]["Variables"]["SWEGREEN_ENDPOINTS"]
+        for f in resources(t, "AWS::Lambda::Function").values()
+        if "SWEGREEN_ENDPOINTS" in f["Properties"]["Environment"]["Variables"]
+    ]
+    assert len(told) == 2 and all('"shared_security_group_id":"sg-0123"' in render(s) for s in told)
+    plain = _imported_vpc_stack(tmp_path / "plain")
+    assert "sg-0123" not in json.dumps(plain)
+    assert all(
+        isinstance(r["Properties"]["GroupId"], dict)  # each a group of this stack
+        for r in resources(plain, "AWS::EC2::SecurityGroupIngress").values()
+    )
+
+
+def test_the_run_stops_with_its_cause_when_the_vpc_s_endpoints_cannot_be_reached(
+    machines: dict[str, dict[str, Any]],
+) -> None:
+    """EndpointsUnreachable (a configuration no wait mends) records the run as failed,
+    its cause the guided message; any other failure of the step lets the run go on."""
+    endpoints = machines["Pipeline"]["States"]["Endpoints"]
+    first, last = endpoints["Catch"]
+    assert first["ErrorEquals"] == ["EndpointsUnreachable"]
+    assert first["Next"] == "RecordRunFailure" and first["ResultPath"] == "$.failure"
+    assert last["ErrorEquals"] == ["States.ALL"] and last["Next"] == "Builds?"
+
+
+def test_the_endpoints_group_setting_needs_an_imported_vpc() -> None:
+    with pytest.raises(ValueError, match="give vpc_id too"):
+        StackSettings(vpc_endpoint_security_group="sg-0123")
+    with pytest.raises(ValueError, match="vpc_endpoint_security_group"):
+        StackSettings(vpc_id="vpc-1", vpc_endpoint_security_group="default")

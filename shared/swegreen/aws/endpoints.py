@@ -18,7 +18,9 @@ returns only once its endpoints were still there a while after they came up (a r
 that had listed them just before the stamp deleted them then: they are made again). A
 VPC that already has endpoints of these services with private DNS (another stack's, an
 imported VPC's) gets none of its own for them: their private DNS answers for the whole
-VPC, and a second endpoint with it cannot be made.
+VPC, and a second endpoint with it cannot be made. The rows use them only where they may
+reach them (their group is this stack's, or ``swegreen:vpc_endpoint_security_group``);
+otherwise the run stops at once with the setting to give (``EndpointsUnreachable``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
+
+from swegreen.core.errors import SweGreenError
 
 SERVICES = ("ecr.api", "ecr.dkr", "logs")
 TAG = "swegreen:endpoints"
@@ -46,6 +50,8 @@ class EndpointSpec(BaseModel):
     vpc_id: str
     subnet_ids: list[str]
     security_group_id: str
+    # the imported VPC's own endpoints' group, which the rows may reach (empty: none)
+    shared_security_group_id: str = ""
     owner: str  # the stack's name: the tag of the endpoints it makes
     region: str
     lease_seconds: float = LEASE_SECONDS
@@ -96,6 +102,36 @@ def _split(
     return mine, others
 
 
+class EndpointsUnreachable(SweGreenError):
+    """The VPC's own endpoints answer for a service the closed rows need, in a security
+    group they may not reach: every closed row would fail to pull its image."""
+
+
+def unreachable(others: dict[str, dict[str, Any]], spec: EndpointSpec) -> str:
+    """Why the closed rows cannot reach the VPC's own endpoints ``others`` (service name ->
+    endpoint), or "" when each is in a group they may reach."""
+    reachable = {spec.security_group_id, spec.shared_security_group_id} - {""}
+    cut = {
+        name: e
+        for name, e in sorted(others.items())
+        if not {g["GroupId"] for g in e.get("Groups", [])} & reachable
+    }
+    if not cut:
+        return ""
+    groups = sorted({g["GroupId"] for e in cut.values() for g in e.get("Groups", [])})
+    named = ", ".join(
+        f"{n.rsplit('.', 2)[-2]}.{n.rsplit('.', 1)[-1]} ({e['VpcEndpointId']})"
+        for n, e in cut.items()
+    )
+    return (
+        f"VPC {spec.vpc_id} has its own endpoints with private DNS for {named}, in security "
+        f"group(s) {', '.join(groups) or '(none)'}, which the closed rows may not reach: every "
+        "closed row would fail to pull its image. Deploy again with -c "
+        f"swegreen:vpc_endpoint_security_group={groups[0] if groups else 'sg-...'} (the rows "
+        "may then reach that group and it admits them; docs/aws.md, 'Your own VPC')"
+    )
+
+
 def _taken(endpoint: dict[str, Any]) -> float:
     """When a run last took ``endpoint`` (0: never stamped, or a stamp not ours)."""
     try:
@@ -136,6 +172,9 @@ def ensure(
     while True:
         try:
             mine, others = _split(_live(ec2, spec), spec)  # one listing a look
+            cut = unreachable(others, spec)
+            if cut:  # no wait makes them reachable: the owner's configuration must
+                return {"ready": False, "made": made, "unreachable": True, "problem": cut}
             # the lease, once per endpoint (those this call makes carry it from the start)
             _stamp(ec2, [e for e in mine if e["VpcEndpointId"] not in stamped], now())
             stamped.update(e["VpcEndpointId"] for e in mine)
