@@ -35,6 +35,18 @@ SCENARIOS = [
     ("predictions, 50 at a time", {"concurrency": 50, **B}),
     ("predictions, 100 at a time", {"concurrency": 100, **B}),
     ("predictions, 200 at a time", {"concurrency": 200, **B}),
+    # the closed rows' endpoints already up (a campaign: swegreen:endpoint_lease_minutes,
+    # or swegreen:standing_endpoints): no 2-minute wait before the rows
+    (
+        "predictions, 100 at a time, endpoints standing",
+        {"concurrency": 100, "endpoint_wait_seconds": 0, **B},
+    ),
+    (
+        "predictions, 200 at a time, endpoints standing",
+        {"concurrency": 200, "endpoint_wait_seconds": 0, **B},
+    ),
+    # a new account's quotas (6 + 6 Fargate vCPUs: quotas.py) fit 6 tasks of 2 vCPU
+    ("predictions, 6 at a time (a new account's quotas)", {"concurrency": 6, **B}),
     ("predictions, 100 at a time, a task per row", {"concurrency": 100}),
     (
         "predictions, 100 at a time, a task per row, in the dataset's order",
@@ -152,7 +164,11 @@ def main() -> None:
     print(
         f"The interface endpoints' hours are a run's own ({ENDPOINT_AZS // 2} endpoints in 2 "
         f"availability zones, ${ENDPOINT_AZS * prices['endpoint_hour']:.2f} an hour while "
-        "it runs, in its figures above).\n"
+        "it runs, in its figures above). Kept up for a campaign of runs (a lease after "
+        "each run, swegreen:endpoint_lease_minutes, or swegreen:standing_endpoints) they "
+        f"cost ${ENDPOINT_AZS * prices['endpoint_hour']:.2f} an hour "
+        f"(${ENDPOINT_AZS * prices['endpoint_hour'] * 730:.0f} a month) and save each run "
+        "the 2 minutes of making them (the 'endpoints standing' rows).\n"
     )
 
 

@@ -16,6 +16,7 @@ from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as ddb
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
@@ -23,6 +24,7 @@ from constructs import Construct
 
 from infra.settings import StackSettings, retention
 from swegreen.aws.guardrails import Guardrails
+from swegreen.aws.pipeline import PATCHES_PATTERN
 from swegreen.stores import artifacts as art
 
 
@@ -40,7 +42,7 @@ def run_request_schema(guardrails: Guardrails) -> dict[str, Any]:
                 "maxProperties": 1,
                 "additionalProperties": {"type": "string", "pattern": "^https?://"},
             },
-            "patches": {"type": "string", "minLength": 1},
+            "patches": {"type": "string", "minLength": 1, "pattern": PATCHES_PATTERN},
             "config": guardrails.config_schema(),
             "rebuild_envs": {"type": "boolean"},
             "batch": {"type": "boolean"},
@@ -53,8 +55,6 @@ def run_request_schema(guardrails: Guardrails) -> dict[str, Any]:
 RUN_REQUEST_SCHEMA = run_request_schema(Guardrails())
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-# Where PUT /predictions keeps what it is sent (a lifecycle rule ends them: storage.py).
-UPLOADS_PREFIX = "predictions/uploads/"
 JSON = "application/json"
 
 
@@ -78,6 +78,7 @@ class FrontDoor(Construct):
         table: ddb.ITable,
         bucket: s3.IBucket,
         runs_prefix: str,
+        predictions: lambda_.IFunction,
     ) -> None:
         super().__init__(scope, id)
         access_logs = logs.LogGroup(
@@ -236,41 +237,19 @@ class FrontDoor(Construct):
                 method_responses=_method_responses("200"),
                 **method_options,
             )
-        # PUT /predictions: a predictions file (JSONL, under API Gateway's 10 MB), kept at
-        # a key the request id names, so no upload replaces another's. The green agent
-        # asks its participants where they are and sends only their patches here; a run
-        # then grades that key (POST /runs {"patches": key}).
-        bucket.grant_put(role, f"{UPLOADS_PREFIX}*")
-        upload = apigw.AwsIntegration(
-            service="s3",
-            integration_http_method="PUT",
-            path=f"{bucket.bucket_name}/{UPLOADS_PREFIX}{{key}}",
-            options=apigw.IntegrationOptions(
-                credentials_role=role,
-                request_parameters={
-                    "integration.request.path.key": "context.requestId",
-                    "integration.request.header.Content-Type": "'application/x-ndjson'",
-                },
-                # the body as it came: a JSONL file is not one JSON document to map
-                request_templates={
-                    t: "$input.body" for t in (JSON, "application/x-ndjson", "text/plain")
-                },
-                passthrough_behavior=apigw.PassthroughBehavior.NEVER,
-                integration_responses=[
-                    apigw.IntegrationResponse(
-                        status_code="201",
-                        selection_pattern="2\\d{2}",
-                        response_templates={
-                            JSON: '{"patches": "' + UPLOADS_PREFIX + '$context.requestId"}'
-                        },
-                    ),
-                    _THROTTLED,
-                    _BAD_GATEWAY,
-                ],
-            ),
+        # PUT /predictions: a predictions file checked (400 with the line and the reason
+        # if malformed) and kept at a key the request id names, so no upload replaces
+        # another's; POST /predictions/uploads: a pre-signed PUT for one too large to send
+        # through the API (swegreen.aws.predictions_upload). The green agent asks its
+        # participants where they are and sends only their patches here; a run then
+        # grades that key (POST /runs {"patches": key}).
+        uploads = self.api.root.add_resource("predictions")
+        through = apigw.LambdaIntegration(predictions, proxy=True)
+        uploads.add_method(
+            "PUT", through, method_responses=_method_responses("201"), **method_options
         )
-        self.api.root.add_resource("predictions").add_method(
-            "PUT", upload, method_responses=_method_responses("201"), **method_options
+        uploads.add_resource("uploads").add_method(
+            "POST", through, method_responses=_method_responses("201"), **method_options
         )
         if api_key_required:
             key = self.api.add_api_key("Key")

@@ -18,7 +18,8 @@ from infra.sandbox import ISOLATION, Sandbox
 from infra.settings import StackSettings, retention
 from infra.states import MAP_RESULTS
 from swegreen.aws.endpoints import LEASE_TAG, TAG
-from swegreen.aws.pipeline import INSTANCE, SANDBOX_INPUT
+from swegreen.aws.pipeline import INSTANCE, PREDICTION, PREDICTIONS_PREFIX, SANDBOX_INPUT
+from swegreen.aws.predictions_upload import UPLOADS_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,7 @@ class FunctionParts:
         artifacts_prefix: str,
         grader: str,
     ) -> None:
-        """The eight functions, their environment and their data grants."""
+        """The functions, their environment and their data grants."""
         code = lambda_code()
         environment = {
             "SWEGREEN_TABLE": table.table_name,
@@ -112,6 +113,8 @@ class FunctionParts:
             )
         )
         self.stopped = function("Stopped", 30)
+        # PUT /predictions and POST /predictions/uploads (infra/front_door.py)
+        self.predictions = function("Predictions", 30, 1024)
         self.endpoints: lambda_.Function | None = None
         if sandbox.endpoint_spec is not None:
             self._endpoints(function("Endpoints", 900, 256), sandbox.endpoint_spec)
@@ -186,13 +189,15 @@ class FunctionParts:
             )
         )
 
-    def _list(self, fn: lambda_.IFunction, prefix: str) -> None:
-        """ListBucket under ``prefix`` only: a missing object is then a 404, not a 403."""
+    def _list(self, fn: lambda_.IFunction, *prefixes: str) -> None:
+        """ListBucket under ``prefixes`` only: a missing object there is then a 404 (S3
+        answers 403 AccessDenied to a caller that may not list), which the steps read as
+        "not there" (a row without its result, a dataset not uploaded yet)."""
         fn.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["s3:ListBucket"],
                 resources=[self.bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+                conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in prefixes]}},
             )
         )
 
@@ -208,20 +213,27 @@ class FunctionParts:
         (swegreen.aws.dynamo_store). No function may delete an object version."""
         row = f"{runs}*/instances/*/"
         read, write, delete = ["s3:GetObject"], ["s3:PutObject"], ["s3:DeleteObject"]
-        self._s3(self.resolve, read, f"{datasets}*", "predictions/*", f"{artifacts}repos/*.json")
+        # Each may list where it reads (_list): every read may find its object missing.
+        predictions = PREDICTIONS_PREFIX
+        self._s3(self.resolve, read, f"{datasets}*", f"{predictions}*", f"{artifacts}repos/*.json")
         self._s3(self.resolve, write, f"{runs}*")
-        self._list(self.resolve, artifacts)
-        self._s3(self.dispatch, read, "predictions/*", f"{row}{INSTANCE}")
+        self._list(self.resolve, datasets, predictions, artifacts)
+        self._s3(self.dispatch, read, f"{predictions}*", f"{row}{INSTANCE}", f"{row}{PREDICTION}")
         self._s3(self.dispatch, write, f"{row}patch.diff")
+        self._list(self.dispatch, predictions, runs)
         self._s3(self.watch, write, f"{row}patch.diff")
         # Presign's grant is also what its pre-signed URLs can do.
         self._s3(self.presign, read, f"{runs}*", f"{artifacts}*")
         self._s3(self.presign, write, f"{row}*")
         self._s3(self.presign, delete, f"{row}result.json")
-        self._list(self.presign, artifacts)
+        self._list(self.presign, runs, artifacts)
         self._s3(self.classify, read + write, f"{runs}*")
         self._s3(self.classify, delete, f"{row}{SANDBOX_INPUT}")
+        self._list(self.classify, runs)
         self._s3(self.aggregate, read + write, f"{runs}*")
+        self._list(self.aggregate, runs)
+        # what it keeps, and what its pre-signed URLs may put: a fresh key there each
+        self._s3(self.predictions, write, f"{UPLOADS_PREFIX}*")
         # DeleteItem: a run resumed with fewer rows drops its selection's last items
         table.grant(
             self.resolve,

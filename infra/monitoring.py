@@ -118,6 +118,7 @@ class MonitoringParts:
             self.retry,
             self.aggregate,
             self.stopped,
+            self.predictions,
             *([self.endpoints] if self.endpoints is not None else []),  # closed rows' VPC
         ]
         rows = row_metrics(five_minutes)

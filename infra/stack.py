@@ -59,11 +59,14 @@ class SweGreenStack(Stack):
             table=storage.table,
             bucket=storage.bucket,
             runs_prefix=RUNS_PREFIX,
+            predictions=workflow.predictions,
         )
         CfnOutput(self, "ApiUrl", value=front.api.url)
         CfnOutput(self, "StateMachineArn", value=workflow.state_machine.state_machine_arn)
         CfnOutput(self, "RowsStateMachineArn", value=workflow.rows_machine.state_machine_arn)
         CfnOutput(self, "WatchFunctionName", value=workflow.watch.function_name)
+        if workflow.endpoints is not None:  # invoked ahead of a campaign of runs (docs/aws.md)
+            CfnOutput(self, "EndpointsFunctionName", value=workflow.endpoints.function_name)
         CfnOutput(self, "AlarmTopicArn", value=workflow.alarms.topic_arn)
         CfnOutput(self, "BucketName", value=storage.bucket.bucket_name)
         CfnOutput(self, "TableName", value=storage.table.table_name)

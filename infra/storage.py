@@ -8,6 +8,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from swegreen.aws.dynamo_store import RUNNING_INDEX, RUNNING_KEY
+from swegreen.aws.predictions_upload import UPLOADS_PREFIX
 
 
 class Storage(Construct):
@@ -62,7 +63,7 @@ class Storage(Construct):
                 s3.LifecycleRule(prefix="map-results/", expiration=Duration.days(14)),
                 # predictions sent through PUT /predictions (infra/front_door.py): a run
                 # copies each row's prediction to its own objects when it starts
-                s3.LifecycleRule(prefix="predictions/uploads/", expiration=Duration.days(30)),
+                s3.LifecycleRule(prefix=UPLOADS_PREFIX, expiration=Duration.days(30)),
             ],
             removal_policy=policy,
             auto_delete_objects=not retain,

@@ -9,7 +9,11 @@ template, checked, and made where it is safe to make (docs/aws.md, "Deploy").
   providers can fail "Unable to assume the service linked role" and roll the stack back
   when it does not exist yet; made here (`iam:CreateServiceLinkedRole`) unless
   --check-only;
-- the tools a deploy runs: Node.js and npm (the CDK CLI), Docker (the sandbox image).
+- the tools a deploy runs: Node.js and npm (the CDK CLI), Docker (the sandbox image);
+- what the account's quotas give: its Fargate vCPU quotas and Lambda concurrency, the
+  rows at a time they fit, a warm 500-row run's time at that and at --rows (100: about
+  14.5 minutes), and the quota requests that would give --rows (a new account's 6 + 6
+  vCPUs fit 6 rows: 78-99 minutes). Never a reason to stop: a run fits what there is.
 
 Exits 0 when a deploy can go ahead, 1 with what to do otherwise.
 """
@@ -26,6 +30,9 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from swegreen.aws.account_setup import ECS_ROLE, ecs_role
+from swegreen.aws.cost_model import account_capacity
+from swegreen.aws.pipeline.models import MAX_BATCH_ROWS
+from swegreen.aws.quotas import FAST_ROWS, read_lambda_limit, read_quotas
 
 
 def region_of(session: Any, given: str | None) -> tuple[str | None, str]:
@@ -44,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--region")
     parser.add_argument("--check-only", action="store_true", help="make nothing")
+    parser.add_argument(
+        "--rows", type=int, default=FAST_ROWS, help="rows at a time to plan the quotas for"
+    )
+    parser.add_argument(
+        "--task-vcpu", type=float, default=2.0, help="vCPUs of an evaluate task (sandbox_cpu)"
+    )
     args = parser.parse_args(argv)
     problems: list[str] = []
     session = boto3.Session()
@@ -63,6 +76,15 @@ def main(argv: list[str] | None = None) -> int:
                 "ECS's service-linked role is missing: run this without --check-only, or "
                 "`aws iam create-service-linked-role --aws-service-name ecs.amazonaws.com`"
             )
+        for line in account_capacity(
+            read_quotas(session.client("service-quotas", region_name=region or "us-east-1")),
+            read_lambda_limit(session.client("lambda", region_name=region or "us-east-1")),
+            region=region or "us-east-1",
+            vcpu=args.task_vcpu,
+            wanted=args.rows,
+            max_batch_rows=MAX_BATCH_ROWS,
+        ):
+            print(line)
     except NoCredentialsError:
         problems.append("no AWS credentials: `aws configure` (or `aws sso login`), then again")
     except (BotoCoreError, ClientError) as exc:

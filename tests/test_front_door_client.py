@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -45,20 +47,22 @@ class ScriptedApi:
         from tests.helpers import http_server
 
         self.script = list(script)
+        self.body = body
+        self.bodies: list[bytes] = []
         self.seen: list[tuple[str, str]] = []
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def _answer(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
+                api.bodies.append(self.rfile.read(length))
                 api.seen.append((self.command, self.path))
                 step = api.script.pop(0) if api.script else 200
                 if step == "drop":
                     self.close_connection = True
                     self.connection.shutdown(2)
                     return
-                blob = json.dumps(body or {"state": "running", "run_id": "r1"}).encode()
+                blob = json.dumps(api.body or {"state": "running", "run_id": "r1"}).encode()
                 self.send_response(int(step))
                 if step == 429:
                     self.send_header("Retry-After", "0")
@@ -190,25 +194,67 @@ def test_predictions_are_uploaded_and_a_throttled_upload_is_tried_again() -> Non
 
     api = ScriptedApi([429, 201], body={"patches": "predictions/uploads/abc"})
     try:
-        key = asyncio.run(client_for(api.url).upload_predictions('{"instance_id": "a"}\n'))
+        key = asyncio.run(client_for(api.url).upload_predictions(GOOD_LINE + "\n"))
     finally:
         api.close()
     assert key == "predictions/uploads/abc"
     assert api.seen == [("PUT", "/v1/predictions")] * 2
 
 
-def test_a_predictions_file_over_the_api_s_limit_is_refused_before_it_is_sent() -> None:
+def test_a_malformed_predictions_file_is_refused_before_it_is_sent() -> None:
     import asyncio
-
-    from swegreen.aws.front_door_client import UPLOAD_LIMIT
 
     api = ScriptedApi([201], body={"patches": "k"})
     try:
-        with pytest.raises(FrontDoorError, match="over what the API takes in one request"):
-            asyncio.run(client_for(api.url).upload_predictions("x" * (UPLOAD_LIMIT + 1)))
+        with pytest.raises(FrontDoorError, match=r"not sent: .*:2: not valid JSON"):
+            asyncio.run(client_for(api.url).upload_predictions(GOOD_LINE + "\n{oops\n"))
     finally:
         api.close()
     assert api.seen == []
+
+
+GOOD_LINE = json.dumps({"instance_id": "a__b-1", "model_patch": "", "model_name_or_path": "m"})
+
+
+def test_a_predictions_file_too_large_for_the_api_goes_straight_to_s3() -> None:
+    """Over what a request through the API takes: a pre-signed PUT asked for, then the
+    file sent to that URL alone (no signature: the URL is the credential); a refused
+    upload is an error, not a key."""
+    import asyncio
+
+    from swegreen.aws.predictions_upload import DIRECT_LIMIT
+
+    big = json.dumps(
+        {"instance_id": "a__b-1", "model_patch": "", "padding": "x" * (DIRECT_LIMIT + 1)}
+    )
+    s3 = ScriptedApi([200])
+    api = ScriptedApi(
+        [201], body={"patches": "predictions/uploads/r1", "upload_url": s3.url + "put?sig=1"}
+    )
+    try:
+        key = asyncio.run(client_for(api.url).upload_predictions(big + "\n"))
+        assert key == "predictions/uploads/r1"
+        assert api.seen == [("POST", "/v1/predictions/uploads")]
+        assert s3.seen == [("PUT", "/v1/put?sig=1")]
+        refusing = ScriptedApi([403])
+        api.script = [201]
+        api.body = {"patches": "k", "upload_url": refusing.url + "put"}
+        try:
+            with pytest.raises(FrontDoorError, match=r"upload to S3 .*: 403"):
+                asyncio.run(client_for(api.url).upload_predictions(big + "\n"))
+        finally:
+            refusing.close()
+    finally:
+        api.close()
+        s3.close()
+    small = ScriptedApi([201], body={"patches": "predictions/uploads/r2"})
+    try:
+        assert asyncio.run(client_for(small.url).upload_predictions(GOOD_LINE)) == (
+            "predictions/uploads/r2"
+        )
+        assert small.seen == [("PUT", "/v1/predictions")]
+    finally:
+        small.close()
 
 
 def test_a_pipeline_that_grades_other_rows_than_the_participant_saw_is_not_published(
@@ -270,3 +316,75 @@ def test_the_aws_backend_is_configured_by_flags_or_by_the_environment() -> None:
         front_door_settings(flags, {})
     with pytest.raises(ConfigError, match="green_agent"):
         front_door_settings(flags, {**env, "SWEGREEN_EXCHANGE": "nobody"})
+
+
+def test_patches_whose_upload_fails_are_kept_and_graded_later_without_asking_again(
+    tmp_path, session_cache
+) -> None:
+    """The participant's patches are on disk before the upload starts: an API that
+    refuses it fails the assessment with the file and the command that sends it again;
+    that command (`swegreen upload-predictions --start`) sends the same bytes and starts
+    the run with the config kept beside them."""
+    import asyncio
+    import subprocess
+    import sys
+
+    from swegreen.agent.assessment import AgentSettings, AssessmentFailed
+    from swegreen.agent.remote import RemoteAssessment
+    from swegreen.agent.request import AssessmentRequest
+    from swegreen.core.config import EvalConfig
+    from swegreen.core.ports import PatchResult
+    from swegreen.evaluation.settings import LocalSettings
+    from swegreen.sample import SAMPLE_DATASET
+
+    refusing = ScriptedApi([500] * 3)
+    settings = AgentSettings(
+        local=LocalSettings(output_dir=tmp_path, cache_dir=session_cache),
+        front_door=FrontDoorSettings(
+            url=refusing.url, auth="api_key", api_key="k", retry_attempts=3,
+            retry_first=0.01, retry_cap=0.05,
+        ),
+    )  # fmt: skip
+    request = AssessmentRequest(participants={"a": "http://127.0.0.1:9/"})
+
+    async def notify(message: str) -> None:
+        pass
+
+    class Answered(RemoteAssessment):
+        """The participant's answers as an exchange returns them (what is tested is what
+        happens to them after)."""
+
+        async def _exchange(self, role, url, config, instances):  # type: ignore[no-untyped-def]
+            return {i.instance_id: PatchResult("diff --git a/x b/x\n", role) for i in instances}
+
+    remote = Answered(settings, request, notify, EvalConfig(dataset=SAMPLE_DATASET, max_rows=2))
+    asyncio.run(remote.prepare())
+    try:
+        with pytest.raises(AssessmentFailed) as failed:
+            asyncio.run(remote.run())
+    finally:
+        refusing.close()
+    said = str(failed.value)
+    assert "2 patch(es) could not be sent" in said and "PUT /predictions: 500" in said
+    kept = Path(said.split("kept at ")[1].split(";")[0])
+    assert kept.is_file() and kept.parent == tmp_path / "aws-predictions"
+    assert f"swegreen upload-predictions {kept} --api-url {refusing.url} --start" in said
+    lines = kept.read_text().splitlines()
+    assert [json.loads(x)["model_name_or_path"] for x in lines] == ["a", "a"]
+    taking = ScriptedApi([201, 202], body={"patches": "predictions/uploads/r9", "run_id": "r9"})
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "swegreen", "upload-predictions", str(kept),
+             "--api-url", taking.url, "--start"],
+            env={**os.environ, "SWEGREEN_API_KEY": "k"},
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        taking.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert taking.seen == [("PUT", "/v1/predictions"), ("POST", "/v1/runs")]
+    assert "patches predictions/uploads/r9" in done.stdout and "started run r9" in done.stdout
+    assert taking.bodies[0] == kept.read_bytes()
+    started = json.loads(taking.bodies[1])
+    assert started["patches"] == "predictions/uploads/r9"
+    assert started["config"]["max_rows"] == -1 and len(started["config"]["instance_ids"]) == 2

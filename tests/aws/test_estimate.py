@@ -147,11 +147,12 @@ def test_no_run_ends_before_its_floor_and_a_row_per_slot_ends_on_it() -> None:
     assert f.wall_minutes == pytest.approx(f.floor_minutes)
 
 
-def test_a_run_counts_the_rows_the_runs_running_beside_it_hold(
+def test_a_run_counts_the_rows_and_build_tasks_the_runs_running_beside_it_hold(
     s3: Any, sample: SampleBenchmark, tmp_path: Path
 ) -> None:
     """Resolve reads the runs running beside a new one from the store: what their
-    capacity gave them is taken from the quotas before this run's is fitted."""
+    capacity gave them is taken from the quotas before this run's is fitted, their build
+    phase's tasks too (a cold run holds 4-vCPU build tasks before any row starts)."""
     s3.put_object(Bucket=BUCKET, Key="datasets/sample.jsonl", Body=sample.dataset.read_bytes())
     store = SqliteStore(tmp_path / "store.sqlite")
     pipeline = Pipeline(PipelineSettings(table="unused", bucket=BUCKET), s3, store)
@@ -160,11 +161,19 @@ def test_a_run_counts_the_rows_the_runs_running_beside_it_hold(
         pipeline.resolve(
             StartEvent(run_id="first", patches="gold", config={**config, "max_concurrent_rows": 3})
         )
-        assert pipeline._rows_in_use("second") == 3
-        assert pipeline._rows_in_use("first") == 0  # not its own
         first = store.get_run("first")
         assert first is not None
+        estimate = first.provenance["estimate"]
+        work = estimate["builds"] + estimate["prepares"]
+        assert work > 0  # the bucket held no artifacts: a cold run, its build phase first
+        held = pipeline._held("second")
+        settings = pipeline.settings
+        builds = min(first.provenance["capacity"]["builds"], work)
+        assert held.rows == 3
+        assert held.vcpu == max(3 * settings.sandbox_vcpu, builds * settings.build_vcpu)
+        assert held.vcpu > 3 * settings.sandbox_vcpu  # the build tasks, not the rows
+        assert pipeline._held("first").rows == 0  # not its own
         store.update_run(first.model_copy(update={"state": "finished"}))
-        assert pipeline._rows_in_use("second") == 0  # finished: holds nothing
+        assert (pipeline._held("second").rows, pipeline._held("second").vcpu) == (0, 0.0)  # finished: holds nothing
     finally:
         store.close()

@@ -165,6 +165,66 @@ def test_quotes_in_a_request_reach_the_execution_as_valid_json(deployed: Deploye
     assert state["state"] == "failed" and "notes" in state["error"], state
 
 
+def test_a_malformed_predictions_file_is_refused_with_its_line_and_not_kept(
+    deployed: Deployed,
+) -> None:
+    answer = httpx.put(
+        f"{deployed.api}predictions",
+        content='{"instance_id": "a__b-1", "model_patch": ""}\n{oops\n',
+        headers={"Content-Type": "application/x-ndjson"},
+        timeout=30,
+    )
+    assert answer.status_code == 400, answer.text
+    assert "request body:2: not valid JSON" in answer.json()["error"]
+    s3 = deployed.localstack.client("s3")
+    kept = s3.list_objects_v2(Bucket=deployed.bucket, Prefix="predictions/uploads/")
+    assert not [o for o in kept.get("Contents", []) if b"oops" in _body(s3, deployed, o)]
+
+
+def _body(s3: Any, deployed: Deployed, listed: dict[str, Any]) -> bytes:
+    return s3.get_object(Bucket=deployed.bucket, Key=listed["Key"])["Body"].read()
+
+
+def test_a_predictions_file_larger_than_the_api_takes_goes_by_url_and_is_graded(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over 10 MB (API Gateway's own limit; a Verified run's patches with their accounts
+    can be): the client asks for a pre-signed PUT and sends the file to S3 itself; the run
+    that names its key reads it (Resolve) and grades its rows."""
+    from swegreen.aws.predictions_upload import DIRECT_LIMIT
+
+    ids = sorted(deployed.sample.expected)[:2]
+    gold = {
+        json.loads(line)["instance_id"]: json.loads(line)["patch"]
+        for line in deployed.sample.dataset.read_text().splitlines()
+    }
+    pad = "x" * (max(DIRECT_LIMIT, 10_000_000) // 2 + 1)
+    text = "".join(
+        json.dumps({"instance_id": i, "model_patch": gold[i], "model_name_or_path": "big",
+                    "padding": pad}) + "\n"
+        for i in ids
+    )  # fmt: skip
+    assert len(text.encode()) > 10_000_000
+    for name, value in FAKE_CREDENTIALS.items():  # the client signs (iam), as a user's does
+        monkeypatch.setenv(name, value)
+
+    async def send() -> tuple[str, str]:
+        settings = FrontDoorSettings(url=deployed.api, region="us-east-1", poll_seconds=1)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=120.0)) as http:
+            client = FrontDoorClient(settings, http)
+            key = await client.upload_predictions(text)
+            config = deployed.config(instance_ids=ids, max_rows=-1)
+            return key, await client.start({"patches": key, "config": config})
+
+    key, run_id = asyncio.run(send())
+    assert key.startswith("predictions/uploads/")
+    s3 = deployed.localstack.client("s3")
+    assert s3.head_object(Bucket=deployed.bucket, Key=key)["ContentLength"] == len(text.encode())
+    state = deployed.follow(run_id)
+    assert state["state"] == "finished", state
+    assert (state["done"], state["total"]) == (2, 2)
+
+
 def test_missing_results_are_404_with_a_reason(deployed: Deployed) -> None:
     answer = httpx.get(f"{deployed.api}runs/no-such-run/results", timeout=30)
     assert answer.status_code == 404, answer.text
@@ -579,14 +639,18 @@ def test_the_green_agent_asks_participants_aws_cannot_reach_and_sends_only_patch
     # the participant was asked through the green agent's proxy: the card, then messages
     asked = [line for line in green_side.proxy.forwarded if line.startswith("POST")]
     assert len(asked) >= 2, green_side.proxy.forwarded
-    key = said.split("patch(es) sent (")[1].split(")")[0]
+    key, kept = said.split("patch(es) sent (")[1].split(")")[0].split("; kept at ")
     run_id = said.split("gold: started run ")[1].split()[0]
     # what the pipeline was given: the file's key, never the participant
     state = httpx.get(f"{deployed.api}runs/{run_id}", timeout=30).json()
     assert state["run"]["patch_source"] == key, state["run"]
     assert PRIVATE_HOST not in json.dumps(state)
     uploaded = deployed.localstack.client("s3").get_object(Bucket=deployed.bucket, Key=key)
-    entries = [json.loads(line) for line in uploaded["Body"].read().decode().splitlines()]
+    sent = uploaded["Body"].read()
+    # on disk before it left, beside the config that grades it (upload-predictions --start)
+    assert Path(kept).read_bytes() == sent
+    assert json.loads(Path(kept).with_suffix(".config.json").read_text())["max_rows"] == -1
+    entries = [json.loads(line) for line in sent.decode().splitlines()]
     assert [e["model_name_or_path"] for e in entries] == ["gold", "gold"]
     assert all(e["model_patch"] and e["swegreen"]["duration"] > 0 for e in entries)
     # the rows keep the exchange the green agent had: who answered, in which dialect

@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 import pytest
 from botocore.exceptions import ClientError
 
+from swegreen.aws.endpoints import EndpointSpec
+from swegreen.aws.front_door_client import failure_message
 from swegreen.sample import SampleBenchmark
 from swegreen.sandbox.isolation import DEFAULT_SANDBOX_UID
 from swegreen.stores.artifacts import TEST_OUTPUT
@@ -674,3 +676,46 @@ def test_injected_failures_become_error_rows_and_the_run_still_finishes(cloud: C
     assert board["counts"]["error"] == 3 and board["counts"]["resolved"] == 1
     assert board["infrastructure_errors"] == 3
     assert board["error_pct"] == 0.75
+
+
+def test_a_vpc_whose_own_endpoints_the_rows_cannot_reach_stops_the_run_naming_the_fix(
+    cloud: Cloud,
+) -> None:
+    """The stack's VPC gets an endpoint of its owner (ECR API, private DNS, the owner's
+    own security group), as an imported VPC can have: its DNS answers for the whole VPC
+    and the closed rows may not reach its group. The next run stops before any row, its
+    record naming the setting that mends it; no task runs for it."""
+    functions = cloud.emulator.client("lambda").list_functions()["Functions"]
+    (told,) = [
+        f["Environment"]["Variables"]["SWEGREEN_ENDPOINTS"]
+        for f in functions
+        if "Endpoints" in f["FunctionName"]
+    ]
+    spec = EndpointSpec.model_validate_json(told)
+    ec2 = cloud.emulator.client("ec2")
+    group = ec2.create_security_group(
+        GroupName="owners-endpoints", Description="the VPC owner's", VpcId=spec.vpc_id
+    )["GroupId"]
+    theirs = ec2.create_vpc_endpoint(
+        VpcEndpointType="Interface",
+        VpcId=spec.vpc_id,
+        ServiceName=f"com.amazonaws.{spec.region}.ecr.api",
+        SubnetIds=spec.subnet_ids,
+        SecurityGroupIds=[group],
+        PrivateDnsEnabled=True,
+    )["VpcEndpoint"]["VpcEndpointId"]
+    run_id = "foreign-endpoints"
+    try:
+        cloud.start(run_id, patches="gold", config=cloud.config(instance_ids=[NETWORK_ROW]))
+        cloud.wait()
+    finally:
+        ec2.delete_vpc_endpoints(VpcEndpointIds=[theirs])
+    assert cloud.outcomes[run_id]["status"] == "FAILED"
+    run = cloud.emulator.client("dynamodb").get_item(
+        TableName=cloud.outputs["TableName"], Key={"pk": {"S": run_id}, "sk": {"S": "RUN"}}
+    )["Item"]
+    assert run["state"]["S"] == "failed"
+    error = failure_message(run["error"]["S"])
+    assert error.startswith("EndpointsUnreachable: ") and theirs in error, error
+    assert f"swegreen:vpc_endpoint_security_group={group}" in error
+    assert not cloud.tasks(run_id)

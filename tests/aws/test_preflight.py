@@ -64,6 +64,11 @@ def test_the_region_and_where_it_came_from(
     assert "region: eu-central-1 (from AWS_REGION)" in out.out
     assert "credentials: arn:aws:" in out.out
     assert code == 1 and "ECS's service-linked role is missing" in out.err
+    # the account's quotas (moto has no Fargate quotas: unread, as a denied read is) and
+    # the requests that would give the 100-row run
+    assert "Fargate vCPU quotas: unread" in out.out
+    assert "--service-code fargate --quota-code L-36FBB829 --desired-value 200" in out.out
+    assert "--service-code lambda --quota-code L-B99A9384" in out.out
     preflight.main([])  # makes it
     assert "ECS service-linked role AWSServiceRoleForECS: made" in capsys.readouterr().out
     preflight.main(["--check-only"])

@@ -64,17 +64,24 @@ def test_runs_running_share_the_quotas_and_lambda_caps_the_rows_in_flight(
     """A second run beside one holding 40 rows gets what is left of the vCPUs, not all of
     them; an account with 10 unreserved Lambda executions (a new one's) caps the rows in
     flight, less the headroom and the rows of the runs running."""
-    from swegreen.aws.quotas import LAMBDA_HEADROOM, read_lambda_limit
+    from swegreen.aws.quotas import LAMBDA_HEADROOM, ROWS_PER_LAMBDA, read_lambda_limit
 
     quotas = FargateQuotas(on_demand_vcpu=100, spot_vcpu=100)  # 100 tasks of 2 vCPU
     alone = fit(None, 4, quotas, 2, 4, ceiling=200)
     beside = fit(None, 4, quotas, 2, 4, ceiling=200, in_use=40)
     assert (alone.rows, beside.rows) == (100, 60)
-    assert "less 40 rows the runs running hold" in beside.note
-    capped = fit(50, 4, quotas, 2, 4, ceiling=200, lambda_limit=10)
-    assert (
-        capped.rows == 10 - LAMBDA_HEADROOM and "Lambda concurrency (10 unreserved" in capped.note
-    )
+    assert "less 80 vCPUs the runs running hold" in beside.note
+    # a run beside it in its build phase: 20 build tasks of 4 vCPU, not its 3 rows' 6
+    building = fit(None, 4, quotas, 2, 4, ceiling=200, in_use=3, in_use_vcpu=80)
+    assert building.rows == 60
+    # a row holds a function only for its Dispatch, Presign and Classify: 10 rows an
+    # execution, so a new account's 10 serve 70 rows, not 7
+    assert fit(50, 4, quotas, 2, 4, ceiling=200, lambda_limit=10).rows == 50
+    capped = fit(100, 4, quotas, 2, 4, ceiling=200, lambda_limit=10)
+    assert capped.rows == (10 - LAMBDA_HEADROOM) * ROWS_PER_LAMBDA == 70
+    assert "Lambda concurrency (10 unreserved" in capped.note
+    beside_lambda = fit(100, 4, quotas, 2, 4, ceiling=200, lambda_limit=10, in_use=30)
+    assert beside_lambda.rows == 40  # 70 less the 30 rows the other runs hold
     both = fit(50, 4, quotas, 2, 4, ceiling=200, lambda_limit=1000, in_use=40)
     assert both.rows == 50  # 60 tasks left, 957 executions: as asked
     # moto answers with its own account's settings: read as the limit they give
@@ -83,3 +90,32 @@ def test_runs_running_share_the_quotas_and_lambda_caps_the_rows_in_flight(
     )
     limit = read_lambda_limit(client)
     assert isinstance(limit, (int, str))
+
+
+def test_a_new_account_is_told_what_it_gets_and_the_requests_for_the_fast_run() -> None:
+    """What the preflight prints (and a dry run records): a new account's 6 + 6 vCPUs and
+    10 Lambda executions fit 6 rows, 78-100 minutes for 500 warm rows; the three requests
+    (Spot, on-demand, Lambda) that give 100 at a time, about 15 minutes; and none once the
+    account has them."""
+    from swegreen.aws.cost_model import account_capacity
+    from swegreen.aws.quotas import requests
+
+    new = FargateQuotas(on_demand_vcpu=6, spot_vcpu=6)
+    lines = account_capacity(new, 10, region="eu-west-1", max_batch_rows=8)
+    said = "\n".join(lines)
+    assert "rows at a time: 6 " in said and "at 100 rows at a time: " in said
+    slow = float(said.split("500 warm Verified rows: ")[1].split("-")[1].split(" ")[0])
+    fast = float(said.split("at 100 rows at a time: ")[1].split("-")[1].split(" ")[0])
+    assert slow > 5 * fast, said
+    asks = requests(100, 2, new, 10, "eu-west-1")
+    assert [a.split("--quota-code ")[1] for a in asks] == [
+        "L-36FBB829 --desired-value 200",
+        "L-3032A538 --desired-value 200",
+        "L-B99A9384 --desired-value 1000",
+    ]
+    assert all(f"  {a}" in lines for a in asks)
+    raised = FargateQuotas(on_demand_vcpu=200, spot_vcpu=200)
+    assert requests(100, 2, raised, 1000, "eu-west-1") == []
+    assert requests(100, 2, raised, 10, "eu-west-1") == [asks[2]]  # Lambda's alone
+    done = "\n".join(account_capacity(raised, 1000, region="eu-west-1", max_batch_rows=8))
+    assert "ask AWS" not in done and "rows at a time: 200" in done

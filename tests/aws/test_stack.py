@@ -524,17 +524,22 @@ def test_the_api_starts_and_reads_runs_with_authentication_and_validation(
 ) -> None:
     methods = resources(template, "AWS::ApiGateway::Method")
     # POST /runs, GET and DELETE /runs/{id}, GET /runs/{id}/results and .../results/{page},
-    # PUT /predictions
+    # PUT /predictions, POST /predictions/uploads
     assert sorted(m["Properties"]["HttpMethod"] for m in methods.values()) == [
         "DELETE",
         "GET",
         "GET",
         "GET",
         "POST",
+        "POST",
         "PUT",
     ]
     for method in methods.values():
         assert method["Properties"]["AuthorizationType"] == "AWS_IAM"
+    lambdas = {
+        k: m for k, m in methods.items() if m["Properties"]["Integration"]["Type"] == "AWS_PROXY"
+    }
+    methods = {k: m for k, m in methods.items() if k not in lambdas}
     (post,) = [m for m in methods.values() if m["Properties"]["HttpMethod"] == "POST"]
     assert "RequestValidatorId" in post["Properties"]
     assert set(post["Properties"]["RequestModels"]) == {"application/json"}
@@ -564,24 +569,30 @@ def test_the_api_starts_and_reads_runs_with_authentication_and_validation(
         assert [r.get("SelectionPattern") for r in ok] == ["2\\d{2}"]
         statuses = {r["StatusCode"] for r in method["Properties"]["MethodResponses"]}
         assert {"404", "429", "502"} <= statuses
-    # PUT /predictions: S3's PutObject at a key named by the request id, under its prefix,
-    # the body as sent; the role may put there and nowhere else
-    (put,) = [m for m in methods.values() if m["Properties"]["HttpMethod"] == "PUT"]
-    upload = put["Properties"]["Integration"]
-    assert upload["IntegrationHttpMethod"] == "PUT" and ":s3:path/" in json.dumps(upload["Uri"])
-    assert "predictions/uploads/{key}" in json.dumps(upload["Uri"])
-    assert upload["RequestParameters"]["integration.request.path.key"] == "context.requestId"
-    assert set(upload["RequestTemplates"].values()) == {"$input.body"}
-    role = upload["Credentials"]["Fn::GetAtt"][0]
+    # PUT /predictions and POST /predictions/uploads: the Predictions function (it checks
+    # the file: swegreen.aws.predictions_upload), whose role may put under the uploads
+    # prefix and nowhere else (what its pre-signed URLs can do too)
+    assert sorted(m["Properties"]["HttpMethod"] for m in lambdas.values()) == ["POST", "PUT"]
+    targets = {json.dumps(m["Properties"]["Integration"]["Uri"]) for m in lambdas.values()}
+    assert len(targets) == 1 and "WorkflowPredictions" in targets.pop()
     puts = [
         render(r)
-        for policy in resources(template, "AWS::IAM::Policy").values()
-        if {"Ref": role} in policy["Properties"]["Roles"]
+        for name, policy in resources(template, "AWS::IAM::Policy").items()
+        if name.startswith("WorkflowPredictions")
         for st in policy["Properties"]["PolicyDocument"]["Statement"]
         if "s3:PutObject" in _actions(st)
         for r in (st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]])
     ]
     assert puts == ["REF/predictions/uploads/*"], puts
+    assert (
+        not [  # and the API's own role puts nothing anywhere
+            st
+            for policy in resources(template, "AWS::IAM::Policy").values()
+            if "IntegrationRole" in json.dumps(policy["Properties"]["Roles"])
+            for st in policy["Properties"]["PolicyDocument"]["Statement"]
+            if "s3:PutObject" in _actions(st)
+        ]
+    )
     start_template = render(post["Properties"]["Integration"]["RequestTemplates"][JSON])
     # $util.escapeJavaScript turns ' into \' (invalid JSON): undone after every escape
     assert start_template.count("escapeJavaScript") == start_template.count("replaceAll")
@@ -614,6 +625,7 @@ def test_the_lambda_package_is_small_and_imports_without_the_grader(
     probe = (
         "import sys\n"
         "import resolve, dispatch, watch, presign, classify, aggregate, stopped, retry\n"
+        "import predictions\n"
         "import swegreen.a2a.polled  # Dispatch and Watch import it on demand\n"
         "import swegreen.a2a.participant_client\n"
         "heavy = {'swebench', 'datasets', 'litellm', 'docker', 'rich', 'yaml'} & set(sys.modules)\n"
@@ -777,8 +789,9 @@ def test_a_run_of_error_rows_and_failing_or_throttled_functions_raise_alarms(
     for name, metric in (("LambdaErrors", "Errors"), ("LambdaThrottles", "Throttles")):
         alarm = _math_alarm(template, name)
         stats = [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
-        # the pipeline's eight, and Endpoints (the closed rows' VPC endpoints)
-        assert {m["MetricName"] for m in stats} == {metric} and len(stats) == 9
+        # the pipeline's eight, Predictions (PUT /predictions), and Endpoints (the closed
+        # rows' VPC endpoints): exactly CloudWatch's ten metrics an expression, no more
+        assert {m["MetricName"] for m in stats} == {metric} and len(stats) == 10
         assert alarm["Threshold"] == 1
     (dashboard,) = resources(template, "AWS::CloudWatch::Dashboard").values()
     # dashboards are the account's, in every region: named after the stack and its region
@@ -1293,6 +1306,7 @@ FUNCTION_FILES = {
     "retry": "TaskRetry",
     "aggregate": "Aggregate",
     "stopped": "Stopped",
+    "predictions": "Predictions",
 }
 
 

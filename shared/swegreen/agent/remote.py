@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -40,7 +43,7 @@ from swegreen.agent.assessment import (
     summary_line,
 )
 from swegreen.agent.request import AssessmentRequest
-from swegreen.aws.front_door_client import UPLOAD_LIMIT, FrontDoorClient, FrontDoorError
+from swegreen.aws.front_door_client import FrontDoorClient, FrontDoorError
 from swegreen.core.config import EvalConfig
 from swegreen.core.dataset import Dataset, Instance
 from swegreen.core.ports import PatchResult
@@ -252,17 +255,21 @@ class RemoteAssessment:
         config, _, instances = self._rows
         results = await self._exchange(role, url, config, instances)
         text = predictions_file(results)
-        if len(text.encode()) > UPLOAD_LIMIT:  # the accounts go before any patch does
-            text = predictions_file(results, accounts=False)
-            await self.notify(
-                f"{role}: the exchanges' accounts (conversation, usage) left out: the "
-                "patches alone fit the API's request size"
-            )
-        key = await client.upload_predictions(text)
-        await self.notify(f"{role}: {len(results)} patch(es) sent ({key})")
         graded = {k: v for k, v in self.config.items() if k not in EXCHANGE_SIDE}
         graded["instance_ids"] = [i.instance_id for i in instances]
         graded["max_rows"] = -1
+        # on disk before it leaves: an upload that fails is sent again from here, without
+        # asking the participant a second time
+        kept = keep_predictions(self.settings.local.output_dir, role, text, graded)
+        try:
+            key = await client.upload_predictions(text)
+        except (FrontDoorError, httpx.HTTPError) as exc:
+            raise AssessmentFailed(
+                f"{role}: the {len(results)} patch(es) could not be sent ({exc}). They are "
+                f"kept at {kept}; grade them without asking {role} again: swegreen "
+                f"upload-predictions {kept} --api-url {self.front_door.url} --start"
+            ) from exc
+        await self.notify(f"{role}: {len(results)} patch(es) sent ({key}; kept at {kept})")
         return await client.start({"patches": key, "config": graded})
 
     async def _exchange(
@@ -327,14 +334,25 @@ class RemoteAssessment:
             )
 
 
-def predictions_file(results: dict[str, PatchResult], accounts: bool = True) -> str:
+def predictions_file(results: dict[str, PatchResult]) -> str:
     """The JSONL the pipeline grades: one entry per row, with its exchange's account."""
-    lines = []
-    for instance_id, result in results.items():
-        entry = exchange_entry(instance_id, result)
-        if not accounts:
-            entry["swegreen"] = {
-                k: v for k, v in entry["swegreen"].items() if k in ("failure", "detail", "duration")
-            }
-        lines.append(json.dumps(entry))
+    lines = [json.dumps(exchange_entry(i, result)) for i, result in results.items()]
     return "\n".join(lines) + "\n"
+
+
+KEPT_DIR = "aws-predictions"
+
+
+def keep_predictions(output_dir: Path, role: str, text: str, config: dict[str, Any]) -> Path:
+    """``text`` written whole (a temporary file renamed) under ``output_dir``, named by its
+    content, beside the run config that grades it (``<file>.config.json``, what
+    ``swegreen upload-predictions --start`` sends)."""
+    folder = output_dir / KEPT_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = folder / f"{role}-{digest}.jsonl"
+    for target, body in ((path.with_suffix(".config.json"), json.dumps(config)), (path, text)):
+        partial = target.with_name(target.name + ".partial")
+        partial.write_text(body)
+        os.replace(partial, target)
+    return path

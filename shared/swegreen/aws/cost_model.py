@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel
 
-from swegreen.aws.quotas import ON_DEMAND_VCPU, SPOT_VCPU
+from swegreen.aws import quotas
 from swegreen.core.recipes import known_network_instances
 from swegreen.core.schedule import expected_seconds
 
@@ -64,8 +64,8 @@ IDLE = {
     "kms_keys": 1,  # the alarm topic's (CloudWatch publishes only under a customer key)
     "alarms": 7,
     # what they bill: each metric of a metric-math alarm (the error rows' 7 statuses, the
-    # Lambda errors' and throttles' 9 functions each) and each simple alarm's one
-    "alarm_metrics": 7 + 9 + 9 + 4,
+    # Lambda errors' and throttles' 10 functions each) and each simple alarm's one
+    "alarm_metrics": 7 + 10 + 10 + 4,
     # published while idle: Watch's RowsWaiting, every minute
     "custom_metrics": 1,
     # the sandbox image in the stack's asset repository, compressed (an assumption: its
@@ -460,7 +460,11 @@ class Estimate(BaseModel):
     optimistic: Bound
     pessimistic: Bound
     note: str
+    # The quota increases that would give ``wanted`` rows at a time, as commands, and the
+    # run's wall minutes (optimistic, pessimistic) with them: "" and None when it has them.
     raise_quota: str = ""
+    wanted: int | None = None
+    wanted_minutes: tuple[float, float] | None = None
 
 
 def estimate(
@@ -476,8 +480,13 @@ def estimate(
     vcpu: float = 2.0,
     region: str = "us-east-1",
     max_batch_rows: int = 1,
+    wanted: int | None = None,
+    raise_quota: Sequence[str] | None = None,
 ) -> Estimate:
-    """The estimate for a run of ``repos`` (one per row, in the Map's order)."""
+    """The estimate for a run of ``repos`` (one per row, in the Map's order). ``wanted``
+    rows at a time (default: as asked) and ``raise_quota``, the increases they need (from
+    the account's quotas: quotas.requests; default: Fargate's, when the concurrency is
+    below what was asked): what the estimate offers beside its own figures."""
     bounds: dict[str, Bound] = {}
     base: dict[str, object] = {
         "concurrency": concurrency,
@@ -486,9 +495,19 @@ def estimate(
         "participant_minutes": participant_minutes,
         "max_batch_rows": max_batch_rows,
     }
+    wanted = asked_concurrency if wanted is None else wanted
+    if raise_quota is None:
+        raise_quota = (
+            quotas.requests(wanted, vcpu, "not read", None, region)[:2]
+            if concurrency < wanted
+            else []
+        )
+    faster: list[float] = []
     for name in ASSUMPTIONS:
         s = Scenario(**with_assumptions(name, base))  # type: ignore[arg-type]
         rows = simulate(s, repos) if repos else None
+        if raise_quota and repos and wanted > concurrency:
+            faster.append(round(simulate(replace(s, concurrency=wanted), repos).wall_minutes, 1))
         build = build_phase(s, mirrors, envs, prepares, build_concurrency)
         bounds[name] = Bound(
             wall_minutes=round((rows.wall_minutes if rows else 0.0) + build.wall_minutes, 1),
@@ -502,15 +521,6 @@ def estimate(
         "(the artifacts the bucket lacks). A model, not a bill: us-east-1 list prices, "
         "figures measured on 2 cores (docs/aws.md, 'Cost model')."
     )
-    raise_quota = ""
-    if concurrency < asked_concurrency:
-        want = math.ceil(asked_concurrency * vcpu)
-        raise_quota = (
-            f"{asked_concurrency} rows at a time need {want} vCPUs of Fargate Spot and as "
-            "many on-demand (the fallback): aws service-quotas request-service-quota-increase "
-            f"--region {region} --service-code fargate --quota-code {SPOT_VCPU} "
-            f"--desired-value {want}; the same with --quota-code {ON_DEMAND_VCPU}"
-        )
     return Estimate(
         rows=len(repos),
         concurrency=concurrency,
@@ -519,5 +529,65 @@ def estimate(
         optimistic=bounds["optimistic"],
         pessimistic=bounds["pessimistic"],
         note=note,
-        raise_quota=raise_quota,
+        raise_quota=(
+            f"{wanted} rows at a time need: " + "; ".join(raise_quota) if raise_quota else ""
+        ),
+        wanted=wanted if raise_quota else None,
+        wanted_minutes=(faster[0], faster[1]) if len(faster) == 2 else None,
     )
+
+
+def account_capacity(
+    fargate: quotas.FargateQuotas | str,
+    lambda_limit: int | str | None,
+    *,
+    region: str,
+    vcpu: float = 2.0,
+    wanted: int = quotas.FAST_ROWS,
+    build_vcpu: float = 4.0,
+    max_batch_rows: int = 1,
+) -> list[str]:
+    """What an account's quotas give a 500-row Verified run, in lines to print (the
+    preflight): the quotas, the rows at a time they fit, the warm run's time at that and
+    at ``wanted``, and the requests that would give ``wanted``."""
+    capacity = quotas.fit(None, 50, fargate, vcpu, build_vcpu, ceiling=10_000,
+                          lambda_limit=lambda_limit)  # fmt: skip
+    lines = [
+        f"Fargate vCPU quotas: {_quota_text(fargate)}",
+        f"Lambda unreserved concurrency: {lambda_limit if lambda_limit is not None else '?'}",
+    ]
+    if isinstance(fargate, str):
+        lines.append(
+            "rows at a time: not known (give max_concurrent_rows); a new account has "
+            "about 6 + 6 Fargate vCPUs (3 + 3 tasks of 2 vCPU) and 10 Lambda executions"
+        )
+        advice = quotas.requests(wanted, vcpu, fargate, lambda_limit, region)
+    else:
+        rows = verified_rows(Scenario())
+        now = estimate(
+            rows, concurrency=capacity.rows, asked_concurrency=capacity.rows,
+            build_concurrency=capacity.builds, vcpu=vcpu, region=region,
+            max_batch_rows=max_batch_rows, wanted=wanted,
+            raise_quota=quotas.requests(wanted, vcpu, fargate, lambda_limit, region)
+            if capacity.rows < wanted else [],
+        )  # fmt: skip
+        lines.append(
+            f"rows at a time: {capacity.rows} ({capacity.note}); 500 warm Verified rows: "
+            f"{now.optimistic.wall_minutes:g}-{now.pessimistic.wall_minutes:g} min"
+        )
+        if now.wanted_minutes is not None:
+            fast, slow = now.wanted_minutes
+            lines.append(f"at {wanted} rows at a time: {fast:g}-{slow:g} min")
+        advice = quotas.requests(wanted, vcpu, fargate, lambda_limit, region)
+        if capacity.rows >= wanted:
+            advice = []
+    if advice:
+        lines.append(f"to run {wanted} rows at a time, ask AWS (approval takes hours to days):")
+        lines += [f"  {command}" for command in advice]
+    return lines
+
+
+def _quota_text(fargate: quotas.FargateQuotas | str) -> str:
+    if isinstance(fargate, str):
+        return f"unread ({fargate})"
+    return f"Spot {fargate.spot_vcpu:g}, on-demand {fargate.on_demand_vcpu:g}"

@@ -13,14 +13,12 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from swegreen.core.errors import SweGreenError
+from swegreen.aws.predictions_upload import DIRECT_LIMIT, checked
+from swegreen.core.errors import PredictionsError, SweGreenError
 from swegreen.reports.publish import joined
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
-# API Gateway's largest request body is 10 MB (its own, not a setting): a little less, so
-# that headers and a signature fit beside it
-UPLOAD_LIMIT = 9_900_000
 _REGION_IN_HOST = re.compile(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com")
 
 
@@ -77,7 +75,17 @@ class FrontDoorClient:
         self.http = http
 
     async def start(self, request: dict[str, Any]) -> str:
-        """POST /runs: the run's id."""
+        """POST /runs: the run's id. The request is checked here first, as the pipeline
+        checks it: the API's own refusal says only "Invalid request body"."""
+        from pydantic import ValidationError
+
+        from swegreen.aws.pipeline.models import RunRequest
+
+        try:
+            RunRequest.model_validate(request)
+        except ValidationError as exc:
+            reasons = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+            raise FrontDoorError(f"POST /runs: not a request the API takes: {reasons}") from None
         body = json.dumps(request)
         answer = await self._send("POST", "runs", body)
         if answer.status_code != 202:
@@ -85,17 +93,43 @@ class FrontDoorClient:
         return str(answer.json()["run_id"])
 
     async def upload_predictions(self, text: str) -> str:
-        """PUT /predictions: the key the API kept the file at (a run's ``patches``). A
-        retried upload that had landed leaves one more file, never a second run."""
-        if len(text.encode()) > UPLOAD_LIMIT:
-            raise FrontDoorError(
-                f"the predictions file is {len(text.encode()) / 1e6:.1f} MB, over what the "
-                f"API takes in one request ({UPLOAD_LIMIT / 1e6:.0f} MB)"
-            )
-        answer = await self._send("PUT", "predictions", text, content_type=NDJSON)
+        """A predictions file into the stack's bucket: the key a run's ``patches`` names.
+        Checked here first (the parser Resolve uses); sent in the request up to
+        ``DIRECT_LIMIT`` (PUT /predictions, which checks it again), else straight to S3
+        through a pre-signed PUT (POST /predictions/uploads), any size. A retried upload
+        that had landed leaves one more file, never a second run."""
+        try:
+            checked(text)
+        except PredictionsError as exc:
+            raise FrontDoorError(f"not sent: {exc}") from None
+        body = text.encode()
+        if len(body) <= DIRECT_LIMIT:
+            answer = await self._send("PUT", "predictions", text, content_type=NDJSON)
+            if answer.status_code != 201:
+                raise FrontDoorError(f"PUT /predictions: {answer.status_code} {answer.text[:500]}")
+            return str(answer.json()["patches"])
+        answer = await self._send("POST", "predictions/uploads", "{}")
         if answer.status_code != 201:
-            raise FrontDoorError(f"PUT /predictions: {answer.status_code} {answer.text[:500]}")
-        return str(answer.json()["patches"])
+            raise FrontDoorError(
+                f"POST /predictions/uploads: {answer.status_code} {answer.text[:500]}"
+            )
+        ticket = answer.json()
+        for attempt in range(1, self.settings.retry_attempts + 1):
+            try:  # the URL is the credential: no signature, no key
+                put = await self.http.put(ticket["upload_url"], content=body)
+            except httpx.TransportError:
+                if attempt == self.settings.retry_attempts:
+                    raise
+                await asyncio.sleep(min(self.settings.retry_cap, 2.0**attempt))
+                continue
+            if put.status_code == 200:
+                return str(ticket["patches"])
+            if put.status_code not in RETRIED_STATUS or attempt == self.settings.retry_attempts:
+                raise FrontDoorError(
+                    f"upload to S3 ({len(body) / 1e6:.1f} MB): {put.status_code} {put.text[:300]}"
+                )
+            await asyncio.sleep(min(self.settings.retry_cap, 2.0**attempt))
+        raise AssertionError("unreachable")
 
     async def run(self, run_id: str) -> dict[str, Any] | None:
         """GET /runs/{id}: state, rows done, record, leaderboard; None until it exists."""

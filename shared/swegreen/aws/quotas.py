@@ -47,6 +47,17 @@ def read_quotas(client: Any) -> FargateQuotas | str:
 # Lambda executions left for everything else than a run's rows: Watch, Resolve, the
 # Stopped and Endpoints functions, another stack's functions in the account.
 LAMBDA_HEADROOM = 3
+# Rows in flight one unreserved Lambda execution serves. A row holds a function only while
+# its Dispatch, Presign or Classify runs (about 3 s together: cost_model's
+# lambda_seconds_per_row), and a row lasts a minute or more (its task's start alone is
+# 30-60 s); rows on Fargate or waiting for a participant's callback hold none. A call
+# throttled at a wave's start is retried (six tries over about two minutes with jitter:
+# infra/states.py), so 10 rows a slot keeps throttles a burst, not a failure.
+ROWS_PER_LAMBDA = 10
+LAMBDA_SERVICE = "lambda"
+LAMBDA_CONCURRENCY = "L-B99A9384"  # Lambda: Concurrent executions (the account's)
+# The rows at once docs/aws.md's 500-row figures are for (about 14.5 minutes warm).
+FAST_ROWS = 100
 
 
 def read_lambda_limit(client: Any) -> int | str:
@@ -78,6 +89,7 @@ def fit(
     ceiling: int = 1,
     lambda_limit: int | str | None = None,
     in_use: int = 0,
+    in_use_vcpu: float | None = None,
 ) -> Capacity:
     """``rows`` and ``builds`` tasks at once, capped to what ``quotas`` fit. ``rows`` None
     (the request named no max_concurrent_rows): as many as the quotas fit, up to
@@ -85,11 +97,14 @@ def fit(
     that forgot the setting would otherwise take 500 row-times). ``in_use``: the rows
     at once of the runs running beside this one, which share the account's quotas (each
     run claiming all of them made tasks wait past their deadline). ``lambda_limit``: the
-    account's unreserved Lambda concurrency, which caps the rows in flight too."""
-    capacity = _fit_fargate(rows, builds, quotas, row_vcpu, build_vcpu, ceiling, in_use)
+    account's unreserved Lambda concurrency, which caps the rows in flight too.
+    ``in_use_vcpu``: the Fargate vCPUs those runs hold, their build tasks included (a
+    run in its build phase holds build tasks, not rows); default: their rows'."""
+    held = in_use * row_vcpu if in_use_vcpu is None else in_use_vcpu
+    capacity = _fit_fargate(rows, builds, quotas, row_vcpu, build_vcpu, ceiling, held)
     if not isinstance(lambda_limit, int):
         return capacity
-    room = max(1, lambda_limit - LAMBDA_HEADROOM - in_use)
+    room = max(1, (lambda_limit - LAMBDA_HEADROOM) * ROWS_PER_LAMBDA - in_use)
     if capacity.rows <= room:
         return capacity
     return capacity.model_copy(
@@ -97,10 +112,51 @@ def fit(
             "rows": room,
             "note": capacity.note
             + f"; rows {capacity.rows} -> {room} for the account's Lambda concurrency "
-            f"({lambda_limit} unreserved, {LAMBDA_HEADROOM} kept for the others"
-            + (f", {in_use} used by the runs running" if in_use else "")
+            f"({lambda_limit} unreserved, {LAMBDA_HEADROOM} kept for the others, "
+            f"{ROWS_PER_LAMBDA} rows an execution"
+            + (f", {in_use} rows of the runs running" if in_use else "")
             + "): ask AWS for more to run faster",
         }
+    )
+
+
+def lambda_needed(rows: int) -> int:
+    """The unreserved Lambda concurrency ``rows`` at a time need (``fit``'s rule)."""
+    return math.ceil(rows / ROWS_PER_LAMBDA) + LAMBDA_HEADROOM
+
+
+def requests(
+    rows: int,
+    row_vcpu: float,
+    quotas: FargateQuotas | str,
+    lambda_limit: int | str | None,
+    region: str,
+) -> list[str]:
+    """The quota increases that ``rows`` tasks at a time need, each as the command that
+    asks for it; [] when the account has them. Fargate Spot and on-demand each for all
+    the rows (Spot first, on-demand its fallback); Lambda's account concurrency where
+    ``fit`` would cap them for it. A quota that could not be read is asked for as if
+    it were a new account's."""
+    want_vcpu = math.ceil(rows * row_vcpu)
+    have = quotas if isinstance(quotas, FargateQuotas) else None
+    out = []
+    for code, current in (
+        (SPOT_VCPU, have.spot_vcpu if have else 0.0),
+        (ON_DEMAND_VCPU, have.on_demand_vcpu if have else 0.0),
+    ):
+        if current < want_vcpu:
+            out.append(_ask(region, SERVICE, code, want_vcpu))
+    need = lambda_needed(rows)
+    if not isinstance(lambda_limit, int) or lambda_limit < need:
+        # Lambda's concurrency quota is the account's total; AWS's usual one is 1,000
+        out.append(_ask(region, LAMBDA_SERVICE, LAMBDA_CONCURRENCY, max(need, 1000)))
+    return out
+
+
+def _ask(region: str, service: str, code: str, value: float) -> str:
+    return (
+        f"aws service-quotas request-service-quota-increase --region {region} "
+        f"--service-code {service} --quota-code {code} --desired-value {value:g}"
     )
 
 
@@ -111,18 +167,17 @@ def _fit_fargate(
     row_vcpu: float,
     build_vcpu: float,
     ceiling: int,
-    in_use: int,
+    held: float,
 ) -> Capacity:
-    if not isinstance(quotas, str) and in_use:
+    if not isinstance(quotas, str) and held:
         # what the runs running beside this one hold, Spot first as theirs start
-        held = in_use * row_vcpu
         spot = max(0.0, quotas.spot_vcpu - held)
         on_demand = max(0.0, quotas.on_demand_vcpu - max(0.0, held - quotas.spot_vcpu))
         left = FargateQuotas(on_demand_vcpu=on_demand, spot_vcpu=spot)
         capacity = _fit_fargate(rows, builds, left, row_vcpu, build_vcpu, ceiling, 0)
         return capacity.model_copy(
             update={
-                "note": capacity.note + f" less {in_use} rows the runs running hold",
+                "note": capacity.note + f" less {held:g} vCPUs the runs running hold",
                 "quotas": quotas,
             }
         )
@@ -135,7 +190,7 @@ def _fit_fargate(
                 f"({quotas}); give max_concurrent_rows",
             )
         fitted = max(1, min(ceiling, quotas.tasks(row_vcpu)))
-        capacity = _fit_fargate(fitted, builds, quotas, row_vcpu, build_vcpu, ceiling, 0)
+        capacity = _fit_fargate(fitted, builds, quotas, row_vcpu, build_vcpu, ceiling, 0.0)
         return capacity.model_copy(
             update={"note": f"no max_concurrent_rows asked: {fitted}, " + capacity.note}
         )

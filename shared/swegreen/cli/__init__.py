@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from swegreen.cli.report import report
     from swegreen.cli.run import run_command
     from swegreen.cli.serve import serve_command
-    from swegreen.cli.upload import upload_dataset_command
+    from swegreen.cli.upload import upload_dataset_command, upload_predictions_command
     from swegreen.core.config import unknown_env
     from swegreen.core.scrub import Scrubber
     from swegreen.evaluation.settings import host_environment
@@ -56,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "upload-dataset":
             return upload_dataset_command(args, console)
+        if args.command == "upload-predictions":
+            return upload_predictions_command(args, env, console)
         if args.command == "plan":
             return plan_command(args, console)
         settings = local_settings(args, env)

@@ -311,6 +311,21 @@ def parser() -> argparse.ArgumentParser:
         "--key", help="S3 key (default: where a request naming the dataset finds it)"
     )
 
+    sent = sub.add_parser(
+        "upload-predictions",
+        help="AWS: send a predictions file to the stack's API (checked first), and start "
+        "the run that grades it",
+    )
+    sent.add_argument("file", help="a predictions JSONL (instance_id, model_patch, ...)")
+    api_flags(sent)
+    sent.add_argument(
+        "--start",
+        action="store_true",
+        help="start a run grading it (its config: --config, else <file>.config.json beside "
+        "a file the green agent kept, else the stack's defaults)",
+    )
+    sent.add_argument("--config", help="the run's config as JSON (with --start)")
+
     serve = sub.add_parser("serve", help="run the AgentBeats green agent (A2A server)")
     server_flags(serve, 9009)
     serve.add_argument("--scenario", type=Path, help="scenario.toml whose [config] gives defaults")
@@ -329,18 +344,7 @@ def parser() -> argparse.ArgumentParser:
         help="where rows are evaluated: here, or by the AWS pipeline (docs/aws.md); "
         "default: $SWEGREEN_BACKEND, else local",
     )
-    serve.add_argument(
-        "--api-url", help="aws: the front door's URL (the stack's ApiUrl); or $SWEGREEN_API_URL"
-    )
-    serve.add_argument(
-        "--api-auth",
-        choices=["iam", "api_key"],
-        help="aws: SigV4 with the AWS credential chain, or the key in $SWEGREEN_API_KEY; "
-        "default: $SWEGREEN_API_AUTH, else api_key when $SWEGREEN_API_KEY is set, else iam",
-    )
-    serve.add_argument(
-        "--api-region", help="aws: the API's region (default: $SWEGREEN_API_REGION, its URL's)"
-    )
+    api_flags(serve)
     serve.add_argument(
         "--exchange",
         choices=["green_agent", "pipeline"],
@@ -403,4 +407,21 @@ def server_flags(p: argparse.ArgumentParser, port: int) -> None:
     p.add_argument("--port", type=int, default=port, help=f"port to listen on (default {port})")
     p.add_argument(
         "--card-url", help="URL to advertise in the agent card (default http://HOST:PORT/)"
+    )
+
+
+def api_flags(p: argparse.ArgumentParser) -> None:
+    """Where the AWS stack's API is and how to sign for it (serve's aws backend,
+    upload-predictions)."""
+    p.add_argument(
+        "--api-url", help="aws: the front door's URL (the stack's ApiUrl); or $SWEGREEN_API_URL"
+    )
+    p.add_argument(
+        "--api-auth",
+        choices=["iam", "api_key"],
+        help="aws: SigV4 with the AWS credential chain, or the key in $SWEGREEN_API_KEY; "
+        "default: $SWEGREEN_API_AUTH, else api_key when $SWEGREEN_API_KEY is set, else iam",
+    )
+    p.add_argument(
+        "--api-region", help="aws: the API's region (default: $SWEGREEN_API_REGION, its URL's)"
     )

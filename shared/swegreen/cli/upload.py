@@ -1,4 +1,6 @@
-"""`swegreen upload-dataset`: a dataset into the AWS stack's bucket, where runs find it."""
+"""`swegreen upload-dataset`: a dataset into the AWS stack's bucket, where runs find it.
+`swegreen upload-predictions`: a predictions file through the stack's API (and the run
+that grades it): how patches the green agent kept after a failed upload are sent again."""
 
 from __future__ import annotations
 
@@ -31,4 +33,50 @@ def upload_dataset_command(args: argparse.Namespace, console: Console) -> int:
         markup=False,
         soft_wrap=True,  # a line to copy, never broken
     )
+    return 0
+
+
+def upload_predictions_command(
+    args: argparse.Namespace, env: dict[str, str], console: Console
+) -> int:
+    import asyncio
+    from pathlib import Path
+
+    import httpx
+
+    from swegreen.aws.front_door_client import FrontDoorClient, FrontDoorError
+    from swegreen.cli.serve import front_door_settings
+
+    path = Path(args.file)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the predictions file {path}: {exc.strerror}") from None
+    config: dict | None = None
+    if args.config is not None:
+        try:
+            config = json.loads(args.config)
+        except ValueError as exc:
+            raise ConfigError(f"--config is not JSON: {exc}") from None
+    elif (beside := path.with_suffix(".config.json")).exists():
+        config = json.loads(beside.read_text())
+    args.api_poll, args.exchange = 15.0, None  # front_door_settings reads serve's flags
+    settings = front_door_settings(args, env)
+
+    async def send() -> tuple[str, str | None]:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=300.0)) as http:
+            client = FrontDoorClient(settings, http)
+            key = await client.upload_predictions(text)
+            run = None
+            if args.start:
+                run = await client.start({"patches": key, "config": config or {}})
+            return key, run
+
+    try:
+        key, run = asyncio.run(send())
+    except (FrontDoorError, httpx.HTTPError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    console.print(f"sent {path} -> patches {key}", markup=False, soft_wrap=True)
+    if run is not None:
+        console.print(f"started run {run}: GET {settings.url}runs/{run}", markup=False)
     return 0

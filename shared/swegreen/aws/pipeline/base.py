@@ -68,6 +68,24 @@ class PipelineBase:
         except self.s3.exceptions.NoSuchKey:
             return None
 
+    def _get_named(self, key: str, missing: str) -> str:
+        """An object the request named (the dataset, a predictions file), or ValueError
+        ``missing``. AccessDenied gets the same guidance: it is what S3 answers for a
+        missing object to a role that may not list where it is, and for a key outside
+        what this step may read."""
+        try:
+            text = self._get(key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "AccessDenied":
+                raise
+            raise ValueError(
+                f"{missing} (S3 refused the read: AccessDenied; the stack's functions "
+                "read datasets under datasets/ and predictions under predictions/ only)"
+            ) from None
+        if text is None:
+            raise ValueError(missing)
+        return text
+
     def _put(self, key: str, text: str) -> None:
         self.s3.put_object(Bucket=self.settings.bucket, Key=key, Body=text.encode())
 

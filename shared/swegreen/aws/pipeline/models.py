@@ -4,6 +4,7 @@ each other (pydantic models, validated at every Lambda's edge)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -15,6 +16,9 @@ from swegreen.stores import artifacts as art
 
 INSTANCE = "instance.json"
 PREDICTION = "prediction.json"  # the row's own prediction (Resolve reads the file once)
+# Where predictions files live in the bucket: the functions may read them there only.
+PREDICTIONS_PREFIX = "predictions/"
+PATCHES_PATTERN = r"^(gold|empty|predictions/.+)$"
 SANDBOX_INPUT = "sandbox-input.json"
 SANDBOX_BATCH = "sandbox-batch.json"  # a batch task's manifest, under its first row
 # Resolve's writes at once: 10,000 rows' objects in seconds, not minutes.
@@ -110,7 +114,9 @@ class RunRequest(BaseModel):
 
     participants: dict[str, str] = Field(default_factory=dict)
     patches: str | None = Field(
-        None, min_length=1, description="gold, empty, or the S3 key of a predictions file"
+        None,
+        min_length=1,
+        description="gold, empty, or the S3 key of a predictions file under predictions/",
     )
     config: dict[str, Any] = Field(default_factory=dict)
     rebuild_envs: bool = Field(
@@ -133,6 +139,12 @@ class RunRequest(BaseModel):
         if bool(self.participants) == bool(self.patches):
             raise ValueError(
                 "give either participants (A2A URLs) or patches (gold, empty, an S3 key)"
+            )
+        if self.patches and not re.match(PATCHES_PATTERN, self.patches):
+            raise ValueError(
+                f"patches {self.patches!r}: give gold, empty, or the key of a predictions "
+                f"file under {PREDICTIONS_PREFIX} in the stack's bucket (PUT /predictions "
+                f"keeps one there; or aws s3 cp FILE s3://<bucket>/{PREDICTIONS_PREFIX}NAME)"
             )
         if len(self.participants) > 1:
             raise ValueError("a run evaluates one participant; start one run per participant")

@@ -34,6 +34,12 @@ from swegreen.environments.catalog import builtin_recipes
 from swegreen.reports.publish import base_provenance
 
 
+@dataclasses.dataclass(frozen=True)
+class Held:
+    rows: int
+    vcpu: float
+
+
 class ResolveStep(PipelineBase):
     """Resolve, and the plan it makes."""
 
@@ -60,13 +66,12 @@ class ResolveStep(PipelineBase):
                 "mode's workbench, which the pipeline's polled participant calls do not offer"
             )
         key = self.dataset_key(config)
-        text = self._get(key)
-        if text is None:
-            raise ValueError(
-                f"dataset {config.dataset!r} is not in s3://{self.settings.bucket}/{key}; "
-                f"upload it there: swegreen upload-dataset --bucket {self.settings.bucket} "
-                f"--dataset {config.dataset} (docs/aws.md)"
-            )
+        text = self._get_named(
+            key,
+            f"dataset {config.dataset!r} is not in s3://{self.settings.bucket}/{key}; "
+            f"upload it there: swegreen upload-dataset --bucket {self.settings.bucket} "
+            f"--dataset {config.dataset} (docs/aws.md)",
+        )
         rows = parse_rows(
             (json.loads(line) for line in text.splitlines() if line.strip()), source=config.dataset
         )
@@ -85,19 +90,43 @@ class ResolveStep(PipelineBase):
         # unset: as many rows at once as the account's quotas fit (on AWS the run pays
         # per task, not per hour waited: a 500-row run at 1 at a time takes hours)
         asked = "max_concurrent_rows" in {**self.settings.default_config, **event.config}
+        fargate = (
+            quotas.read_quotas(self.service_quotas)
+            if self.service_quotas is not None
+            else "no Service Quotas client"
+        )
+        lambda_limit = (
+            quotas.read_lambda_limit(self.lambda_client) if self.lambda_client is not None else None
+        )
+        held = self._held(event.run_id)
         capacity = quotas.fit(
             config.max_concurrent_rows if asked else None,
             self.settings.build_concurrency,
-            quotas.read_quotas(self.service_quotas)
-            if self.service_quotas is not None
-            else "no Service Quotas client",
+            fargate,
             self.settings.sandbox_vcpu,
             self.settings.build_vcpu,
             ceiling=self.settings.guardrails.max_concurrent_rows,
-            lambda_limit=quotas.read_lambda_limit(self.lambda_client)
-            if self.lambda_client is not None
-            else None,
-            in_use=self._rows_in_use(event.run_id),
+            lambda_limit=lambda_limit,
+            in_use=held.rows,
+            in_use_vcpu=held.vcpu,
+        )
+        # what the estimate offers beside its figures: the rows at once asked for, else
+        # docs/aws.md's fast run, and the quota requests that would give them
+        wanted = min(
+            config.max_concurrent_rows if asked else quotas.FAST_ROWS,
+            self.settings.guardrails.max_concurrent_rows,
+            max(1, len(instances)),
+        )
+        advice = (
+            quotas.requests(
+                wanted,
+                self.settings.sandbox_vcpu,
+                fargate,
+                lambda_limit,
+                self.s3.meta.region_name or "us-east-1",
+            )
+            if capacity.rows < wanted and not isinstance(fargate, str)
+            else []
         )
         if not asked:
             config = config.model_copy(update={"max_concurrent_rows": capacity.rows})
@@ -181,9 +210,7 @@ class ResolveStep(PipelineBase):
             items.append(template.model_copy(update=update).model_dump())
         plan = self.plan(event.run_id, todo, rebuild=event.rebuild_envs)
         # What the run will take and cost, recorded before any row starts (GET /runs/{id}).
-        forecast = self.forecast(
-            todo, plan, capacity, config.max_concurrent_rows, source, config, batching
-        )
+        forecast = self.forecast(todo, plan, capacity, wanted, advice, source, config, batching)
         record.provenance["estimate"] = forecast.model_dump(mode="json")
         if event.dry_run:
             self.store.update_run(record.model_copy(update={"state": "estimated"}))
@@ -240,20 +267,31 @@ class ResolveStep(PipelineBase):
             (open_rows if needs else closed).append(inst)
         return balanced(closed, tasks, max_size=MAX_BATCH_ROWS) + [[i] for i in open_rows]
 
-    def _rows_in_use(self, run_id: str) -> int:
-        """Rows at once that the other running runs were given: they share the quotas."""
-        return sum(
-            int((r.provenance.get("capacity") or {}).get("rows", 0))
-            for r in self.store.list_running()
-            if r.run_id != run_id
-        )
+    def _held(self, run_id: str) -> Held:
+        """What the other running runs hold of the quotas they share with this one: their
+        rows at once, and the Fargate vCPUs of those rows or of their build phase's tasks
+        (a run builds before its rows start: whichever is more), from what Resolve
+        recorded for them (capacity, and the estimate's builds and prepares)."""
+        rows, vcpu = 0, 0.0
+        for record in self.store.list_running():
+            if record.run_id == run_id:
+                continue
+            capacity = record.provenance.get("capacity") or {}
+            estimate = record.provenance.get("estimate") or {}
+            its_rows = int(capacity.get("rows", 0))
+            work = int(estimate.get("builds", 0)) + int(estimate.get("prepares", 0))
+            builds = min(int(capacity.get("builds", 0)), work)
+            rows += its_rows
+            vcpu += max(its_rows * self.settings.sandbox_vcpu, builds * self.settings.build_vcpu)
+        return Held(rows, vcpu)
 
     def forecast(
         self,
         todo: list[Instance],
         plan: prebuilt.Plan,
         capacity: quotas.Capacity,
-        asked: int,
+        wanted: int,
+        advice: list[str],
         source: str,
         config: EvalConfig,
         batching: bool,
@@ -264,7 +302,9 @@ class ResolveStep(PipelineBase):
         return cost_model.estimate(
             [i.repo for i in todo],
             concurrency=capacity.rows,
-            asked_concurrency=asked,
+            asked_concurrency=config.max_concurrent_rows,
+            wanted=wanted,
+            raise_quota=advice,
             build_concurrency=capacity.builds,
             mirrors=[b.repo for b in plan.builds if b.kind == "repo"],
             envs=[b.repo for b in plan.builds if b.kind == "env"],
@@ -310,11 +350,12 @@ class ResolveStep(PipelineBase):
         if event.patches in ("gold", "empty"):
             return event.patches, None, None, "agent", {}
         assert event.patches is not None
-        text = self._get(event.patches)
-        if text is None:
-            raise ValueError(
-                f"predictions file s3://{self.settings.bucket}/{event.patches} does not exist"
-            )
+        text = self._get_named(
+            event.patches,
+            f"predictions file s3://{self.settings.bucket}/{event.patches} does not exist; "
+            "send it first (PUT /predictions, or swegreen's aws backend does it) or check "
+            "the key",
+        )
         predictions = parse_predictions(text, event.patches)
         unknown = sorted(set(predictions) - set(dataset.by_id()))
         if unknown:
