@@ -174,6 +174,58 @@ def test_a_run_counts_the_rows_and_build_tasks_the_runs_running_beside_it_hold(
         assert held.vcpu > 3 * settings.sandbox_vcpu  # the build tasks, not the rows
         assert pipeline._held("first").rows == 0  # not its own
         store.update_run(first.model_copy(update={"state": "finished"}))
-        assert (pipeline._held("second").rows, pipeline._held("second").vcpu) == (0, 0.0)  # finished: holds nothing
+        assert (pipeline._held("second").rows, pipeline._held("second").vcpu) == (
+            0,
+            0.0,
+        )  # finished: holds nothing
     finally:
         store.close()
+
+
+def test_a_run_the_quotas_hold_back_is_told_the_requests_and_what_they_would_give(
+    s3: Any, sample: SampleBenchmark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resolve reads the account's Fargate quotas (2 + 2 vCPUs: 2 rows of 2 vCPU) and its
+    Lambda concurrency (moto's answer); a run of the sample's rows that names no
+    concurrency is fitted to 2 at a time, and its estimate carries the requests that
+    would give it all its rows at once and the time it would then take."""
+    import boto3
+    from moto.servicequotas.models import ServiceQuotasBackend
+
+    from swegreen.aws.quotas import ON_DEMAND_VCPU, SPOT_VCPU
+
+    answers = {ON_DEMAND_VCPU: 2.0, SPOT_VCPU: 2.0}
+    original = ServiceQuotasBackend.get_service_quota
+
+    def fargate(backend: Any, service_code: str, quota_code: str) -> Any:
+        if service_code == "fargate" and quota_code in answers:  # moto knows only VPC's
+            return {"ServiceCode": "fargate", "QuotaCode": quota_code, "Value": answers[quota_code]}
+        return original(backend, service_code, quota_code)
+
+    monkeypatch.setattr(ServiceQuotasBackend, "get_service_quota", fargate)
+    s3.put_object(Bucket=BUCKET, Key="datasets/sample.jsonl", Body=sample.dataset.read_bytes())
+    store = SqliteStore(tmp_path / "store.sqlite")
+    pipeline = Pipeline(
+        PipelineSettings(table="unused", bucket=BUCKET),
+        s3,
+        store,
+        boto3.client("service-quotas", region_name="us-east-1"),
+        boto3.client("lambda", region_name="us-east-1"),
+    )
+    config = {"dataset": f"s3://{BUCKET}/datasets/sample.jsonl", "max_rows": -1}
+    try:
+        pipeline.resolve(StartEvent(run_id="held", patches="gold", config=config, dry_run=True))
+        record = store.get_run("held")
+    finally:
+        store.close()
+    assert record is not None
+    rows = len(sample.expected)
+    assert record.provenance["capacity"]["rows"] == 2
+    estimate = record.provenance["estimate"]
+    assert estimate["concurrency"] == 2 and estimate["wanted"] == rows
+    assert estimate["raise_quota"].startswith(f"{rows} rows at a time need: ")
+    assert f"--quota-code {SPOT_VCPU} --desired-value {2 * rows}" in estimate["raise_quota"]
+    assert f"--quota-code {ON_DEMAND_VCPU} --desired-value {2 * rows}" in estimate["raise_quota"]
+    faster, slower = estimate["wanted_minutes"]
+    rows_only = estimate["pessimistic"]["wall_minutes"] - estimate["pessimistic"]["build_minutes"]
+    assert faster <= slower < rows_only
