@@ -62,8 +62,8 @@ FAST_ROWS = 100
 
 def read_lambda_limit(client: Any) -> int | str:
     """The account's unreserved Lambda concurrency (a new account's can be 10), or why
-    it could not be read. Each row in flight runs one of the pipeline's functions at a
-    time (Dispatch, Presign, Classify): rows at once beyond it are throttled and wait."""
+    it could not be read. A row runs one of the pipeline's functions for a few seconds
+    of its minutes (``ROWS_PER_LAMBDA``): beyond that, starts are throttled and wait."""
     try:
         limits = client.get_account_settings()["AccountLimit"]
         return int(limits["UnreservedConcurrentExecutions"])
