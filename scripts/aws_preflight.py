@@ -13,7 +13,9 @@ template, checked, and made where it is safe to make (docs/aws.md, "Deploy").
 - what the account's quotas give: its Fargate vCPU quotas and Lambda concurrency, the
   rows at a time they fit, a warm 500-row run's time at that and at --rows (100: about
   14.5 minutes), and the quota requests that would give --rows (a new account's 6 + 6
-  vCPUs fit 6 rows: 78-99 minutes). Never a reason to stop: a run fits what there is.
+  vCPUs fit 6 rows: 79-101 minutes). Never a reason to stop: a run fits what there is;
+- what earlier deploys of the stack kept (a rolled-back first deploy's bucket, tables
+  and KMS key): listed, with the command that removes them (scripts/aws_retained.py).
 
 Exits 0 when a deploy can go ahead, 1 with what to do otherwise.
 """
@@ -33,6 +35,7 @@ from swegreen.aws.account_setup import ECS_ROLE, ecs_role
 from swegreen.aws.cost_model import account_capacity
 from swegreen.aws.pipeline.models import MAX_BATCH_ROWS
 from swegreen.aws.quotas import FAST_ROWS, read_lambda_limit, read_quotas
+from swegreen.aws.retained import leftovers
 
 
 def region_of(session: Any, given: str | None) -> tuple[str | None, str]:
@@ -51,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--region")
     parser.add_argument("--check-only", action="store_true", help="make nothing")
+    parser.add_argument("--stack", default="SweGreen", help="the stack's name (cdk deploy's)")
     parser.add_argument(
         "--rows", type=int, default=FAST_ROWS, help="rows at a time to plan the quotas for"
     )
@@ -85,6 +89,18 @@ def main(argv: list[str] | None = None) -> int:
             max_batch_rows=MAX_BATCH_ROWS,
         ):
             print(line)
+        kept = leftovers(
+            *(session.client(n, region_name=region or "us-east-1")
+              for n in ("cloudformation", "s3", "dynamodb", "kms")),
+            args.stack,
+        )  # fmt: skip
+        for leftover in kept:
+            print(f"kept by an earlier deploy: {leftover.line()}")
+        if kept:
+            print(
+                "  a new deploy makes its own beside them; remove them (their data too): "
+                f"scripts/aws_retained.py --stack {args.stack} --delete"
+            )
     except NoCredentialsError:
         problems.append("no AWS credentials: `aws configure` (or `aws sso login`), then again")
     except (BotoCoreError, ClientError) as exc:
