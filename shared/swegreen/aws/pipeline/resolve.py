@@ -87,47 +87,8 @@ class ResolveStep(PipelineBase):
             rows=len(instances),
             participant=source == "a2a",
         )
-        # unset: as many rows at once as the account's quotas fit (on AWS the run pays
-        # per task, not per hour waited: a 500-row run at 1 at a time takes hours)
         asked = "max_concurrent_rows" in {**self.settings.default_config, **event.config}
-        fargate = (
-            quotas.read_quotas(self.service_quotas)
-            if self.service_quotas is not None
-            else "no Service Quotas client"
-        )
-        lambda_limit = (
-            quotas.read_lambda_limit(self.lambda_client) if self.lambda_client is not None else None
-        )
-        held = self._held(event.run_id)
-        capacity = quotas.fit(
-            config.max_concurrent_rows if asked else None,
-            self.settings.build_concurrency,
-            fargate,
-            self.settings.sandbox_vcpu,
-            self.settings.build_vcpu,
-            ceiling=self.settings.guardrails.max_concurrent_rows,
-            lambda_limit=lambda_limit,
-            in_use=held.rows,
-            in_use_vcpu=held.vcpu,
-        )
-        # what the estimate offers beside its figures: the rows at once asked for, else
-        # docs/aws.md's fast run, and the quota requests that would give them
-        wanted = min(
-            config.max_concurrent_rows if asked else quotas.FAST_ROWS,
-            self.settings.guardrails.max_concurrent_rows,
-            max(1, len(instances)),
-        )
-        advice = (
-            quotas.requests(
-                wanted,
-                self.settings.sandbox_vcpu,
-                fargate,
-                lambda_limit,
-                self.s3.meta.region_name or "us-east-1",
-            )
-            if capacity.rows < wanted and not isinstance(fargate, str)
-            else []
-        )
+        capacity, wanted, advice = self._capacity(event.run_id, config, asked, len(instances))
         if not asked:
             config = config.model_copy(update={"max_concurrent_rows": capacity.rows})
         record = RunRecord(
@@ -266,6 +227,47 @@ class ResolveStep(PipelineBase):
                 needs = False  # Presign says why the row cannot run
             (open_rows if needs else closed).append(inst)
         return balanced(closed, tasks, max_size=MAX_BATCH_ROWS) + [[i] for i in open_rows]
+
+    def _capacity(
+        self, run_id: str, config: EvalConfig, asked: bool, rows: int
+    ) -> tuple[quotas.Capacity, int, list[str]]:
+        """The run's concurrency fitted to the account's quotas (unset: as many rows at
+        once as they fit: on AWS a run pays per task, not per hour waited, and a 500-row
+        run at 1 at a time takes hours), less what the runs beside it hold; and what the
+        estimate offers beside its figures: the rows at once asked for (else docs/aws.md's
+        fast run) and the quota requests that would give them."""
+        fargate = (
+            quotas.read_quotas(self.service_quotas)
+            if self.service_quotas is not None
+            else "no Service Quotas client"
+        )
+        lambda_limit = (
+            quotas.read_lambda_limit(self.lambda_client) if self.lambda_client is not None else None
+        )
+        held = self._held(run_id)
+        capacity = quotas.fit(
+            config.max_concurrent_rows if asked else None,
+            self.settings.build_concurrency,
+            fargate,
+            self.settings.sandbox_vcpu,
+            self.settings.build_vcpu,
+            ceiling=self.settings.guardrails.max_concurrent_rows,
+            lambda_limit=lambda_limit,
+            in_use=held.rows,
+            in_use_vcpu=held.vcpu,
+        )
+        wanted = min(
+            config.max_concurrent_rows if asked else quotas.FAST_ROWS,
+            self.settings.guardrails.max_concurrent_rows,
+            max(1, rows),
+        )
+        advice: list[str] = []
+        if capacity.rows < wanted and not isinstance(fargate, str):
+            region = self.s3.meta.region_name or "us-east-1"
+            advice = quotas.requests(
+                wanted, self.settings.sandbox_vcpu, fargate, lambda_limit, region
+            )
+        return capacity, wanted, advice
 
     def _held(self, run_id: str) -> Held:
         """What the other running runs hold of the quotas they share with this one: their
