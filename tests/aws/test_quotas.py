@@ -117,5 +117,8 @@ def test_a_new_account_is_told_what_it_gets_and_the_requests_for_the_fast_run() 
     raised = FargateQuotas(on_demand_vcpu=200, spot_vcpu=200)
     assert requests(100, 2, raised, 1000, "eu-west-1") == []
     assert requests(100, 2, raised, 10, "eu-west-1") == [asks[2]]  # Lambda's alone
+    # Lambda's limit unread (Resolve: no advice on a guess; the preflight: a new account's)
+    assert requests(100, 2, raised, "unreadable", "eu-west-1") == []
+    assert requests(100, 2, raised, "unreadable", "eu-west-1", assume_new=True) == [asks[2]]
     done = "\n".join(account_capacity(raised, 1000, region="eu-west-1", max_batch_rows=8))
     assert "ask AWS" not in done and "rows at a time: 200" in done

@@ -552,6 +552,8 @@ def account_capacity(
     at ``wanted``, and the requests that would give ``wanted``."""
     capacity = quotas.fit(None, 50, fargate, vcpu, build_vcpu, ceiling=10_000,
                           lambda_limit=lambda_limit)  # fmt: skip
+    # unread quotas (no permission, a new region) are asked for as a new account's
+    advice = quotas.requests(wanted, vcpu, fargate, lambda_limit, region, assume_new=True)
     lines = [
         f"Fargate vCPU quotas: {_quota_text(fargate)}",
         f"Lambda unreserved concurrency: {lambda_limit if lambda_limit is not None else '?'}",
@@ -561,15 +563,13 @@ def account_capacity(
             "rows at a time: not known (give max_concurrent_rows); a new account has "
             "about 6 + 6 Fargate vCPUs (3 + 3 tasks of 2 vCPU) and 10 Lambda executions"
         )
-        advice = quotas.requests(wanted, vcpu, fargate, lambda_limit, region)
     else:
-        rows = verified_rows(Scenario())
+        if capacity.rows >= wanted:
+            advice = []
         now = estimate(
-            rows, concurrency=capacity.rows, asked_concurrency=capacity.rows,
-            build_concurrency=capacity.builds, vcpu=vcpu, region=region,
-            max_batch_rows=max_batch_rows, wanted=wanted,
-            raise_quota=quotas.requests(wanted, vcpu, fargate, lambda_limit, region)
-            if capacity.rows < wanted else [],
+            verified_rows(Scenario()), concurrency=capacity.rows,
+            asked_concurrency=capacity.rows, build_concurrency=capacity.builds, vcpu=vcpu,
+            region=region, max_batch_rows=max_batch_rows, wanted=wanted, raise_quota=advice,
         )  # fmt: skip
         lines.append(
             f"rows at a time: {capacity.rows} ({capacity.note}); 500 warm Verified rows: "
@@ -578,9 +578,6 @@ def account_capacity(
         if now.wanted_minutes is not None:
             fast, slow = now.wanted_minutes
             lines.append(f"at {wanted} rows at a time: {fast:g}-{slow:g} min")
-        advice = quotas.requests(wanted, vcpu, fargate, lambda_limit, region)
-        if capacity.rows >= wanted:
-            advice = []
     if advice:
         lines.append(f"to run {wanted} rows at a time, ask AWS (approval takes hours to days):")
         lines += [f"  {command}" for command in advice]

@@ -131,12 +131,14 @@ def requests(
     quotas: FargateQuotas | str,
     lambda_limit: int | str | None,
     region: str,
+    *,
+    assume_new: bool = False,
 ) -> list[str]:
     """The quota increases that ``rows`` tasks at a time need, each as the command that
     asks for it; [] when the account has them. Fargate Spot and on-demand each for all
-    the rows (Spot first, on-demand its fallback); Lambda's account concurrency where
-    ``fit`` would cap them for it. A quota that could not be read is asked for as if
-    it were a new account's."""
+    the rows (Spot first, on-demand its fallback), asked for when unread too; Lambda's
+    account concurrency where ``fit`` would cap them for it, and, ``assume_new``, where
+    it could not be read (a new account's is 10)."""
     want_vcpu = math.ceil(rows * row_vcpu)
     have = quotas if isinstance(quotas, FargateQuotas) else None
     out = []
@@ -147,7 +149,8 @@ def requests(
         if current < want_vcpu:
             out.append(_ask(region, SERVICE, code, want_vcpu))
     need = lambda_needed(rows)
-    if not isinstance(lambda_limit, int) or lambda_limit < need:
+    unread = not isinstance(lambda_limit, int)
+    if (unread and assume_new) or (isinstance(lambda_limit, int) and lambda_limit < need):
         # Lambda's concurrency quota is the account's total; AWS's usual one is 1,000
         out.append(_ask(region, LAMBDA_SERVICE, LAMBDA_CONCURRENCY, max(need, 1000)))
     return out
