@@ -24,6 +24,8 @@ three gaps ../shared/docs/aws-offline.md lists filled from the test side.
   description as the cause) when the task stopped with a non-zero exit code or none at
   all, as AWS does; moto would report success.
 - Step Functions: a state machine created by CloudFormation is executable.
+- DynamoDB: an item's writes are applied one at a time, as DynamoDB applies them (moto's
+  concurrent ``ADD`` could lose one).
 
 - Step Functions' ``ecs:runTask`` turns RunTask's refusals into the state's error as AWS
   does: an answer with ``failures`` and no task fails it with ``AmazonECS.Unknown`` (the
@@ -132,6 +134,7 @@ class Emulator:
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> Emulator:
         from moto.awslambda.models import LambdaFunction
+        from moto.dynamodb.models import DynamoDBBackend
         from moto.ecs.models import EC2ContainerServiceBackend
         from moto.moto_server.threaded_moto_server import ThreadedMotoServer
         from moto.stepfunctions import models as sfn_models
@@ -153,14 +156,22 @@ class Emulator:
         # and the task threads' changes to a task (attributes moto's describe iterates).
         ecs_lock = self._ecs_lock
 
-        def serialized(name: str) -> Any:
-            method = getattr(EC2ContainerServiceBackend, name)
+        def serialized(name: str, kind: Any = EC2ContainerServiceBackend, lock: Any = None) -> Any:
+            method = getattr(kind, name)
+            held = ecs_lock if lock is None else lock
 
             def call(backend: Any, *args: Any, **kwargs: Any) -> Any:
-                with ecs_lock:
+                with held:
                     return method(backend, *args, **kwargs)
 
             return call
+
+        # moto's DynamoDB applies a write by reading the item, changing a copy and putting
+        # it back, unlocked: two Lambdas' concurrent `ADD finished_count :one` could lose
+        # one (a run "finished" with 7 of 8 rows counted). DynamoDB applies each item's
+        # writes atomically: one lock over moto's writes does the same.
+        ddb_lock = threading.RLock()
+        ddb_writes = ("put_item", "update_item", "delete_item", "transact_write_items")
 
         signature = inspect.signature(original_run_task)
 
@@ -226,6 +237,12 @@ class Emulator:
             *(
                 mock.patch.object(EC2ContainerServiceBackend, name, serialized(name))
                 for name in ("describe_tasks", "stop_task", "list_tasks")
+            ),
+            *(
+                mock.patch.object(
+                    DynamoDBBackend, name, serialized(name, DynamoDBBackend, ddb_lock)
+                )
+                for name in ddb_writes
             ),
             # CloudFormation's state machines go where executions run.
             mock.patch.object(sfn_models, "stepfunctions_backends", stepfunctions_parser_backends),
