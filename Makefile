@@ -1,15 +1,25 @@
 # One command sets up and runs the demo, one sets up and runs the tests (see README).
-PYTHON ?= $(shell command -v python3.11 || command -v python3.12 || command -v python3.13 || command -v python3)
+# The venv's Python: PYTHON if given, else the newest 3.11+ with venv, looked up only once
+# install-system-deps.sh has run (it installs one where there is none).
+PYTHON ?=
+NEW_VENV = py="$(PYTHON)"; [ -n "$$py" ] || py=$$(bash scripts/find-python.sh) || { \
+	echo "no Python 3.11+ with venv found: give one, make PYTHON=/path/to/python3.11" >&2; \
+	exit 1; }; echo "virtual environment from $$py"; "$$py" -m venv $(VENV)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: setup demo test lint clean
 
-$(STAMP): pyproject.toml package.json package-lock.json scripts/install-system-deps.sh
-	# bubblewrap, iproute2, setpriv: the sandbox (docs/security.md)
+# The virtual environment, once the system has what the demo needs (the sandbox, git, a
+# Python 3.11+ with venv: install-system-deps.sh installs what is missing).
+$(BIN)/python:
+	bash scripts/install-system-deps.sh --demo
+	@$(NEW_VENV)
+
+$(STAMP): $(BIN)/python pyproject.toml package.json package-lock.json scripts/install-system-deps.sh
+	# bubblewrap, iproute2, setpriv: the sandbox (docs/security.md); the test suite's extras
 	bash scripts/install-system-deps.sh
-	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	# The CDK CLI and DynamoDB Local (AWS pipeline; docs/aws.md)
@@ -21,9 +31,8 @@ setup: $(STAMP)
 
 # The demo needs the package and the sandbox only: no dev extras, no npm, no browser.
 DEMO_STAMP := $(VENV)/.installed-demo
-$(DEMO_STAMP): pyproject.toml scripts/install-system-deps.sh
+$(DEMO_STAMP): $(BIN)/python pyproject.toml scripts/install-system-deps.sh
 	bash scripts/install-system-deps.sh --demo
-	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .
 	touch $(DEMO_STAMP)

@@ -24,7 +24,7 @@ def demo(
     console: Console,
     scrubber: Scrubber,
 ) -> int:
-    from swegreen.core.config import EvalConfig
+    from swegreen.core.config import build_config, config_from_env
     from swegreen.sample import build_sample
 
     sample = build_sample(settings.cache_dir / "sample")
@@ -32,11 +32,20 @@ def demo(
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     mismatches = 0
     for patches, expect in (("gold", "resolved"), ("empty", "no_op"), (str(sample.crafted), None)):
-        config = EvalConfig(
-            dataset=str(sample.dataset),
-            repo_url_template=sample.url_template,
-            max_rows=-1,
-            max_concurrent_rows=args.max_concurrent_rows,
+        # how this host runs evaluations (SWEGREEN_ISOLATION, ...; --isolation above
+        # them); the benchmark and its rows are the demo's own
+        config = build_config(
+            ("environment", config_from_env(env)),
+            ("command line", {"isolation": args.isolation}),
+            (
+                "the demo",
+                {
+                    "dataset": str(sample.dataset),
+                    "repo_url_template": sample.url_template,
+                    "max_rows": -1,
+                    "max_concurrent_rows": args.max_concurrent_rows,
+                },
+            ),
         )
         label = "crafted" if expect is None else patches
         outcome = evaluate(

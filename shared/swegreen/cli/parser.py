@@ -69,10 +69,10 @@ def config_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--isolation",
-        choices=["bwrap", "landlock", "process"],
-        help="sandbox for participant code: bwrap (default); landlock where no namespaces "
-        "are allowed (a container without capabilities); or the weakest, process, an "
-        "explicit opt-in (docs/security.md)",
+        choices=["auto", "bwrap", "landlock", "process"],
+        help="sandbox for participant code: auto (default: bwrap where it runs, else "
+        "landlock); bwrap; landlock where no namespaces are allowed (a container without "
+        "capabilities); or the weakest, process, an explicit opt-in (docs/security.md)",
     )
     g.add_argument(
         "--environments",
@@ -212,6 +212,12 @@ def parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="the sample benchmark with gold, empty and crafted patches")
     local_flags(demo)
+    demo.add_argument(
+        "--isolation",
+        choices=["auto", "bwrap", "landlock", "process"],
+        help="sandbox for participant code (default: $SWEGREEN_ISOLATION, else auto: "
+        "bwrap where it runs, else landlock)",
+    )
     demo.add_argument(
         "--max-concurrent-rows", type=int, default=2, help="rows evaluated at once (default 2)"
     )

@@ -125,15 +125,17 @@ class EvalConfig(BaseModel):
         "the environment_setup_commit.",
     )
 
-    isolation: Literal["bwrap", "landlock", "process"] = Field(
-        "bwrap",
-        description="How participant code is sandboxed: 'bwrap' (bubblewrap: own user, PID, "
-        "mount, IPC and network namespaces, unprivileged, host read-only; the run refuses to "
-        "start where it cannot run), 'landlock' (no privileges or namespaces needed, as "
-        "under Amber: each process confines itself to the files it is lent, no TCP to "
-        "ports below 1024, no signals out; refuses to start without Landlock) or 'process' "
-        "(an explicit opt-in to the weakest mode: process group, limits and a clean "
-        "environment only). See docs/security.md.",
+    isolation: Literal["auto", "bwrap", "landlock", "process"] = Field(
+        "auto",
+        description="How participant code is sandboxed: 'auto' (the default: bwrap where it "
+        "runs, else landlock where the kernel has it, said in the run's output and recorded "
+        "in each row; refuses to start where neither runs), 'bwrap' (bubblewrap: own user, "
+        "PID, mount, IPC and network namespaces, unprivileged, host read-only; the run "
+        "refuses to start where it cannot run), 'landlock' (no privileges or namespaces "
+        "needed, as under Amber: each process confines itself to the files it is lent, no "
+        "TCP to ports below 1024, no signals out; refuses to start without Landlock) or "
+        "'process' (an explicit opt-in to the weakest mode: process group, limits and a "
+        "clean environment only). See docs/security.md.",
     )
     environments: Literal["engine", "docker", "auto"] = Field(
         "engine",

@@ -29,6 +29,9 @@ from swegreen.sandbox.limits import (
 from swegreen.sandbox.tools import SYSTEM_PATH, tool
 
 IsolationMode = Literal["bwrap", "landlock", "process"]
+# What a configuration may ask for: a mode, or "auto" (the first of bwrap and landlock
+# that runs here).
+IsolationChoice = Literal["auto", "bwrap", "landlock", "process"]
 PR_SET_DUMPABLE = 4  # linux/prctl.h
 
 
@@ -134,10 +137,16 @@ class Isolation:
 
     @classmethod
     def probe(
-        cls, mode: IsolationMode = "bwrap", sandbox_uid: int = DEFAULT_SANDBOX_UID
+        cls, mode: IsolationChoice = "bwrap", sandbox_uid: int = DEFAULT_SANDBOX_UID
     ) -> Isolation:
         """The isolation ``mode`` on this host. ``bwrap`` that cannot run raises
-        ``SandboxUnavailable``: the weaker mode is never chosen silently."""
+        ``SandboxUnavailable``: the weaker mode is never chosen silently. ``auto``:
+        bubblewrap where it runs, else Landlock where the kernel has it (as tight for the
+        participant's files, network and signals: docs/security.md; what a container
+        without user namespaces, as Docker's default profile makes one, still allows),
+        said in the first of its notes; neither: ``SandboxUnavailable`` naming both."""
+        if mode == "auto":
+            return cls._auto(sandbox_uid)
         is_root = os.geteuid() == 0
         pids, memory = _find_cgroup("pids"), _find_cgroup("memory")
         v2 = (CGROUP_ROOT / "cgroup.controllers").exists()
@@ -232,6 +241,25 @@ class Isolation:
             finally:
                 os.close(spec_fd)
         return iso
+
+    @classmethod
+    def _auto(cls, sandbox_uid: int) -> Isolation:
+        try:
+            return cls.probe("bwrap", sandbox_uid)
+        except SandboxUnavailable as refused:
+            why = refused.why if isinstance(refused, _Refused) else "not installed"
+            if confine.abi() < 1:
+                raise SandboxUnavailable(
+                    f"isolation = auto: neither sandbox runs here. bubblewrap: {refused}. "
+                    f"Landlock: {LANDLOCK_HINT}"
+                ) from None
+            landlock = cls.probe("landlock", sandbox_uid)
+        first = (
+            f"isolation = auto: bubblewrap cannot run here ({' '.join(why.split())[:160]}), "
+            "so Landlock confines participant code (docs/security.md; isolation = bwrap to "
+            "insist on bubblewrap)"
+        )
+        return replace(landlock, notes=(first, *landlock.notes))
 
     def check_reachable(self, path: Path) -> None:
         """The sandbox's uid works in ``path``: every directory above it must let that uid
@@ -415,6 +443,14 @@ def _landlock_note(abi: int) -> str:
     return f"isolation = landlock (ABI {abi}): " + "; ".join(what)
 
 
+class _Refused(SandboxUnavailable):
+    """A mode's probe failed: ``why`` is what the probe said."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+
 def _try_once(argv: list[str], failed: str, hint: str, pass_fds: tuple[int, ...] = ()) -> None:
     """Runs a sandboxed ``true``; refuses the mode, saying why and what to do, if it fails."""
     probe = subprocess.run(
@@ -427,7 +463,7 @@ def _try_once(argv: list[str], failed: str, hint: str, pass_fds: tuple[int, ...]
     )
     if probe.returncode != 0:
         why = probe.stderr.decode(errors="replace").strip() or f"exit {probe.returncode}"
-        raise SandboxUnavailable(f"{failed} ({why}): {hint}")
+        raise _Refused(f"{failed} ({why}): {hint}", why)
 
 
 def _drop_to(uid: int | None) -> list[str]:
