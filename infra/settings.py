@@ -145,7 +145,7 @@ class StackSettings(BaseModel):
                 f"{value!r} is not an image the tasks can pull: give public.ecr.aws/<alias>/"
                 "<name>@sha256:<digest> or <account>.dkr.ecr.<region>.amazonaws.com/<name>"
                 "@sha256:<digest> (pinned by digest; the closed rows reach ECR only; "
-                "docs/aws.md, 'Deploying without Docker')"
+                "docs/aws-deploy.md, 'Deploying without Docker')"
             )
         return value
 
@@ -198,7 +198,7 @@ class StackSettings(BaseModel):
                 else f"{PREFIX}{e['msg'].removeprefix('Value error, ')}"
                 for e in exc.errors()
             )
-            raise ValueError(f"bad CDK context ({problems}); see docs/aws.md") from None
+            raise ValueError(f"bad CDK context ({problems}); see docs/aws-deploy.md") from None
 
 
 def retention(days: int) -> object:

@@ -1,5 +1,5 @@
 """Before a first `cdk deploy` on an account: what the deploy needs that is not in the
-template, checked, and made where it is safe to make (docs/aws.md, "Deploy").
+template, checked, and made where it is safe to make (docs/aws-deploy.md).
 
     .venv/bin/python scripts/aws_preflight.py [--region REGION] [--check-only]
 
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     for tool, why_needed in (
         ("node", "the CDK CLI (Node.js 22 or 24)"),
         ("npm", "installing the CDK CLI (make setup)"),
-        ("docker", "building the sandbox image (or deploy a published one: docs/aws.md)"),
+        ("docker", "building the sandbox image (or deploy a published one: docs/aws-deploy.md)"),
     ):
         found = shutil.which(tool)
         print(f"{tool}: {found or 'missing'}")

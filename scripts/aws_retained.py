@@ -1,4 +1,4 @@
-"""What earlier deploys of the stack left behind, and removing it (docs/aws.md, "Deploy").
+"""What earlier deploys of the stack left behind, and removing it (docs/aws-deploy.md).
 
     .venv/bin/python scripts/aws_retained.py [--stack SweGreen] [--region REGION] [--delete]
 

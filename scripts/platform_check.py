@@ -5,7 +5,7 @@ way Amber makes it, given a real assessment, its verdicts checked.
     .venv/bin/python scripts/platform_check.py [--docker] [--target T] [--no-build] [--rows N]
                                                [--publish] [--gateway DIR]
 
-What it does (docs/agentbeats.md, "Checked as the platform runs it"):
+What it does (docs/agentbeats-platform.md, "Checked as the platform runs it"):
 1. builds the image from a clean clone of HEAD (uncommitted changes are not in it), by the
    image workflow's recipe (.github/workflows/green-image.yml): `green-docker`
    (container/green-docker.Dockerfile; the dataset from ../shared/data, as the hub is out

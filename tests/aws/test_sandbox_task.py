@@ -116,7 +116,9 @@ def test_a_refused_url_says_why_and_a_transient_error_is_retried(bucket: str) ->
     }
     with httpx.Client(timeout=10) as http:
         store = UploadArtifacts(http, ROW, uploads(bucket))
-        with pytest.raises(PresignedUrlError, match=r"PUT \(403\).*ExpiredToken.*docs/aws.md"):
+        with pytest.raises(
+            PresignedUrlError, match=r"PUT \(403\).*ExpiredToken.*docs/security-aws.md"
+        ):
             store.write_text(ROW + art.REPORT, "{}")
         store.write_text(ROW + art.RESULT, "{}")  # after one 503
     assert Bucket.objects == {f"/{art.RESULT}?X-Amz-Signature=s": b"{}"}

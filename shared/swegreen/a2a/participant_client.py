@@ -244,7 +244,7 @@ class A2AParticipant:
             f"{self.role} speaks the AgentSWE protocol, whose commands run in the "
             "interactive mode's workbench: it needs interactive = true and isolation = bwrap, "
             "which cannot start where every capability is dropped (on AgentBeats: "
-            "docs/agentbeats.md, 'Isolation under Amber')"
+            "docs/agentbeats-platform.md, 'Isolation under Amber')"
         )
 
     async def _agentswe(

@@ -3,7 +3,7 @@ machines, fed by figures measured on real instances here, and what the account's
 and the artifact store change.
 
 Used twice: by Resolve, for the estimate a run records before its rows start (and the
-whole answer of a ``dry_run``), and by ``benchmarks/aws_cost.py`` for docs/aws.md's
+whole answer of a ``dry_run``), and by ``benchmarks/aws_cost.py`` for docs/aws-cost.md's
 tables. Measured inputs (docs/benchmarks-log.md): a warm evaluation per repository
 (data/row_seconds.json), what a row downloads and its unpack (benchmarks/artifacts.py), the
 build phase's cold build per instance. Assumed, in two labelled sets (``ASSUMPTIONS``):
@@ -519,7 +519,7 @@ def estimate(
         f"{len(repos)} rows, {concurrency} at a time; the build phase first: "
         f"{len(mirrors) + len(envs)} builds and {len(prepares)} prepare tasks "
         "(the artifacts the bucket lacks). A model, not a bill: us-east-1 list prices, "
-        "figures measured on 2 cores (docs/aws.md, 'Cost model')."
+        "figures measured on 2 cores (docs/aws-cost.md)."
     )
     return Estimate(
         rows=len(repos),

@@ -128,7 +128,7 @@ def unreachable(others: dict[str, dict[str, Any]], spec: EndpointSpec) -> str:
         f"group(s) {', '.join(groups) or '(none)'}, which the closed rows may not reach: every "
         "closed row would fail to pull its image. Deploy again with -c "
         f"swegreen:vpc_endpoint_security_group={groups[0] if groups else 'sg-...'} (the rows "
-        "may then reach that group and it admits them; docs/aws.md, 'Your own VPC')"
+        "may then reach that group and it admits them; docs/aws-deploy.md, 'Your own VPC')"
     )
 
 

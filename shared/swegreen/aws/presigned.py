@@ -36,7 +36,7 @@ def _send(http: httpx.Client, method: str, url: str, body: bytes | None = None) 
                 raise PresignedUrlError(
                     f"S3 refused the sandbox's pre-signed {method} ({response.status_code}): "
                     f"{response.text[:500]} (an expired URL: the task outlived the credentials "
-                    "that signed it; see docs/aws.md)"
+                    "that signed it; see docs/security-aws.md)"
                 )
             if attempt == ATTEMPTS - 1:
                 response.raise_for_status()

@@ -72,7 +72,7 @@ def config_flags(p: argparse.ArgumentParser) -> None:
         choices=["auto", "bwrap", "landlock", "process"],
         help="sandbox for participant code: auto (default: bwrap where it runs, else "
         "landlock); bwrap; landlock where no namespaces are allowed (a container without "
-        "capabilities); or the weakest, process, an explicit opt-in (docs/security.md)",
+        "capabilities); or the weakest, process, an explicit opt-in (docs/security-sandbox.md)",
     )
     g.add_argument(
         "--environments",

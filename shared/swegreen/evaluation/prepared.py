@@ -139,7 +139,7 @@ class PreparedWorkspaces(TestbedsBase):
             return None
         incident = (
             f"prepared workspace {root.name}: {why}; set aside as {aside} and prepared "
-            "again (docs/security.md, the seal)"
+            "again (docs/security-logs.md, the seal)"
         )
         notes.append(f"INCIDENT: {incident}")
         return incident

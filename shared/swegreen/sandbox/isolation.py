@@ -142,7 +142,7 @@ class Isolation:
         """The isolation ``mode`` on this host. ``bwrap`` that cannot run raises
         ``SandboxUnavailable``: the weaker mode is never chosen silently. ``auto``:
         bubblewrap where it runs, else Landlock where the kernel has it (as tight for the
-        participant's files, network and signals: docs/security.md; what a container
+        participant's files, network and signals: docs/security-sandbox.md; what a container
         without user namespaces, as Docker's default profile makes one, still allows),
         said in the first of its notes; neither: ``SandboxUnavailable`` naming both."""
         if mode == "auto":
@@ -180,7 +180,7 @@ class Isolation:
         else:
             notes = [
                 "isolation = process: participant code runs without namespaces "
-                "(see docs/security.md)"
+                "(see docs/security-sandbox.md)"
             ]
         # A root engine (a container's entry point) runs the tests as an unprivileged uid
         # of their own: they cannot write what the engine made, nor read its /proc. Root
@@ -256,7 +256,7 @@ class Isolation:
             landlock = cls.probe("landlock", sandbox_uid)
         first = (
             f"isolation = auto: bubblewrap cannot run here ({' '.join(why.split())[:160]}), "
-            "so Landlock confines participant code (docs/security.md; isolation = bwrap to "
+            "so Landlock confines participant code (docs/security-sandbox.md; isolation = bwrap "
             "insist on bubblewrap)"
         )
         return replace(landlock, notes=(first, *landlock.notes))

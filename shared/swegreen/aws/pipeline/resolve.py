@@ -70,7 +70,7 @@ class ResolveStep(PipelineBase):
             key,
             f"dataset {config.dataset!r} is not in s3://{self.settings.bucket}/{key}; "
             f"upload it there: swegreen upload-dataset --bucket {self.settings.bucket} "
-            f"--dataset {config.dataset} (docs/aws.md)",
+            f"--dataset {config.dataset} (docs/aws-deploy.md)",
         )
         rows = parse_rows(
             (json.loads(line) for line in text.splitlines() if line.strip()), source=config.dataset
