@@ -248,12 +248,13 @@ class Isolation:
             return cls.probe("bwrap", sandbox_uid)
         except SandboxUnavailable as refused:
             why = refused.why if isinstance(refused, _Refused) else "not installed"
-            if confine.abi() < 1:
+            try:
+                landlock = cls.probe("landlock", sandbox_uid)
+            except SandboxUnavailable as also:
                 raise SandboxUnavailable(
                     f"isolation = auto: neither sandbox runs here. bubblewrap: {refused}. "
-                    f"Landlock: {LANDLOCK_HINT}"
+                    f"Landlock: {also}"
                 ) from None
-            landlock = cls.probe("landlock", sandbox_uid)
         first = (
             f"isolation = auto: bubblewrap cannot run here ({' '.join(why.split())[:160]}), "
             "so Landlock confines participant code (docs/security-sandbox.md; isolation = bwrap "
