@@ -22,6 +22,7 @@ need=()
 python=1  # a Python 3.11+ with venv is needed: which package gives one, apt says below
 "$BASH" "$here/find-python.sh" >/dev/null && python=0
 command -v git >/dev/null 2>&1 || need+=(git)
+command -v patch >/dev/null 2>&1 || need+=(patch)  # the official apply chain's last step
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)

@@ -104,3 +104,19 @@ def test_the_demo_reads_the_hosts_settings_from_the_environment_and_its_flag(
         [*demo, "--isolation", "sandboxy"], capture_output=True, text=True, timeout=300, env=env
     )
     assert flagged.returncode == 2 and "invalid choice" in flagged.stderr
+
+
+def test_a_host_without_git_or_patch_refuses_to_start_naming_them(tmp_path: Path) -> None:
+    """A bare container has neither: without GNU patch the apply chain's last step failed
+    as an internal error row (the crafted calculator-3 in the first-contact run)."""
+    from swegreen.core.errors import SandboxUnavailable
+    from swegreen.sandbox.tools import require_tools
+
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    with pytest.raises(SandboxUnavailable) as refused:
+        require_tools(str(empty))
+    said = str(refused.value)
+    assert "git (" in said and "patch (the official apply chain's last step" in said
+    assert "apt-get install git patch" in said
+    require_tools()  # this machine has both

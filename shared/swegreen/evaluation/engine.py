@@ -32,6 +32,7 @@ from swegreen.processes.cache_room import GIB, CacheLease, DiskReserve
 from swegreen.repositories.repo_cache import RepoCache
 from swegreen.sandbox.isolation import Isolation
 from swegreen.sandbox.local import LocalSandbox
+from swegreen.sandbox.tools import require_tools
 from swegreen.stores.artifacts import LocalArtifacts, ScrubbedArtifacts
 from swegreen.stores.sqlite import SqliteStore
 
@@ -142,6 +143,7 @@ def build_testbeds(
 ) -> Testbeds:
     """Git cache, environment cache and sandbox under ``settings.cache_dir``."""
     cache = settings.cache_dir
+    require_tools()
     isolation = isolation or Isolation.probe(config.isolation)
     cache.mkdir(parents=True, exist_ok=True)
     isolation.check_reachable(cache)

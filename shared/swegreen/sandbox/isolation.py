@@ -256,9 +256,9 @@ class Isolation:
                     f"Landlock: {also}"
                 ) from None
         first = (
-            f"isolation = auto: bubblewrap cannot run here ({' '.join(why.split())[:160]}), "
-            "so Landlock confines participant code (docs/security-sandbox.md; isolation = bwrap "
-            "insist on bubblewrap)"
+            f"isolation = auto: bubblewrap cannot run here ({_first_sentence(why)}), so "
+            "Landlock confines participant code (docs/security-sandbox.md; isolation = bwrap "
+            "to insist on bubblewrap)"
         )
         return replace(landlock, notes=(first, *landlock.notes))
 
@@ -442,6 +442,12 @@ def _landlock_note(abi: int) -> str:
     what.append("TCP connect below port 1024 refused" if abi >= 4 else "TCP not restricted")
     what.append("no signals out" if abi >= 6 else "signals not restricted")
     return f"isolation = landlock (ABI {abi}): " + "; ".join(what)
+
+
+def _first_sentence(text: str) -> str:
+    """A tool's complaint in one short clause (bubblewrap's runs on with a URL)."""
+    flat = " ".join(text.split())
+    return flat.split(". ")[0].rstrip(".")[:200]
 
 
 class _Refused(SandboxUnavailable):

@@ -33,3 +33,28 @@ def tool(name: str) -> str:
 def optional_tool(name: str) -> str | None:
     """``tool`` for what a step can do without (iproute2 on a minimal host)."""
     return shutil.which(name, path=SYSTEM_PATH)
+
+
+# What an engine cannot evaluate without, and the Debian package that has it: a run
+# refuses to start without them rather than end rows in errors (a bare container has
+# neither: scripts/install-system-deps.sh --demo installs both).
+REQUIRED = {
+    "git": ("git", "the repositories and the apply chain's first steps"),
+    "patch": ("patch", "the official apply chain's last step, patch --fuzz"),
+}
+
+
+def require_tools(search_path: str = SYSTEM_PATH) -> None:
+    """SandboxUnavailable naming every required tool missing from ``search_path``."""
+    missing = [
+        (name, package, why)
+        for name, (package, why) in REQUIRED.items()
+        if shutil.which(name, path=search_path) is None
+    ]
+    if missing:
+        named = "; ".join(f"{name} ({why})" for name, _, why in missing)
+        packages = " ".join(package for _, package, _ in missing)
+        raise SandboxUnavailable(
+            f"not installed: {named}. Install them (apt-get install {packages}; "
+            "scripts/install-system-deps.sh --demo does it), then run again"
+        )
