@@ -388,3 +388,27 @@ def test_patches_whose_upload_fails_are_kept_and_graded_later_without_asking_aga
     started = json.loads(taking.bodies[1])
     assert started["patches"] == "predictions/uploads/r9"
     assert started["config"]["max_rows"] == -1 and len(started["config"]["instance_ids"]) == 2
+
+
+def test_the_green_agents_aws_backend_imports_without_an_aws_sdk() -> None:
+    """The green agent's image has no boto3 or botocore (the platform check found the
+    client importing the pipeline's package, which does): the aws backend's modules
+    import without them (api_key auth needs none; SigV4 imports botocore when it signs)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('botocore', 'boto3'):\n"
+        "            raise ImportError('no ' + name + ' in the green image')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import swegreen.agent.remote, swegreen.aws.front_door_client\n"
+        "import swegreen.aws.predictions_upload, swegreen.aws.run_request\n"
+        "print('imported')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "imported", done.stderr[-2000:]

@@ -11,9 +11,10 @@ import re
 from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from swegreen.aws.predictions_upload import DIRECT_LIMIT, checked
+from swegreen.aws.run_request import RunRequest
 from swegreen.core.errors import PredictionsError, SweGreenError
 from swegreen.reports.publish import joined
 
@@ -77,10 +78,6 @@ class FrontDoorClient:
     async def start(self, request: dict[str, Any]) -> str:
         """POST /runs: the run's id. The request is checked here first, as the pipeline
         checks it: the API's own refusal says only "Invalid request body"."""
-        from pydantic import ValidationError
-
-        from swegreen.aws.pipeline.models import RunRequest
-
         try:
             RunRequest.model_validate(request)
         except ValidationError as exc:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swegreen.aws.pipeline.models import PREDICTIONS_PREFIX
+from swegreen.aws.run_request import PREDICTIONS_PREFIX
 from swegreen.core.errors import PredictionsError
 from swegreen.core.sources import parse_predictions
 

@@ -28,9 +28,7 @@ from swegreen.aws.pipeline.models import (
     EXIT_TEMPFAIL,
     INSTANCE,
     MAX_EXECUTION_SECONDS,
-    PATCHES_PATTERN,
     PREDICTION,
-    PREDICTIONS_PREFIX,
     RESOLVE_WRITERS,
     RETRY_BASE_SECONDS,
     RETRY_MAX_SECONDS,
@@ -50,7 +48,6 @@ from swegreen.aws.pipeline.models import (
     Item,
     PatchState,
     PipelineSettings,
-    RunRequest,
     SandboxBatch,
     SandboxInput,
     SandboxTicket,
@@ -61,6 +58,7 @@ from swegreen.aws.pipeline.models import (
 from swegreen.aws.pipeline.presign import PresignStep
 from swegreen.aws.pipeline.resolve import ResolveStep
 from swegreen.aws.pipeline.task_retry import task_retry
+from swegreen.aws.run_request import PATCHES_PATTERN, PREDICTIONS_PREFIX, RunRequest
 
 
 class Pipeline(ResolveStep, DispatchStep, PresignStep, ClassifyStep, AggregateStep):
