@@ -412,3 +412,19 @@ def test_the_green_agents_aws_backend_imports_without_an_aws_sdk() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0 and done.stdout.strip() == "imported", done.stderr[-2000:]
+
+
+def test_upload_predictions_names_a_bad_config_before_sending(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    kept = tmp_path / "a-1.jsonl"
+    kept.write_text(GOOD_LINE + "\n")
+    kept.with_suffix(".config.json").write_text("{not json")
+    done = subprocess.run(
+        [sys.executable, "-m", "swegreen", "upload-predictions", str(kept),
+         "--api-url", "http://127.0.0.1:9/v1/", "--start"],
+        env={**os.environ, "SWEGREEN_API_KEY": "k"}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{kept.with_suffix('.config.json')} is not JSON" in done.stdout + done.stderr

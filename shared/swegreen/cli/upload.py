@@ -53,13 +53,18 @@ def upload_predictions_command(
     except OSError as exc:
         raise ConfigError(f"cannot read the predictions file {path}: {exc.strerror}") from None
     config: dict | None = None
-    if args.config is not None:
+    beside = path.with_suffix(".config.json")
+    given = args.config
+    where = "--config"
+    if given is None and beside.exists():
+        given, where = beside.read_text(), str(beside)
+    if given is not None:
         try:
-            config = json.loads(args.config)
+            config = json.loads(given)
         except ValueError as exc:
-            raise ConfigError(f"--config is not JSON: {exc}") from None
-    elif (beside := path.with_suffix(".config.json")).exists():
-        config = json.loads(beside.read_text())
+            raise ConfigError(f"{where} is not JSON: {exc}") from None
+        if not isinstance(config, dict):
+            raise ConfigError(f"{where}: a run's config is a JSON object")
     args.api_poll, args.exchange = 15.0, None  # front_door_settings reads serve's flags
     settings = front_door_settings(args, env)
 
